@@ -1,0 +1,47 @@
+"""dgvm: a cluster of GPUs as one very large GPU with one address space, on Dask.
+
+>>> import dgvm
+>>> client = dgvm.connect()                 # a local cluster (GPUs if present)
+>>> buf = dgvm.malloc(3 * 2**30)            # larger than any one device
+>>> buf.write(0, b"hello"); buf.read(0, 5)
+>>> dgvm.translate(buf.vaddr + 5)           # which worker holds that byte
+"""
+
+from dgvm import config  # noqa: F401  (loads dgvm.yaml into dask.config)
+from dgvm.buffer import GlobalBuffer, malloc
+from dgvm.cluster import LocalCluster
+from dgvm.errors import (
+    AccessDenied,
+    ChunkLost,
+    DgvmError,
+    InvalidAddress,
+    NotConnected,
+    OutOfDeviceMemory,
+)
+from dgvm.lookup import table, translate, translate_many, workers
+from dgvm.records import AllocationInfo, ChunkInfo, DeviceProfile, Location, WorkerInfo
+from dgvm.session import connect
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AccessDenied",
+    "AllocationInfo",
+    "ChunkInfo",
+    "ChunkLost",
+    "DeviceProfile",
+    "DgvmError",
+    "GlobalBuffer",
+    "InvalidAddress",
+    "LocalCluster",
+    "Location",
+    "NotConnected",
+    "OutOfDeviceMemory",
+    "WorkerInfo",
+    "connect",
+    "malloc",
+    "table",
+    "translate",
+    "translate_many",
+    "workers",
+]

@@ -1,0 +1,116 @@
+"""The client-side handle of one GVAT allocation and its chunk map.
+
+``GlobalBuffer`` (bytes) and ``DArray`` (n-d arrays) both stand on it: it knows the
+allocation's virtual range, where each chunk lives, and how to send pieces of chunks to
+their workers and get them back, one request per worker.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+from distributed import Client
+from distributed.protocol import to_serialize
+
+from dgvm.errors import InvalidAddress
+from dgvm.records import ChunkInfo
+from dgvm.session import call_scheduler, call_workers, current_client
+
+
+class Allocation:
+    """A live allocation in the GVAT, seen from the user's process."""
+
+    def __init__(self, client: Client, chunk_map: dict):
+        self.client = client
+        self.owner = client.id
+        self.alloc_id: int = chunk_map["alloc_id"]
+        self.vaddr: int = chunk_map["vaddr"]
+        self.nbytes: int = chunk_map["nbytes"]
+        self.freed = False
+        self._set_map(chunk_map)
+
+    @classmethod
+    def create(cls, client: Client | None = None, **request) -> "Allocation":
+        client = client or current_client()
+        return cls(client, call_scheduler("dgvm_allocate", client, owner=client.id, **request))
+
+    def _set_map(self, m: dict) -> None:
+        self.offsets = np.asarray(m["offsets"], dtype=np.int64)
+        self._home = np.asarray(m["home"], dtype=np.int64)
+        self._workers = list(m["workers"])
+        self._devices = list(m["devices"])
+        self._tiers = list(m["tiers"])
+        self._versions = list(m["versions"])
+
+    def refresh(self) -> None:
+        """Fetch the current chunk map from the GVAT (after chunks moved)."""
+        self._check_live()
+        self._set_map(call_scheduler("dgvm_chunk_map", self.client, alloc_id=self.alloc_id))
+
+    @property
+    def nchunks(self) -> int:
+        return len(self._home)
+
+    def home(self, index: int) -> str:
+        return self._workers[self._home[index]]
+
+    @property
+    def chunks(self) -> list[ChunkInfo]:
+        off = self.offsets
+        return [
+            ChunkInfo(
+                index=i,
+                vaddr=self.vaddr + int(off[i]),
+                nbytes=int(off[i + 1] - off[i]),
+                worker=self._workers[h],
+                device=self._devices[h],
+                tier=self._tiers[h],
+                version=int(self._versions[i]),
+            )
+            for i, h in enumerate(self._home.tolist())
+        ]
+
+    def _check_live(self) -> None:
+        if self.freed:
+            raise InvalidAddress(f"allocation {self.alloc_id} at {self.vaddr:#x} was freed")
+
+    def free(self) -> None:
+        """Release the allocation's device memory and virtual range."""
+        if self.freed:
+            raise InvalidAddress(f"double free of allocation {self.alloc_id} at {self.vaddr:#x}")
+        call_scheduler("dgvm_free", self.client, alloc_id=self.alloc_id, owner=self.owner)
+        self.freed = True
+
+    # -- moving pieces -------------------------------------------------------------------
+    def put(self, pieces: list[tuple[int, int, np.ndarray]]) -> None:
+        """Write (chunk index, byte offset, host bytes) pieces, one request per worker."""
+        self._check_live()
+        by_worker = defaultdict(list)
+        for index, offset, data in pieces:
+            by_worker[self.home(index)].append([index, offset, to_serialize(data)])
+        call_workers(
+            "dgvm_write",
+            {w: dict(alloc_id=self.alloc_id, owner=self.owner, pieces=p) for w, p in by_worker.items()},
+            self.client,
+        )
+
+    def get(self, pieces: list[tuple[int, int, int]]) -> list[np.ndarray]:
+        """Read (chunk index, byte offset, length) pieces -> host uint8 arrays, in order."""
+        self._check_live()
+        by_worker = defaultdict(list)
+        order = defaultdict(list)
+        for k, (index, offset, length) in enumerate(pieces):
+            w = self.home(index)
+            by_worker[w].append([index, offset, length])
+            order[w].append(k)
+        answers = call_workers(
+            "dgvm_read",
+            {w: dict(alloc_id=self.alloc_id, owner=self.owner, pieces=p) for w, p in by_worker.items()},
+            self.client,
+        )
+        out: list = [None] * len(pieces)
+        for w, arrays in answers.items():
+            for k, a in zip(order[w], arrays):
+                out[k] = a
+        return out

@@ -1,0 +1,100 @@
+"""``DArray``: an n-d array whose blocks are the chunks of one GVAT allocation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dgvm import chunk_grid
+from dgvm.allocation import Allocation
+
+
+class DArray:
+    """A distributed array in global device memory.
+
+    Block k (C order over the chunk grid) is chunk k of ``alloc``, stored contiguously
+    in C order on its home worker. ``x.vaddr`` is the array's first global address.
+    """
+
+    def __init__(self, alloc: Allocation, shape, dtype, chunks):
+        self.alloc = alloc
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.chunks = tuple(tuple(int(b) for b in axis) for axis in chunks)
+
+    # -- metadata ------------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def numblocks(self) -> tuple[int, ...]:
+        return chunk_grid.grid_shape(self.chunks)
+
+    @property
+    def vaddr(self) -> int:
+        return self.alloc.vaddr
+
+    @property
+    def alloc_id(self) -> int:
+        return self.alloc.alloc_id
+
+    def locations(self) -> dict[tuple[int, ...], str]:
+        """Block index -> address of the worker that holds it."""
+        grid = self.numblocks
+        return {
+            chunk_grid.block_index(k, grid): self.alloc.home(k) for k in range(self.alloc.nchunks)
+        }
+
+    def chunk_info(self):
+        """The ``ChunkInfo`` rows of the allocation behind the array."""
+        return self.alloc.chunks
+
+    # -- life cycle ----------------------------------------------------------------------
+    def free(self) -> None:
+        self.alloc.free()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if not self.alloc.freed:
+            self.free()
+
+    def __repr__(self):
+        return (
+            f"dgvm.DArray<shape={self.shape}, dtype={self.dtype}, numblocks={self.numblocks}, "
+            f"vaddr={self.vaddr:#x}>"
+        )
+
+    # -- host round trip -----------------------------------------------------------------
+    def write_blocks(self, source: np.ndarray) -> None:
+        """Copy a host array of this shape into the blocks, one request per worker."""
+        pieces = []
+        for k, sl in enumerate(chunk_grid.block_slices(self.chunks)):
+            block = np.ascontiguousarray(source[sl], dtype=self.dtype)
+            pieces.append((k, 0, block.reshape(-1).view(np.uint8)))
+        self.alloc.put(pieces)
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.to_numpy()
+        return out if dtype is None else out.astype(dtype)
+
+    def to_numpy(self) -> np.ndarray:
+        out = np.empty(self.shape, dtype=self.dtype)
+        slices = chunk_grid.block_slices(self.chunks)
+        sizes = np.diff(self.alloc.offsets)
+        blocks = self.alloc.get([(k, 0, int(n)) for k, n in enumerate(sizes)])
+        for sl, raw in zip(slices, blocks):
+            shape = tuple(s.stop - s.start for s in sl)
+            out[sl] = raw.view(self.dtype).reshape(shape)
+        return out

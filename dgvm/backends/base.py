@@ -1,0 +1,102 @@
+"""The interface every device backend implements.
+
+A backend owns one worker's device memory: it hands out zero-filled buffers of n bytes,
+views them as arrays of its own kind (NumPy or CuPy), copies host bytes in and out, and
+measures the device once at start. Everything above it (the chunk store, the GVAT,
+``dgvm.array``) is written against this interface only.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+
+from dgvm.records import DeviceProfile
+
+
+class Backend(abc.ABC):
+    """One worker's device memory."""
+
+    #: registry name, e.g. "cpu" or "cuda"
+    name: str = ""
+    #: the array module of views: numpy or cupy
+    xp: Any = np
+
+    def __init__(self, capacity: int | None = None, speed: float | None = None):
+        self.speed = speed
+        self.used = 0
+        self.capacity = self._init_device(capacity)
+
+    # -- to implement ------------------------------------------------------------------
+    @abc.abstractmethod
+    def _init_device(self, capacity: int | None) -> int:
+        """Open the device; return the capacity dgvm may use (bytes)."""
+
+    @abc.abstractmethod
+    def _allocate(self, nbytes: int) -> Any:
+        """Return a raw zero-filled buffer handle of ``nbytes`` or raise MemoryError."""
+
+    @abc.abstractmethod
+    def _free(self, handle: Any) -> None: ...
+
+    @abc.abstractmethod
+    def view(self, handle: Any, nbytes: int):
+        """A 1-D uint8 array (of ``xp``) over the whole buffer, without copying."""
+
+    @abc.abstractmethod
+    def device_info(self) -> tuple[str, str, int]:
+        """(device id such as "cuda:1", device name, SM count or 0)."""
+
+    @abc.abstractmethod
+    def measure_bandwidth(self, nbytes: int) -> float:
+        """Device memory bandwidth in bytes/s, counting bytes read plus written."""
+
+    # -- shared ------------------------------------------------------------------------
+    @property
+    def free(self) -> int:
+        return self.capacity - self.used
+
+    def other_used(self) -> int:
+        """Bytes of the device used by something other than dgvm."""
+        return 0
+
+    def allocate(self, nbytes: int) -> Any:
+        """A zero-filled buffer of ``nbytes``; MemoryError when the device is full."""
+        if nbytes > self.free:
+            raise MemoryError(f"{nbytes} bytes asked, {self.free} of {self.capacity} free")
+        handle = self._allocate(nbytes)
+        self.used += nbytes
+        return handle
+
+    def release(self, handle: Any, nbytes: int) -> None:
+        self._free(handle)
+        self.used -= nbytes
+
+    def write(self, handle: Any, nbytes: int, offset: int, data: np.ndarray) -> None:
+        """Copy host bytes ``data`` (uint8, 1-D) into the buffer at ``offset``."""
+        self.view(handle, nbytes)[offset : offset + data.size] = self.xp.asarray(data)
+
+    def read(self, handle: Any, nbytes: int, offset: int, length: int) -> np.ndarray:
+        """Copy ``length`` bytes at ``offset`` out to a new host uint8 array."""
+        return np.array(self.view(handle, nbytes)[offset : offset + length], copy=True)
+
+    def synchronize(self) -> None:
+        """Wait for the device to finish queued work (no-op on cpu)."""
+
+    def close(self) -> None:
+        """Give the device memory back."""
+
+    def profile(self, nbytes: int, host: str = "") -> DeviceProfile:
+        device, name, sms = self.device_info()
+        return DeviceProfile(
+            backend=self.name,
+            device=device,
+            name=name,
+            capacity=self.capacity,
+            bandwidth=self.measure_bandwidth(nbytes),
+            sm_count=sms,
+            speed=self.speed,
+            host=host,
+        )

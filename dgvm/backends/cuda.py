@@ -1,0 +1,97 @@
+"""The ``cuda`` backend: CuPy device memory on the worker's GPU.
+
+Each chunk is its own ``cudaMalloc`` (``cupy.cuda.Memory``), not a slice of CuPy's pool,
+so that a chunk can later be exported whole through a CUDA IPC handle. dask-cuda gives
+each worker one GPU through ``CUDA_VISIBLE_DEVICES``, so the current device is device 0.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from dgvm.backends.base import Backend
+
+
+def gpu_count() -> int:
+    """Number of visible CUDA devices; 0 when CuPy or a driver is missing."""
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:
+        return 0
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+
+    def _init_device(self, capacity):
+        import cupy
+
+        self.xp = cupy
+        self._cupy = cupy
+        self._device = cupy.cuda.Device()
+        self._device.use()
+        free, total = cupy.cuda.runtime.memGetInfo()
+        self._total = total
+        if capacity is None:
+            capacity = total
+        return min(capacity, total)
+
+    def _allocate(self, nbytes):
+        cp = self._cupy
+        try:
+            mem = cp.cuda.Memory(nbytes)
+        except cp.cuda.memory.OutOfMemoryError as e:
+            raise MemoryError(str(e)) from None
+        cp.cuda.runtime.memset(mem.ptr, 0, nbytes)
+        return mem
+
+    def _free(self, handle):
+        handle.free()
+
+    def view(self, handle, nbytes):
+        cp = self._cupy
+        return cp.ndarray((nbytes,), dtype=cp.uint8, memptr=cp.cuda.MemoryPointer(handle, 0))
+
+    def write(self, handle, nbytes, offset, data):
+        self.view(handle, nbytes)[offset : offset + data.size].set(np.ascontiguousarray(data))
+
+    def read(self, handle, nbytes, offset, length):
+        return self.view(handle, nbytes)[offset : offset + length].get()
+
+    def other_used(self):
+        free, total = self._cupy.cuda.runtime.memGetInfo()
+        return max(0, total - free - self.used)
+
+    def synchronize(self):
+        self._device.synchronize()
+
+    def device_info(self):
+        cp = self._cupy
+        dev_id = self._device.id
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        first = visible.split(",")[dev_id].strip() if visible else ""
+        physical = first if first.isdigit() else str(dev_id)
+        props = cp.cuda.runtime.getDeviceProperties(dev_id)
+        name = props["name"]
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        return f"cuda:{physical}", name, int(props["multiProcessorCount"])
+
+    def measure_bandwidth(self, nbytes):
+        cp = self._cupy
+        a = cp.ones(nbytes, dtype=cp.uint8)
+        b = cp.empty_like(a)
+        b[...] = a  # warm up
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        best = float("inf")
+        for _ in range(5):
+            start.record()
+            b[...] = a
+            stop.record()
+            stop.synchronize()
+            best = min(best, cp.cuda.get_elapsed_time(start, stop) / 1e3)
+        del a, b
+        return 2 * nbytes / best

@@ -1,0 +1,35 @@
+"""The exceptions dgvm raises.
+
+Every message says what was asked and what was available, so that the caller can act on
+it without reading dgvm's source.
+"""
+
+from __future__ import annotations
+
+
+class DgvmError(Exception):
+    """Base class of every error dgvm raises on purpose."""
+
+
+class OutOfDeviceMemory(MemoryError, DgvmError):
+    """An allocation does not fit in the free device memory of the cluster."""
+
+
+class InvalidAddress(ValueError, DgvmError):
+    """An address, offset or handle that names no live allocation.
+
+    Raised for unknown addresses, ranges running past an allocation, use after free and
+    double free.
+    """
+
+
+class NotConnected(RuntimeError, DgvmError):
+    """No Dask client is connected to a cluster with the dgvm plugins."""
+
+
+class AccessDenied(PermissionError, DgvmError):
+    """A request touches an allocation that belongs to another client."""
+
+
+class ChunkLost(DgvmError):
+    """A chunk's home worker left the cluster; its data is gone until recovered."""

@@ -1,0 +1,283 @@
+"""The global virtual allocation table.
+
+Pure bookkeeping, no I/O: the scheduler plugin calls it from its handlers. Each allocation
+owns one aligned range of the 64-bit virtual address space and a columnar chunk table
+(byte offsets, home worker, version, last access), so that allocating and translating stay
+fast at 100,000 chunks.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from dgvm.errors import AccessDenied, InvalidAddress, OutOfDeviceMemory
+from dgvm.gvat import placement as policies
+from dgvm.gvat.inventory import Inventory, WorkerRecord
+from dgvm.ranges import RangeAllocator
+from dgvm.records import AllocationInfo, ChunkInfo, Location
+
+
+@dataclass
+class Allocation:
+    alloc_id: int
+    owner: str
+    vaddr: int
+    nbytes: int
+    chunk_bytes: int  # nominal chunk size (the largest chunk)
+    offsets: np.ndarray  # int64, nchunks + 1 byte offsets of chunk starts, then nbytes
+    homes: np.ndarray  # int64 WorkerUid of each chunk's home
+    versions: np.ndarray  # int64
+    last_access: np.ndarray  # float64 (time.time())
+    placement: str
+    created: float
+    dtype: str | None = None
+    shape: tuple | None = None
+    grid_chunks: tuple | None = None  # per-axis block sizes when it backs an array
+    uniform: bool = True
+
+    @property
+    def nchunks(self) -> int:
+        return len(self.homes)
+
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def chunk_at(self, offset: int) -> int:
+        if self.uniform:
+            return offset // self.chunk_bytes
+        return int(np.searchsorted(self.offsets, offset, side="right")) - 1
+
+
+def _fmt(n: int) -> str:
+    from dask.utils import format_bytes
+
+    return format_bytes(n)
+
+
+class GVAT:
+    """Virtual address space, allocations and their chunk tables, worker inventory."""
+
+    def __init__(self, base: int, size: int, alignment: int, headroom: float):
+        self.space = RangeAllocator(base, size, alignment)
+        self.headroom = headroom
+        self.inventory = Inventory()
+        self.allocations: dict[int, Allocation] = {}
+        self._starts: list[int] = []  # sorted vaddrs of live allocations
+        self._at: dict[int, Allocation] = {}  # vaddr -> allocation
+        self._ids = itertools.count(1)
+        self.freed_ids: set[int] = set()
+
+    # -- allocation ----------------------------------------------------------------------
+    def allocate(
+        self,
+        owner: str,
+        sizes: np.ndarray,
+        placement: str = "balanced",
+        colocate: int | None = None,
+        dtype: str | None = None,
+        shape: tuple | None = None,
+        grid_chunks: tuple | None = None,
+        loads: dict[int, float] | None = None,
+    ) -> Allocation:
+        """Reserve a virtual range and homes for chunks of ``sizes`` bytes (all or nothing)."""
+        sizes = np.asarray(sizes, dtype=np.int64)
+        if len(sizes) == 0 or (sizes <= 0).any():
+            raise ValueError("an allocation needs at least one chunk, each of positive size")
+        nbytes = int(sizes.sum())
+        live = self.inventory.live()
+        homes_pos = self._place(sizes, live, placement, colocate, loads or {})
+        vaddr = self.space.allocate(nbytes)
+        if vaddr is None:  # 128 TiB of address space is spent: say so, like a full device
+            raise OutOfDeviceMemory(
+                f"virtual address space exhausted: {_fmt(nbytes)} asked, "
+                f"{_fmt(self.space.free_total)} of {_fmt(self.space.limit)} free in pieces"
+            )
+        uids = np.array([r.uid for r in live], dtype=np.int64)
+        offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        now = time.time()
+        alloc = Allocation(
+            alloc_id=next(self._ids),
+            owner=owner,
+            vaddr=vaddr,
+            nbytes=nbytes,
+            chunk_bytes=int(sizes.max()),
+            offsets=offsets,
+            homes=uids[homes_pos],
+            versions=np.zeros(len(sizes), dtype=np.int64),
+            last_access=np.full(len(sizes), now),
+            placement=placement if colocate is None else f"colocate:{colocate}",
+            created=now,
+            dtype=dtype,
+            shape=tuple(shape) if shape is not None else None,
+            grid_chunks=grid_chunks,
+            uniform=bool((sizes[:-1] == sizes[0]).all()),
+        )
+        self._book(alloc, +1)
+        self.allocations[alloc.alloc_id] = alloc
+        bisect.insort(self._starts, vaddr)
+        self._at[vaddr] = alloc
+        return alloc
+
+    def _place(self, sizes, live: list[WorkerRecord], placement, colocate, loads):
+        if not live:
+            raise OutOfDeviceMemory(
+                f"{_fmt(int(sizes.sum()))} asked but no worker with a dgvm chunk store is "
+                "connected (start workers with --preload dgvm.worker, or use dgvm.LocalCluster)"
+            )
+        if placement not in policies.POLICIES:
+            raise ValueError(
+                f"unknown placement {placement!r}; available: {', '.join(policies.POLICIES)}"
+                " or colocate=<allocation>"
+            )
+        bw = self.inventory.effective_bandwidth(live)
+        cands = [
+            policies.Candidate(
+                uid=r.uid,
+                limit=r.free - int(self.headroom * r.profile.capacity),
+                bandwidth=bw[r.uid],
+                load=loads.get(r.address, 0.0),
+            )
+            for r in live
+        ]
+        policy = policies.POLICIES[placement]
+        try:
+            if colocate is not None:
+                other = self.get(colocate)
+                pos = {r.uid: j for j, r in enumerate(live)}
+                partner = [pos.get(int(u)) for u in other.homes]
+                return policies.colocate(sizes, cands, partner, policies.POLICIES["balanced"])
+            return policy.place(sizes, cands)
+        except policies.NoFit:
+            per_worker = ", ".join(
+                f"{r.address} ({r.profile.device}): {_fmt(max(c.limit, 0))} placeable of "
+                f"{_fmt(r.free)} free"
+                for r, c in zip(live, cands)
+            )
+            raise OutOfDeviceMemory(
+                f"cannot place {_fmt(int(sizes.sum()))} in {len(sizes)} chunks of up to "
+                f"{_fmt(int(sizes.max()))}: free device memory per worker, keeping "
+                f"{self.headroom:.0%} headroom: {per_worker}; total placeable "
+                f"{_fmt(sum(max(c.limit, 0) for c in cands))}"
+            ) from None
+
+    def _book(self, alloc: Allocation, sign: int) -> None:
+        """Add (+1) or remove (-1) an allocation's bytes on its home workers."""
+        sizes = alloc.sizes()
+        uids, inverse = np.unique(alloc.homes, return_inverse=True)
+        per = np.bincount(inverse, weights=sizes)
+        cnt = np.bincount(inverse)
+        for uid, b, c in zip(uids.tolist(), per.tolist(), cnt.tolist()):
+            rec = self.inventory.by_uid[uid]
+            rec.used += sign * int(b)
+            rec.chunks += sign * int(c)
+
+    def free(self, alloc_id: int, owner: str | None = None) -> Allocation:
+        """Forget an allocation; return it so the caller can free its chunks on workers."""
+        alloc = self.get(alloc_id, owner)
+        del self.allocations[alloc_id]
+        self._starts.pop(bisect.bisect_left(self._starts, alloc.vaddr))
+        del self._at[alloc.vaddr]
+        self.space.free(alloc.vaddr)
+        self._book(alloc, -1)
+        self.freed_ids.add(alloc_id)
+        return alloc
+
+    def get(self, alloc_id: int, owner: str | None = None) -> Allocation:
+        alloc = self.allocations.get(alloc_id)
+        if alloc is None:
+            if alloc_id in self.freed_ids:
+                raise InvalidAddress(f"allocation {alloc_id} was already freed")
+            raise InvalidAddress(f"no allocation with id {alloc_id}")
+        if owner is not None and alloc.owner != owner:
+            raise AccessDenied(
+                f"allocation {alloc_id} belongs to client {alloc.owner!r}, not {owner!r}"
+            )
+        return alloc
+
+    def owned_by(self, owner: str) -> list[int]:
+        return [a.alloc_id for a in self.allocations.values() if a.owner == owner]
+
+    # -- lookups -------------------------------------------------------------------------
+    def find(self, vaddr: int) -> tuple[Allocation, int]:
+        """(allocation, byte offset in it) holding ``vaddr``; InvalidAddress if none."""
+        i = bisect.bisect_right(self._starts, vaddr) - 1
+        if i >= 0:
+            alloc = self._at[self._starts[i]]
+            off = vaddr - alloc.vaddr
+            if off < alloc.nbytes:
+                return alloc, off
+        raise InvalidAddress(f"address {vaddr:#x} is not inside any live allocation")
+
+    def translate(self, vaddr: int) -> Location:
+        alloc, off = self.find(vaddr)
+        k = alloc.chunk_at(off)
+        rec = self.inventory.by_uid[int(alloc.homes[k])]
+        return Location(
+            alloc_id=alloc.alloc_id,
+            chunk_index=int(k),
+            worker=rec.address,
+            device=rec.profile.device,
+            offset=int(off - alloc.offsets[k]),
+            tier="device" if rec.alive else "lost",
+        )
+
+    def chunk_map(self, alloc: Allocation) -> dict:
+        """A compact, columnar view of an allocation's chunks for clients."""
+        uids, inverse = np.unique(alloc.homes, return_inverse=True)
+        recs = [self.inventory.by_uid[u] for u in uids.tolist()]
+        return {
+            "alloc_id": alloc.alloc_id,
+            "vaddr": alloc.vaddr,
+            "nbytes": alloc.nbytes,
+            "offsets": alloc.offsets.tolist(),
+            "home": inverse.astype(np.int64).tolist(),
+            "workers": [r.address for r in recs],
+            "devices": [r.profile.device for r in recs],
+            "tiers": ["device" if r.alive else "lost" for r in recs],
+            "versions": alloc.versions.tolist(),
+        }
+
+    def info(self, alloc: Allocation, with_chunks: bool = False) -> AllocationInfo:
+        chunks = ()
+        if with_chunks:
+            m = self.chunk_map(alloc)
+            chunks = tuple(
+                ChunkInfo(
+                    index=i,
+                    vaddr=alloc.vaddr + m["offsets"][i],
+                    nbytes=m["offsets"][i + 1] - m["offsets"][i],
+                    worker=m["workers"][h],
+                    device=m["devices"][h],
+                    tier=m["tiers"][h],
+                    version=m["versions"][i],
+                )
+                for i, h in enumerate(m["home"])
+            )
+        return AllocationInfo(
+            alloc_id=alloc.alloc_id,
+            owner=alloc.owner,
+            vaddr=alloc.vaddr,
+            nbytes=alloc.nbytes,
+            chunk_bytes=alloc.chunk_bytes,
+            nchunks=alloc.nchunks,
+            placement=alloc.placement,
+            created=alloc.created,
+            dtype=alloc.dtype,
+            shape=alloc.shape,
+            chunks=chunks,
+        )
+
+    def by_worker(self, alloc: Allocation) -> dict[str, list[int]]:
+        """Live home address -> chunk indices of ``alloc`` homed there."""
+        out: dict[str, list[int]] = {}
+        for uid in np.unique(alloc.homes).tolist():
+            rec = self.inventory.by_uid[uid]
+            if rec.alive:
+                out[rec.address] = np.flatnonzero(alloc.homes == uid).tolist()
+        return out

@@ -1,0 +1,81 @@
+"""The user process's link to a dgvm cluster: connect, and call the GVAT or a worker.
+
+The user's process needs no GPU: it sends requests to the scheduler's GVAT and moves
+bytes straight to and from the workers that hold them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from distributed import Client, default_client
+
+from dgvm.errors import NotConnected
+
+
+def connect(address=None, **cluster_kwargs) -> Client:
+    """Connect to a dgvm cluster and return its ``distributed.Client``.
+
+    - ``connect()`` starts a ``dgvm.LocalCluster(**cluster_kwargs)`` and connects to it;
+    - ``connect(cluster)`` connects to a running cluster object;
+    - ``connect("tcp://host:8786")`` attaches to a running scheduler. If it was started
+      without the dgvm preloads, the plugins are installed on it and its workers now.
+    """
+    if address is None:
+        from dgvm.cluster import LocalCluster
+
+        cluster = LocalCluster(**cluster_kwargs)
+        client = Client(cluster, set_as_default=True)
+        client._dgvm_owned_cluster = cluster  # closed with the client
+    else:
+        client = Client(address, set_as_default=True)
+    ensure_plugins(client)
+    return client
+
+
+def ensure_plugins(client: Client) -> None:
+    """Install the GVAT and chunk-store plugins where the cluster lacks them."""
+    from dgvm.scheduler import PLUGIN_NAME, GVATPlugin
+    from dgvm.worker import ChunkStorePlugin
+
+    def has_gvat(dask_scheduler=None):
+        return PLUGIN_NAME in dask_scheduler.plugins
+
+    if not client.run_on_scheduler(has_gvat):
+        client.register_plugin(GVATPlugin())
+
+    def has_store(dask_worker=None):
+        return "dgvm" in dask_worker.extensions
+
+    missing = [w for w, ok in client.run(has_store).items() if not ok]
+    if missing:
+        client.register_plugin(ChunkStorePlugin())
+
+
+def current_client() -> Client:
+    try:
+        return default_client()
+    except ValueError:
+        raise NotConnected(
+            "no dgvm cluster is connected: call dgvm.connect() (local cluster) or "
+            "dgvm.connect('tcp://scheduler:8786')"
+        ) from None
+
+
+def call_scheduler(op: str, client: Client | None = None, **kwargs):
+    """Call the GVAT handler ``op`` and return its answer (blocking)."""
+    client = client or current_client()
+    return client.sync(getattr(client.scheduler, op), **kwargs)
+
+
+def call_workers(op: str, requests: dict[str, dict], client: Client | None = None) -> dict:
+    """Call handler ``op`` on several workers at once: {address: kwargs} -> {address: answer}."""
+    client = client or current_client()
+
+    async def _all():
+        answers = await asyncio.gather(
+            *(getattr(client.rpc(addr), op)(**kw) for addr, kw in requests.items())
+        )
+        return dict(zip(requests, answers))
+
+    return client.sync(_all)

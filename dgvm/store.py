@@ -1,0 +1,131 @@
+"""A worker's chunk store: the device buffers of the chunks homed on this worker.
+
+Every request is checked before memory is touched: the chunk must be known here, the
+caller must own its allocation, and offsets must fall inside the chunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from dask.utils import format_bytes
+
+from dgvm.backends import Backend
+from dgvm.errors import AccessDenied, InvalidAddress, OutOfDeviceMemory
+
+
+@dataclass
+class StoredChunk:
+    handle: Any
+    nbytes: int
+    version: int = 0
+
+
+class ChunkStore:
+    def __init__(self, backend: Backend, address: str = ""):
+        self.backend = backend
+        self.address = address
+        self._allocs: dict[int, dict[int, StoredChunk]] = {}
+        self._owners: dict[int, str] = {}
+
+    # -- life cycle ----------------------------------------------------------------------
+    def allocate(self, alloc_id: int, owner: str, indices: list[int], sizes: list[int]) -> int:
+        """Create the given chunks of ``alloc_id``, zero-filled; all or nothing."""
+        if alloc_id in self._allocs:
+            raise InvalidAddress(f"allocation {alloc_id} already has chunks on {self.address}")
+        made: dict[int, StoredChunk] = {}
+        try:
+            for i, n in zip(indices, sizes):
+                made[i] = StoredChunk(self.backend.allocate(int(n)), int(n))
+        except MemoryError as e:
+            for c in made.values():
+                self.backend.release(c.handle, c.nbytes)
+            raise OutOfDeviceMemory(
+                f"worker {self.address} ({self.backend.name}) could not allocate "
+                f"{format_bytes(sum(sizes))} for allocation {alloc_id}: "
+                f"{format_bytes(self.backend.free)} of {format_bytes(self.backend.capacity)} "
+                f"free ({e})"
+            ) from None
+        self._allocs[alloc_id] = made
+        self._owners[alloc_id] = owner
+        return sum(c.nbytes for c in made.values())
+
+    def free(self, alloc_id: int) -> int:
+        """Release every chunk of ``alloc_id`` held here; return the bytes released."""
+        chunks = self._allocs.pop(alloc_id, None)
+        self._owners.pop(alloc_id, None)
+        if chunks is None:
+            return 0
+        for c in chunks.values():
+            self.backend.release(c.handle, c.nbytes)
+        return sum(c.nbytes for c in chunks.values())
+
+    def close(self) -> None:
+        for alloc_id in list(self._allocs):
+            self.free(alloc_id)
+        self.backend.close()
+
+    # -- access --------------------------------------------------------------------------
+    def chunk(self, alloc_id: int, index: int, owner: str | None) -> StoredChunk:
+        chunks = self._allocs.get(alloc_id)
+        if chunks is None:
+            raise InvalidAddress(f"allocation {alloc_id} has no chunks on worker {self.address}")
+        if owner is not None and self._owners[alloc_id] != owner:
+            raise AccessDenied(
+                f"allocation {alloc_id} belongs to {self._owners[alloc_id]!r}, not {owner!r}"
+            )
+        c = chunks.get(index)
+        if c is None:
+            raise InvalidAddress(
+                f"chunk {index} of allocation {alloc_id} is not on worker {self.address} "
+                f"(it holds chunks {sorted(chunks)[:8]}{'...' if len(chunks) > 8 else ''})"
+            )
+        return c
+
+    def _check_range(self, alloc_id, index, c: StoredChunk, offset: int, length: int) -> None:
+        if offset < 0 or length < 0 or offset + length > c.nbytes:
+            raise InvalidAddress(
+                f"bytes [{offset}, {offset + length}) asked of chunk {index} of allocation "
+                f"{alloc_id}, which holds {c.nbytes} bytes"
+            )
+
+    def write(self, alloc_id: int, owner: str | None, pieces) -> int:
+        """``pieces``: (chunk index, offset, uint8 host array). All are checked first."""
+        checked = []
+        for index, offset, data in pieces:
+            data = np.asarray(data).reshape(-1).view(np.uint8)
+            c = self.chunk(alloc_id, index, owner)
+            self._check_range(alloc_id, index, c, offset, data.size)
+            checked.append((c, offset, data))
+        for c, offset, data in checked:
+            self.backend.write(c.handle, c.nbytes, offset, data)
+        return sum(d.size for _, _, d in checked)
+
+    def read(self, alloc_id: int, owner: str | None, pieces) -> list[np.ndarray]:
+        """``pieces``: (chunk index, offset, length) -> list of host uint8 arrays."""
+        checked = []
+        for index, offset, length in pieces:
+            c = self.chunk(alloc_id, index, owner)
+            self._check_range(alloc_id, index, c, offset, length)
+            checked.append((c, offset, length))
+        return [self.backend.read(c.handle, c.nbytes, o, n) for c, o, n in checked]
+
+    def view(self, alloc_id: int, index: int):
+        """The chunk's device memory as a 1-D uint8 array of the backend's kind."""
+        c = self.chunk(alloc_id, index, None)
+        return self.backend.view(c.handle, c.nbytes)
+
+    # -- reporting -----------------------------------------------------------------------
+    def holds(self, alloc_id: int) -> list[int]:
+        return sorted(self._allocs.get(alloc_id, {}))
+
+    def metrics(self) -> dict:
+        return {
+            "capacity": self.backend.capacity,
+            "used": self.backend.used,
+            "other_used": self.backend.other_used(),
+            "allocations": len(self._allocs),
+            "chunks": sum(len(c) for c in self._allocs.values()),
+        }

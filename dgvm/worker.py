@@ -1,0 +1,114 @@
+"""The worker side of dgvm: a WorkerPlugin that holds this worker's chunk store.
+
+Load it as a preload (``dask worker ADDR --preload dgvm.worker --dgvm-device-memory 4GiB``)
+or let ``dgvm.LocalCluster`` / ``dgvm.connect`` install it. The plugin opens the device
+backend, measures the device once, reports capacity, use and profile in every heartbeat
+(``worker.metrics["dgvm"]``), and serves the store's RPC handlers. Store operations run
+in order on one thread of their own, so memory copies never stall the worker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import click
+from distributed import WorkerPlugin
+from distributed.protocol import to_serialize
+
+from dgvm import backends, config
+from dgvm.store import ChunkStore
+
+logger = logging.getLogger("dgvm.worker")
+
+PLUGIN_NAME = "dgvm-store"
+
+
+class ChunkStorePlugin(WorkerPlugin):
+    """Holds a ``ChunkStore`` on one worker and serves it over the worker's comm."""
+
+    name = PLUGIN_NAME
+    idempotent = True
+
+    def __init__(self, backend: str | None = None, device_memory=None, device_speed=None):
+        self.backend_name = backend or config.get("backend")
+        self.device_memory = (
+            config.to_bytes(device_memory) if device_memory is not None
+            else config.get_bytes("device-memory")
+        )
+        speed = device_speed if device_speed is not None else config.get("device-speed")
+        self.device_speed = float(speed) if speed is not None else None
+        self.store: ChunkStore | None = None
+        self.profile = None
+
+    # Handlers the worker serves; one visible place (a test checks they are installed).
+    def handlers(self) -> dict:
+        return {
+            "dgvm_store_allocate": self.allocate,
+            "dgvm_store_free": self.free,
+            "dgvm_write": self.write,
+            "dgvm_read": self.read,
+            "dgvm_store_info": self.info,
+        }
+
+    def setup(self, worker):
+        backend = backends.create(self.backend_name, self.device_memory, self.device_speed)
+        self.store = ChunkStore(backend, worker.address)
+        self.profile = backend.profile(config.get_bytes("profile-bytes"), host=worker.ip)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="dgvm-store")
+        self.worker = worker
+        worker.handlers.update(self.handlers())
+        worker.metrics["dgvm"] = lambda w: self.metrics()
+        worker.extensions["dgvm"] = self.store
+        logger.info("dgvm chunk store on %s: %s", worker.address, self.profile)
+
+    def teardown(self, worker):
+        for op in self.handlers():
+            worker.handlers.pop(op, None)
+        worker.metrics.pop("dgvm", None)
+        worker.extensions.pop("dgvm", None)
+        if self.store is not None:
+            self._executor.shutdown(wait=True)
+            self.store.close()
+            self.store = None
+
+    def metrics(self) -> dict:
+        return {"profile": self.profile.to_dict(), **self.store.metrics()}
+
+    async def _run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # -- handlers ------------------------------------------------------------------------
+    async def allocate(self, alloc_id: int, owner: str, indices: list, sizes: list):
+        return await self._run(self.store.allocate, alloc_id, owner, indices, sizes)
+
+    async def free(self, alloc_id: int):
+        return await self._run(self.store.free, alloc_id)
+
+    async def write(self, alloc_id: int, owner: str, pieces: list):
+        return await self._run(self.store.write, alloc_id, owner, pieces)
+
+    async def read(self, alloc_id: int, owner: str, pieces: list):
+        arrays = await self._run(self.store.read, alloc_id, owner, pieces)
+        return [to_serialize(a) for a in arrays]
+
+    async def info(self):
+        return {"address": self.worker.address, **self.metrics()}
+
+
+@click.command()
+@click.option("--dgvm-backend", default=None, help="auto, cuda or cpu (default: dgvm.backend)")
+@click.option("--dgvm-device-memory", default=None, help="device memory to offer, e.g. 4GiB")
+@click.option("--dgvm-device-speed", default=None, type=float, help="relative speed (cpu emulation)")
+def dask_setup(worker, dgvm_backend, dgvm_device_memory, dgvm_device_speed):
+    """Preload entry point: ``dask worker ADDR --preload dgvm.worker``."""
+    plugin = ChunkStorePlugin(dgvm_backend, dgvm_device_memory, dgvm_device_speed)
+    plugin.setup(worker)
+    worker.plugins[plugin.name] = plugin  # so that the worker tears it down on close
+
+
+def dask_teardown(worker):
+    plugin = worker.plugins.pop(PLUGIN_NAME, None)
+    if plugin is not None:
+        plugin.teardown(worker)
