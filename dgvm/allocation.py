@@ -13,7 +13,7 @@ import numpy as np
 from distributed import Client
 from distributed.protocol import to_serialize
 
-from dgvm.errors import InvalidAddress
+from dgvm.errors import ChunkLost, InvalidAddress
 from dgvm.records import ChunkInfo
 from dgvm.session import call_scheduler, call_workers, current_client
 
@@ -83,34 +83,47 @@ class Allocation:
         self.freed = True
 
     # -- moving pieces -------------------------------------------------------------------
+    def _route(self, pieces) -> tuple[dict, dict]:
+        """Group pieces by home worker: ({worker: [piece]}, {worker: [position]})."""
+        by_worker, order = defaultdict(list), defaultdict(list)
+        for k, piece in enumerate(pieces):
+            h = self._home[piece[0]]
+            if self._tiers[h] == "lost":
+                raise ChunkLost(
+                    f"chunk {piece[0]} of allocation {self.alloc_id} was on worker "
+                    f"{self._workers[h]}, which left the cluster"
+                )
+            by_worker[self._workers[h]].append(list(piece))
+            order[self._workers[h]].append(k)
+        return by_worker, order
+
+    def _call(self, op: str, by_worker: dict) -> dict:
+        requests = {
+            w: dict(alloc_id=self.alloc_id, owner=self.owner, pieces=p) for w, p in by_worker.items()
+        }
+        try:
+            return call_workers(op, requests, self.client)
+        except OSError:
+            # A worker went away: if the GVAT now says so, name the lost chunks.
+            self.refresh()
+            self._route([p for ps in by_worker.values() for p in ps])
+            raise
+
     def put(self, pieces: list[tuple[int, int, np.ndarray]]) -> None:
         """Write (chunk index, byte offset, host bytes) pieces, one request per worker."""
         self._check_live()
-        by_worker = defaultdict(list)
-        for index, offset, data in pieces:
-            by_worker[self.home(index)].append([index, offset, to_serialize(data)])
-        call_workers(
-            "dgvm_write",
-            {w: dict(alloc_id=self.alloc_id, owner=self.owner, pieces=p) for w, p in by_worker.items()},
-            self.client,
-        )
+        by_worker, _ = self._route(pieces)
+        for p in by_worker.values():
+            for piece in p:
+                piece[2] = to_serialize(piece[2])
+        self._call("dgvm_write", by_worker)
 
     def get(self, pieces: list[tuple[int, int, int]]) -> list[np.ndarray]:
         """Read (chunk index, byte offset, length) pieces -> host uint8 arrays, in order."""
         self._check_live()
-        by_worker = defaultdict(list)
-        order = defaultdict(list)
-        for k, (index, offset, length) in enumerate(pieces):
-            w = self.home(index)
-            by_worker[w].append([index, offset, length])
-            order[w].append(k)
-        answers = call_workers(
-            "dgvm_read",
-            {w: dict(alloc_id=self.alloc_id, owner=self.owner, pieces=p) for w, p in by_worker.items()},
-            self.client,
-        )
+        by_worker, order = self._route(pieces)
         out: list = [None] * len(pieces)
-        for w, arrays in answers.items():
+        for w, arrays in self._call("dgvm_read", by_worker).items():
             for k, a in zip(order[w], arrays):
                 out[k] = a
         return out

@@ -68,8 +68,9 @@ class GVATPlugin(SchedulerPlugin):
         self._sync_worker(worker)
 
     def remove_worker(self, scheduler, worker: str, **kwargs):
-        if self.gvat.inventory.remove(worker) is not None:
-            logger.warning("dgvm worker %s left; its chunks are marked lost", worker)
+        rec = self.gvat.inventory.remove(worker)
+        if rec is not None and rec.chunks:
+            logger.warning("dgvm worker %s left holding %d chunks; they are marked lost", worker, rec.chunks)
 
     def remove_client(self, scheduler, client: str):
         # A client that goes away frees what it allocated, as a process exit frees its
@@ -141,14 +142,21 @@ class GVATPlugin(SchedulerPlugin):
             ),
             return_exceptions=True,
         )
-        failed = [(a, r) for a, r in zip(per_worker, results) if isinstance(r, BaseException)]
+        # The worker answers {"oom": message} for a full device (the scheduler's comms do
+        # not deserialize exceptions, so expected failures travel as data).
+        failed = [
+            (a, r) for a, r in zip(per_worker, results)
+            if isinstance(r, BaseException) or (isinstance(r, dict) and "oom" in r)
+        ]
         if failed:
-            ok = [a for a, r in zip(per_worker, results) if not isinstance(r, BaseException)]
+            ok = [a for a in per_worker if a not in dict(failed)]
             await self._free_on(alloc.alloc_id, ok)
             self.gvat.free(alloc.alloc_id)
-            reasons = "; ".join(f"{a}: {r}" for a, r in failed)
-            if all(isinstance(r, MemoryError) for _, r in failed):
-                raise OutOfDeviceMemory(f"allocation of {alloc.nbytes} bytes rolled back: {reasons}")
+            reasons = "; ".join(r["oom"] if isinstance(r, dict) else f"{a}: {r}" for a, r in failed)
+            if all(isinstance(r, dict) for _, r in failed):
+                raise OutOfDeviceMemory(
+                    f"allocation of {alloc.nbytes} bytes rolled back on every worker: {reasons}"
+                )
             raise failed[0][1]
         return self.gvat.chunk_map(alloc)
 

@@ -18,6 +18,7 @@ from distributed import WorkerPlugin
 from distributed.protocol import to_serialize
 
 from dgvm import backends, config
+from dgvm.errors import OutOfDeviceMemory
 from dgvm.store import ChunkStore
 
 logger = logging.getLogger("dgvm.worker")
@@ -81,7 +82,10 @@ class ChunkStorePlugin(WorkerPlugin):
 
     # -- handlers ------------------------------------------------------------------------
     async def allocate(self, alloc_id: int, owner: str, indices: list, sizes: list):
-        return await self._run(self.store.allocate, alloc_id, owner, indices, sizes)
+        try:
+            return await self._run(self.store.allocate, alloc_id, owner, indices, sizes)
+        except OutOfDeviceMemory as e:
+            return {"oom": str(e)}
 
     async def free(self, alloc_id: int):
         return await self._run(self.store.free, alloc_id)

@@ -48,10 +48,14 @@ def _first_fit(sizes: np.ndarray, cands: list[Candidate], order: list[int]) -> n
     for i, s in enumerate(sizes.tolist()):
         while j < len(order) and room[order[j]] < s:
             j += 1
-        if j == len(order):
-            raise NoFit(i)
-        room[order[j]] -= s
-        out[i] = order[j]
+        if j < len(order):
+            k = order[j]
+        else:  # past the last: any earlier worker with a gap that fits this chunk
+            k = next((k for k in order if room[k] >= s), None)
+            if k is None:
+                raise NoFit(i)
+        room[k] -= s
+        out[i] = k
     return out
 
 

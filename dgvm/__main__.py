@@ -1,0 +1,3 @@
+from dgvm.cli import main
+
+main()

@@ -1,0 +1,89 @@
+"""Shared fixtures: one test body, two backends.
+
+Every cluster test takes the ``dgvm_cluster`` fixture, which runs on ``cpu`` everywhere and
+on ``cuda`` (marker ``gpu``) where a GPU is visible: ``pytest -m gpu`` on a GPU machine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pytest
+
+import dgvm
+from dgvm.backends.cuda import gpu_count
+
+MiB = 2**20
+
+
+@dataclass
+class ClusterCase:
+    backend: str
+    cluster: object
+    client: object
+    capacities: list[int]
+    speeds: list[float]
+
+    def store_used(self) -> dict[str, int]:
+        """Bytes each worker's chunk store holds, asked of the stores themselves."""
+        return self.client.run(lambda dask_worker: dask_worker.extensions["dgvm"].backend.used)
+
+    def store_chunks(self) -> dict[str, int]:
+        return self.client.run(lambda dask_worker: dask_worker.extensions["dgvm"].metrics()["chunks"])
+
+
+def _cpu_case():
+    caps = [64 * MiB, 128 * MiB, 256 * MiB]
+    speeds = [1.0, 2.0, 4.0]
+    cluster = dgvm.LocalCluster(
+        n_workers=3, backend="cpu", device_memory=caps, device_speed=speeds,
+        processes=False, dashboard_address=None,
+    )
+    return cluster, caps, speeds
+
+
+def _cuda_case():
+    n = gpu_count()
+    caps = [256 * MiB * (i + 1) for i in range(n)]
+    speeds = [float(i + 1) for i in range(n)]
+    cluster = dgvm.LocalCluster(
+        n_workers=n, backend="cuda", device_memory=caps, device_speed=speeds,
+        dashboard_address=None,
+    )
+    return cluster, caps, speeds
+
+
+@pytest.fixture(
+    scope="module",
+    params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)],
+)
+def dgvm_cluster(request):
+    if request.param == "cuda" and gpu_count() == 0:
+        pytest.skip("no CUDA GPU visible")
+    cluster, caps, speeds = (_cuda_case if request.param == "cuda" else _cpu_case)()
+    client = dgvm.connect(cluster)
+    try:
+        yield ClusterCase(request.param, cluster, client, caps, speeds)
+    finally:
+        client.close()
+        cluster.close()
+
+
+@pytest.fixture
+def case(dgvm_cluster):
+    """A cluster case that must be left as found: no allocation, no chunk in any store."""
+    yield dgvm_cluster
+    leftover = dgvm.table(client=dgvm_cluster.client)
+    for a in leftover:
+        dgvm_cluster.client.sync(dgvm_cluster.client.scheduler.dgvm_free, alloc_id=a.alloc_id)
+    assert not leftover, f"test left allocations behind: {leftover}"
+    assert set(dgvm_cluster.store_used().values()) == {0}
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_count() == 0 and not os.environ.get("DGVM_TEST_GPU"):
+        skip = pytest.mark.skip(reason="no CUDA GPU visible")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)

@@ -1,0 +1,93 @@
+"""The GVAT's bookkeeping, without a cluster."""
+
+import numpy as np
+import pytest
+
+import dgvm
+from dgvm.gvat import GVAT
+from dgvm.records import DeviceProfile
+
+MiB = 2**20
+
+
+def make_gvat(*capacities, headroom=0.1):
+    g = GVAT(base=1 << 32, size=1 << 46, alignment=2 * MiB, headroom=headroom)
+    for i, cap in enumerate(capacities):
+        g.inventory.register(
+            f"tcp://w{i}", DeviceProfile("cpu", "cpu", "cpu", capacity=cap, bandwidth=1e10)
+        )
+    return g
+
+
+def test_ranges_aligned_disjoint_and_address_zero_invalid():
+    g = make_gvat(1024 * MiB, 1024 * MiB)
+    allocs = [g.allocate("me", np.full(k + 1, 3 * MiB)) for k in range(5)]
+    spans = sorted((a.vaddr, a.vaddr + a.nbytes) for a in allocs)
+    assert all(a.vaddr % (2 * MiB) == 0 and a.vaddr > 0 for a in allocs)
+    assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:]))
+    with pytest.raises(dgvm.InvalidAddress):
+        g.translate(0)
+
+
+def test_translate_every_chunk_boundary():
+    g = make_gvat(1024 * MiB)
+    sizes = np.array([5, 7, 7, 3]) * MiB
+    a = g.allocate("me", sizes)
+    for k, off in enumerate(a.offsets[:-1].tolist()):
+        for delta in (0, 1, sizes[k] - 1):
+            loc = g.translate(a.vaddr + off + int(delta))
+            assert (loc.chunk_index, loc.offset, loc.alloc_id) == (k, int(delta), a.alloc_id)
+    with pytest.raises(dgvm.InvalidAddress):
+        g.translate(a.vaddr + a.nbytes)  # one past the end
+
+
+def test_free_reuses_range_and_rejects_double_free():
+    g = make_gvat(1024 * MiB)
+    a = g.allocate("me", np.full(4, MiB))
+    g.free(a.alloc_id)
+    with pytest.raises(dgvm.InvalidAddress, match="already freed"):
+        g.free(a.alloc_id)
+    with pytest.raises(dgvm.InvalidAddress):
+        g.translate(a.vaddr)
+    b = g.allocate("me", np.full(4, MiB))
+    assert b.vaddr == a.vaddr and b.alloc_id != a.alloc_id
+    assert g.inventory.by_address["tcp://w0"].used == 4 * MiB
+
+
+def test_owner_is_checked():
+    g = make_gvat(1024 * MiB)
+    a = g.allocate("alice", np.full(2, MiB))
+    with pytest.raises(dgvm.AccessDenied, match="alice"):
+        g.free(a.alloc_id, owner="bob")
+
+
+def test_oom_names_the_numbers_and_books_nothing():
+    g = make_gvat(100 * MiB, 200 * MiB)
+    with pytest.raises(dgvm.OutOfDeviceMemory) as e:
+        g.allocate("me", np.full(30, 10 * MiB))
+    msg = str(e.value)
+    assert "300.00 MiB" in msg and "tcp://w0" in msg and "tcp://w1" in msg and "10%" in msg
+    assert isinstance(e.value, MemoryError)
+    assert not g.allocations and g.space.used_total == 0
+    assert all(r.used == 0 for r in g.inventory.live())
+
+
+def test_removed_worker_makes_its_chunks_lost_in_O1():
+    g = make_gvat(100 * MiB, 100 * MiB)
+    a = g.allocate("me", np.full(10, MiB), placement="round_robin")
+    g.inventory.remove("tcp://w1")
+    tiers = [c.tier for c in g.info(a, with_chunks=True).chunks]
+    assert tiers == ["device", "lost"] * 5
+    assert g.translate(a.vaddr + MiB).tier == "lost"
+    # a new worker at the same address is a new record; the old chunks stay lost
+    g.inventory.register("tcp://w1", DeviceProfile("cpu", "cpu", "cpu", 100 * MiB, 1e10))
+    assert g.translate(a.vaddr + MiB).tier == "lost"
+    g.free(a.alloc_id)
+
+
+def test_hundred_thousand_chunks():
+    g = make_gvat(10**12, 10**12)
+    a = g.allocate("me", np.full(100_000, 4096))
+    assert a.nchunks == 100_000
+    loc = g.translate(a.vaddr + 4096 * 77_777 + 5)
+    assert (loc.chunk_index, loc.offset) == (77_777, 5)
