@@ -1,0 +1,61 @@
+"""The ``dgvm`` command, run as a user would run it."""
+
+import os
+import subprocess
+import sys
+
+from distributed import Client
+
+import dgvm
+
+MiB = 2**20
+
+
+def run(*args, timeout=240, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "dgvm", *args], capture_output=True, text=True,
+        timeout=timeout, env={**os.environ, **(env or {})},
+    )
+
+
+def test_demo_on_cpu_workers():
+    out = run("demo", "--backend", "cpu", "--device-memory", "24MiB,32MiB,48MiB", "--chunk-bytes", "2MiB")
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    assert "dashboard: http" in text
+    assert "16 random reads by global address: OK" in text
+    assert "fill: done" in text and "check: done" in text
+    # the array is larger than the largest device, and spread over all three workers
+    table = text.split("where its")[1]
+    assert table.count("tcp://") >= 3
+
+
+def test_info_prints_gvat_and_workers():
+    with dgvm.LocalCluster(n_workers=2, backend="cpu", device_memory="16MiB",
+                           processes=False, dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        buf = dgvm.malloc(3 * MiB, chunk_bytes=MiB, client=client)
+        out = run("info", cluster.scheduler_address, "--chunks", timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+        for w in dgvm.workers(client=client):
+            assert w.address in out.stdout
+        assert f"{buf.vaddr:#x}" in out.stdout and "3.00 MiB" in out.stdout
+        assert "allocations (1)" in out.stdout
+        buf.free()
+
+
+def test_info_without_gvat_says_so():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, processes=False, protocol="tcp", dashboard_address=None) as cluster:
+        out = run("info", cluster.scheduler_address, timeout=60)
+        assert out.returncode == 1 and "no dgvm GVAT" in out.stdout
+
+
+def test_config_from_environment():
+    code = "import dgvm, dask; print(dask.config.get('dgvm.placement.headroom'), dask.config.get('dgvm.backend'))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "DASK_DGVM__PLACEMENT__HEADROOM": "0.25"},
+    )
+    assert out.stdout.split() == ["0.25", "auto"]

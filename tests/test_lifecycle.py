@@ -1,0 +1,100 @@
+"""Owners, disconnects, lost workers, and the plugins' wiring."""
+
+import time
+
+import pytest
+from distributed import Client
+
+import dgvm
+from dgvm.scheduler import GVATPlugin
+from dgvm.worker import ChunkStorePlugin
+
+MiB = 2**20
+
+
+def test_handlers_are_installed(case):
+    sched_ops = set(GVATPlugin().handlers())
+    have = case.client.run_on_scheduler(lambda dask_scheduler=None: set(dask_scheduler.handlers))
+    assert sched_ops <= have
+    worker_ops = set(ChunkStorePlugin(backend="cpu").handlers())
+    for ops in case.client.run(lambda dask_worker: set(dask_worker.handlers)).values():
+        assert worker_ops <= ops
+
+
+def test_workers_report_profiles(case):
+    ws = dgvm.workers()
+    assert len(ws) == len(case.capacities)
+    assert sorted(w.capacity for w in ws) == sorted(
+        # the cpu arena keeps its first 256 bytes unused so that offset 0 names nothing
+        c - (256 if case.backend == "cpu" else 0) for c in case.capacities
+    )
+    for w in ws:
+        assert w.backend == case.backend and w.bandwidth > 0 and w.status == "running"
+        if case.backend == "cuda":
+            assert w.sm_count > 0 and w.device.startswith("cuda:")
+    if case.backend == "cuda":
+        assert len({w.device for w in ws}) == len(ws)  # one GPU each
+
+
+def test_other_clients_cannot_touch_an_allocation(case):
+    with dgvm.malloc(2 * MiB, chunk_bytes=MiB) as buf:
+        buf.write(0, b"mine")
+        with Client(case.cluster.scheduler_address, set_as_default=False) as other:
+            stolen = dgvm.GlobalBuffer(other, case.client.sync(
+                case.client.scheduler.dgvm_chunk_map, alloc_id=buf.alloc_id))
+            with pytest.raises(dgvm.AccessDenied, match="belongs to"):
+                stolen.read(0, 4)
+            with pytest.raises(dgvm.AccessDenied):
+                stolen.write(0, b"evil")
+            with pytest.raises(dgvm.AccessDenied):
+                stolen.free()
+        assert bytes(buf.read(0, 4)) == b"mine"
+
+
+def test_disconnect_frees_the_clients_allocations(case):
+    before = sum(case.store_used().values())
+    other = Client(case.cluster.scheduler_address, set_as_default=False)
+    buf = dgvm.malloc(3 * MiB, chunk_bytes=MiB, client=other)
+    assert sum(case.store_used().values()) == before + 3 * MiB
+    other.close()
+    wait_until(lambda: not dgvm.table())
+    assert sum(case.store_used().values()) == before
+    assert buf.alloc_id not in [a.alloc_id for a in dgvm.table()]
+
+
+def wait_until(pred, timeout=10):
+    t0 = time.monotonic()
+    while not pred():
+        if time.monotonic() - t0 > timeout:
+            raise TimeoutError
+        time.sleep(0.05)
+
+
+def test_not_connected_is_a_clear_error():
+    import subprocess, sys
+
+    code = "import dgvm\ntry:\n    dgvm.malloc(10)\nexcept dgvm.NotConnected as e:\n    print('OK', e)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.startswith("OK") and "dgvm.connect()" in out.stdout
+
+
+def test_worker_removal_marks_chunks_lost():
+    with dgvm.LocalCluster(n_workers=2, backend="cpu", device_memory="32MiB",
+                           processes=False, dashboard_address=None) as cluster, \
+            Client(cluster, set_as_default=False) as client:
+        buf = dgvm.malloc(4 * MiB, chunk_bytes=MiB, placement="round_robin", client=client)
+        victim = buf.chunks[1].worker
+        client.sync(client.scheduler.retire_workers, workers=[victim], close_workers=True,
+                    remove=True)
+        wait_until(lambda: len(dgvm.workers(client=client)) == 1)
+        info = dgvm.table(chunks=True, client=client)[0]
+        assert [c.tier for c in info.chunks] == ["device", "lost", "device", "lost"]
+        assert dgvm.translate(buf.vaddr + MiB + 3, client=client).tier == "lost"
+        lost = [w for w in dgvm.workers(include_lost=True, client=client) if w.status == "lost"]
+        assert [w.address for w in lost] == [victim]
+        buf.refresh()
+        with pytest.raises(dgvm.ChunkLost, match=victim):
+            buf.read(MiB, 10)
+        assert buf.read(0, 10).tolist() == [0] * 10  # chunks still home are readable
+        buf.free()
+        assert dgvm.table(client=client) == []
