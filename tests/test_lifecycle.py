@@ -98,3 +98,25 @@ def test_worker_removal_marks_chunks_lost():
         assert buf.read(0, 10).tolist() == [0] * 10  # chunks still home are readable
         buf.free()
         assert dgvm.table(client=client) == []
+
+
+def test_chunks_live_in_device_memory(case):
+    """cpu chunks are NumPy views of a shared-memory arena; cuda chunks are CuPy arrays in
+    each worker's own GPU."""
+    with dgvm.malloc(8 * MiB, chunk_bytes=MiB, placement="round_robin") as buf:
+        buf.write(0, bytes(range(256)) * (8 * MiB // 256))
+
+        def inspect(dask_worker, alloc_id=buf.alloc_id):
+            store = dask_worker.extensions["dgvm"]
+            out = []
+            for i in store.holds(alloc_id):
+                v = store.view(alloc_id, i)
+                out.append((i, type(v).__module__.split(".")[0], int(v[:256].sum())))
+            return out
+
+        seen = case.client.run(inspect)
+        kinds = {k for rows in seen.values() for _, k, _ in rows}
+        assert kinds == ({"cupy"} if case.backend == "cuda" else {"numpy"})
+        assert sorted(i for rows in seen.values() for i, _, _ in rows) == list(range(8))
+        assert {s for rows in seen.values() for _, _, s in rows} == {sum(range(256))}
+        assert all(rows for rows in seen.values())  # every worker holds some

@@ -43,8 +43,8 @@ class CudaBackend(Backend):
     def _allocate(self, nbytes):
         cp = self._cupy
         try:
-            mem = cp.cuda.Memory(nbytes)
-        except cp.cuda.memory.OutOfMemoryError as e:
+            mem = cp.cuda.memory.Memory(nbytes)
+        except (cp.cuda.memory.OutOfMemoryError, cp.cuda.runtime.CUDARuntimeError) as e:
             raise MemoryError(str(e)) from None
         cp.cuda.runtime.memset(mem.ptr, 0, nbytes)
         return mem
@@ -54,7 +54,7 @@ class CudaBackend(Backend):
 
     def view(self, handle, nbytes):
         cp = self._cupy
-        return cp.ndarray((nbytes,), dtype=cp.uint8, memptr=cp.cuda.MemoryPointer(handle, 0))
+        return cp.ndarray((nbytes,), dtype=cp.uint8, memptr=cp.cuda.memory.MemoryPointer(handle, 0))
 
     def write(self, handle, nbytes, offset, data):
         self.view(handle, nbytes)[offset : offset + data.size].set(np.ascontiguousarray(data))
