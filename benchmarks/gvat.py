@@ -25,6 +25,7 @@ import platform
 import statistics
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -227,6 +228,9 @@ def main(argv=None) -> int:
     import distributed  # configures its loggers on import; quieten them after
 
     logging.getLogger("distributed").setLevel(logging.WARNING)  # INFO lines out of the table
+    # The scheduler's HTTP server binds :8787 even with dashboard_address=None; another
+    # cluster on this machine only moves it to a random port.
+    warnings.filterwarnings("ignore", message="Port 8787 is already in use")
 
     print(
         f"dgvm GVAT benchmark | python {platform.python_version()}, numpy {np.__version__}, "

@@ -21,10 +21,11 @@ def _apply_here(alloc_id: int, owner: str, indices: list[int], fn, args):
         raise DgvmError(f"worker {get_worker().address} has no dgvm chunk store")
     xp = store.backend.xp
     out = []
-    for i in indices:
-        store.chunk(alloc_id, i, owner)  # validates owner and presence
-        out.append(fn(xp, store.view(alloc_id, i), i, *args))
-    store.backend.synchronize()
+    with store.lock:  # no free or copy of these chunks while fn runs
+        for i in indices:
+            store.chunk(alloc_id, i, owner)  # validates owner and presence
+            out.append(fn(xp, store.view(alloc_id, i), i, *args))
+        store.backend.synchronize()
     return out
 
 

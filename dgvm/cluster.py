@@ -75,6 +75,7 @@ class LocalCluster(SpecCluster):
             "options": {
                 "host": host,
                 "dashboard_address": dashboard_address,
+                "dashboard": dashboard_address is not None,
                 "preload": ["dgvm.scheduler"],
             },
         }

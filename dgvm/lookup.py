@@ -10,13 +10,16 @@ from dgvm.session import call_scheduler
 
 def translate(vaddr: int, client: Client | None = None) -> Location:
     """Where the byte at global address ``vaddr`` lives; ``InvalidAddress`` if nowhere."""
-    return Location.from_dict(call_scheduler("dgvm_translate", client, vaddrs=[int(vaddr)])[0])
+    return translate_many([vaddr], client)[0]
 
 
 def translate_many(vaddrs, client: Client | None = None) -> list[Location]:
-    """``translate`` for many addresses in one request."""
-    answers = call_scheduler("dgvm_translate", client, vaddrs=[int(v) for v in vaddrs])
-    return [Location.from_dict(d) for d in answers]
+    """``translate`` for many addresses in one request (the answer travels as columns)."""
+    c = call_scheduler("dgvm_translate", client, vaddrs=[int(v) for v in vaddrs])
+    return [
+        Location(a, k, c["workers"][h], c["devices"][h], o, c["tiers"][h])
+        for a, k, o, h in zip(c["alloc_id"], c["chunk_index"], c["offset"], c["home"])
+    ]
 
 
 def table(alloc_id: int | None = None, chunks: bool = False, client: Client | None = None) -> list[AllocationInfo]:

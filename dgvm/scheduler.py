@@ -75,14 +75,17 @@ class GVATPlugin(SchedulerPlugin):
     def remove_client(self, scheduler, client: str):
         # A client that goes away frees what it allocated, as a process exit frees its
         # memory. The work runs in the background: hooks stay O(1).
-        if self.gvat.owned_by(client):
+        if self.gvat.has_owner(client):
             task = asyncio.ensure_future(self._free_owned(client))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
     async def _free_owned(self, client: str):
         for alloc_id in self.gvat.owned_by(client):
-            await self.free(alloc_id)
+            try:
+                await self.free(alloc_id)
+            except Exception:  # freed meanwhile by another request: nothing to do
+                logger.debug("allocation %s of %s already gone", alloc_id, client)
 
     # -- inventory -----------------------------------------------------------------------
     def _sync_worker(self, address: str):
@@ -151,7 +154,8 @@ class GVATPlugin(SchedulerPlugin):
         if failed:
             ok = [a for a in per_worker if a not in dict(failed)]
             await self._free_on(alloc.alloc_id, ok)
-            self.gvat.free(alloc.alloc_id)
+            if alloc.alloc_id in self.gvat.allocations:  # unless freed meanwhile
+                self.gvat.free(alloc.alloc_id)
             reasons = "; ".join(r["oom"] if isinstance(r, dict) else f"{a}: {r}" for a, r in failed)
             if all(isinstance(r, dict) for _, r in failed):
                 raise OutOfDeviceMemory(
@@ -161,10 +165,14 @@ class GVATPlugin(SchedulerPlugin):
         return self.gvat.chunk_map(alloc)
 
     async def _free_on(self, alloc_id: int, addresses):
-        await asyncio.gather(
+        addresses = list(addresses)
+        results = await asyncio.gather(
             *(self.scheduler.rpc(a).dgvm_store_free(alloc_id=alloc_id) for a in addresses),
             return_exceptions=True,
         )
+        for a, r in zip(addresses, results):
+            if isinstance(r, BaseException):  # the worker is gone or broken: say so
+                logger.warning("freeing allocation %s on %s failed: %s", alloc_id, a, r)
 
     async def free(self, alloc_id: int, owner: str | None = None):
         alloc = self.gvat.get(alloc_id, owner)
@@ -174,7 +182,7 @@ class GVATPlugin(SchedulerPlugin):
         return alloc.nbytes
 
     def translate(self, vaddrs: list[int]):
-        return [self.gvat.translate(int(v)).to_dict() for v in vaddrs]
+        return self.gvat.translate_many(vaddrs)
 
     def chunk_map(self, alloc_id: int):
         return self.gvat.chunk_map(self.gvat.get(alloc_id))

@@ -6,6 +6,8 @@ caller must own its allocation, and offsets must fall inside the chunk.
 
 from __future__ import annotations
 
+import functools
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,14 +25,28 @@ class StoredChunk:
     version: int = 0
 
 
+def _locked(method):
+    """Store operations never overlap: a kernel, a copy and a free of one worker's
+    device memory happen one after another."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self.lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
 class ChunkStore:
     def __init__(self, backend: Backend, address: str = ""):
+        self.lock = threading.RLock()
         self.backend = backend
         self.address = address
         self._allocs: dict[int, dict[int, StoredChunk]] = {}
         self._owners: dict[int, str] = {}
 
     # -- life cycle ----------------------------------------------------------------------
+    @_locked
     def allocate(self, alloc_id: int, owner: str, indices: list[int], sizes: list[int]) -> int:
         """Create the given chunks of ``alloc_id``, zero-filled; all or nothing."""
         if alloc_id in self._allocs:
@@ -91,6 +107,7 @@ class ChunkStore:
                 f"{alloc_id}, which holds {c.nbytes} bytes"
             )
 
+    @_locked
     def write(self, alloc_id: int, owner: str | None, pieces) -> int:
         """``pieces``: (chunk index, offset, uint8 host array). All are checked first."""
         checked = []
@@ -103,6 +120,7 @@ class ChunkStore:
             self.backend.write(c.handle, c.nbytes, offset, data)
         return sum(d.size for _, _, d in checked)
 
+    @_locked
     def read(self, alloc_id: int, owner: str | None, pieces) -> list[np.ndarray]:
         """``pieces``: (chunk index, offset, length) -> list of host uint8 arrays."""
         checked = []

@@ -115,6 +115,7 @@ def test_worker_side_failure_rolls_back_every_worker(case):
     def give_back(dask_worker):
         b = dask_worker.extensions["dgvm"].backend
         b.release(dask_worker._dgvm_eaten, b.used)
+        del dask_worker._dgvm_eaten  # on cuda the memory goes with the last reference
 
     case.client.run(eat, workers=[victim])
     try:

@@ -91,3 +91,26 @@ def test_hundred_thousand_chunks():
     assert a.nchunks == 100_000
     loc = g.translate(a.vaddr + 4096 * 77_777 + 5)
     assert (loc.chunk_index, loc.offset) == (77_777, 5)
+
+
+def test_translate_with_a_larger_last_chunk():
+    g = make_gvat(1024 * MiB)
+    a = g.allocate("me", np.array([32, 32, 80]))
+    loc = g.translate(a.vaddr + 40)
+    assert (loc.chunk_index, loc.offset) == (1, 8)
+    many = g.translate_many([a.vaddr + 40, a.vaddr + 64, a.vaddr + 143, a.vaddr])
+    assert many["chunk_index"] == [1, 2, 2, 0] and many["offset"] == [8, 0, 79, 0]
+    with pytest.raises(dgvm.InvalidAddress):
+        g.translate_many([a.vaddr, a.vaddr + 144])
+
+
+def test_reused_arena_memory_is_zeroed():
+    from dgvm.backends.cpu import CpuBackend
+
+    b = CpuBackend(capacity=4 * MiB)
+    h = b.allocate(MiB)
+    b.view(h, MiB)[:] = 7
+    b.release(h, MiB)
+    h2 = b.allocate(2 * MiB)  # overlaps the dirty range and fresh pages
+    assert h2 == h and not b.view(h2, 2 * MiB).any()
+    b.close()

@@ -56,7 +56,7 @@ class Backend(abc.ABC):
     # -- shared ------------------------------------------------------------------------
     @property
     def free(self) -> int:
-        return self.capacity - self.used
+        return self.capacity - self.used - self.other_used()
 
     def other_used(self) -> int:
         """Bytes of the device used by something other than dgvm."""

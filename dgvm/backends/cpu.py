@@ -54,6 +54,7 @@ class CpuBackend(Backend):
         self._arena = np.ndarray((capacity,), dtype=np.uint8, buffer=self._shm.buf)
         # Offsets start at _ALIGN so that offset 0 never names a buffer.
         self._ranges = RangeAllocator(_ALIGN, capacity - _ALIGN, alignment=_ALIGN)
+        self._high = _ALIGN  # bytes at and above this offset were never handed out
         return capacity - _ALIGN
 
     @property
@@ -68,7 +69,12 @@ class CpuBackend(Backend):
                 f"{nbytes} bytes asked; arena of {self.capacity} bytes has no hole that "
                 f"large ({self._ranges.free_total} bytes free in pieces)"
             )
-        self._arena[start : start + nbytes] = 0
+        # A fresh arena reads as zero: only bytes below the high-water mark were used
+        # before and need zeroing (touching fresh pages would cost a page fault each).
+        end = start + nbytes
+        if start < self._high:
+            self._arena[start : min(end, self._high)] = 0
+        self._high = max(self._high, end)
         return start
 
     def _free(self, handle):

@@ -50,7 +50,8 @@ class CudaBackend(Backend):
         return mem
 
     def _free(self, handle):
-        handle.free()
+        # cudaFree runs when the last reference to the Memory goes; the store drops its own.
+        pass
 
     def view(self, handle, nbytes):
         cp = self._cupy
@@ -63,8 +64,11 @@ class CudaBackend(Backend):
         return self.view(handle, nbytes)[offset : offset + length].get()
 
     def other_used(self):
-        free, total = self._cupy.cuda.runtime.memGetInfo()
-        return max(0, total - free - self.used)
+        """The part of dgvm's remaining budget that the GPU cannot actually give, because
+        something else (contexts, other programs) holds it. With the whole GPU as capacity,
+        this is exactly the memory others use."""
+        free, _ = self._cupy.cuda.runtime.memGetInfo()
+        return max(0, self.capacity - self.used - free)
 
     def synchronize(self):
         self._device.synchronize()
@@ -82,6 +86,7 @@ class CudaBackend(Backend):
 
     def measure_bandwidth(self, nbytes):
         cp = self._cupy
+        nbytes = max(nbytes, 256 * 2**20)  # smaller copies do not reach HBM's rate
         a = cp.ones(nbytes, dtype=cp.uint8)
         b = cp.empty_like(a)
         b[...] = a  # warm up

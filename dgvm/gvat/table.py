@@ -9,7 +9,6 @@ fast at 100,000 chunks.
 from __future__ import annotations
 
 import bisect
-import itertools
 import time
 from dataclasses import dataclass
 
@@ -69,8 +68,8 @@ class GVAT:
         self.allocations: dict[int, Allocation] = {}
         self._starts: list[int] = []  # sorted vaddrs of live allocations
         self._at: dict[int, Allocation] = {}  # vaddr -> allocation
-        self._ids = itertools.count(1)
-        self.freed_ids: set[int] = set()
+        self._next_id = 1
+        self._by_owner: dict[str, set[int]] = {}
 
     # -- allocation ----------------------------------------------------------------------
     def allocate(
@@ -101,8 +100,9 @@ class GVAT:
         offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
         np.cumsum(sizes, out=offsets[1:])
         now = time.time()
+        alloc_id, self._next_id = self._next_id, self._next_id + 1
         alloc = Allocation(
-            alloc_id=next(self._ids),
+            alloc_id=alloc_id,
             owner=owner,
             vaddr=vaddr,
             nbytes=nbytes,
@@ -116,10 +116,11 @@ class GVAT:
             dtype=dtype,
             shape=tuple(shape) if shape is not None else None,
             grid_chunks=grid_chunks,
-            uniform=bool((sizes[:-1] == sizes[0]).all()),
+            uniform=bool((sizes[:-1] == sizes[0]).all() and sizes[-1] <= sizes[0]),
         )
         self._book(alloc, +1)
         self.allocations[alloc.alloc_id] = alloc
+        self._by_owner.setdefault(owner, set()).add(alloc.alloc_id)
         bisect.insort(self._starts, vaddr)
         self._at[vaddr] = alloc
         return alloc
@@ -185,13 +186,16 @@ class GVAT:
         del self._at[alloc.vaddr]
         self.space.free(alloc.vaddr)
         self._book(alloc, -1)
-        self.freed_ids.add(alloc_id)
+        owned = self._by_owner[alloc.owner]
+        owned.discard(alloc_id)
+        if not owned:
+            del self._by_owner[alloc.owner]
         return alloc
 
     def get(self, alloc_id: int, owner: str | None = None) -> Allocation:
         alloc = self.allocations.get(alloc_id)
         if alloc is None:
-            if alloc_id in self.freed_ids:
+            if 0 < alloc_id < self._next_id:  # ids are never reused
                 raise InvalidAddress(f"allocation {alloc_id} was already freed")
             raise InvalidAddress(f"no allocation with id {alloc_id}")
         if owner is not None and alloc.owner != owner:
@@ -201,7 +205,10 @@ class GVAT:
         return alloc
 
     def owned_by(self, owner: str) -> list[int]:
-        return [a.alloc_id for a in self.allocations.values() if a.owner == owner]
+        return sorted(self._by_owner.get(owner, ()))
+
+    def has_owner(self, owner: str) -> bool:
+        return owner in self._by_owner
 
     # -- lookups -------------------------------------------------------------------------
     def find(self, vaddr: int) -> tuple[Allocation, int]:
@@ -226,6 +233,44 @@ class GVAT:
             offset=int(off - alloc.offsets[k]),
             tier="device" if rec.alive else "lost",
         )
+
+    def translate_many(self, vaddrs) -> dict:
+        """Translate many addresses at once; a columnar answer (lists of equal length:
+        alloc_id, chunk_index, offset, and an index into ``workers``/``devices``/``tiers``).
+        Raises InvalidAddress naming the first address that is in no allocation."""
+        v = np.asarray(vaddrs, dtype=np.int64)
+        starts = np.asarray(self._starts, dtype=np.int64)
+        pos = np.searchsorted(starts, v, side="right") - 1
+        allocs = [self._at[int(a)] for a in starts]
+        ids = np.empty(len(v), dtype=np.int64)
+        chunk = np.empty(len(v), dtype=np.int64)
+        offset = np.empty(len(v), dtype=np.int64)
+        home = np.empty(len(v), dtype=np.int64)
+        bad = pos < 0
+        for p in np.unique(pos[~bad]).tolist():
+            sel = np.flatnonzero(pos == p)
+            a = allocs[p]
+            off = v[sel] - a.vaddr
+            inside = off < a.nbytes
+            bad[sel[~inside]] = True
+            sel, off = sel[inside], off[inside]
+            k = np.searchsorted(a.offsets, off, side="right") - 1
+            ids[sel], chunk[sel], offset[sel] = a.alloc_id, k, off - a.offsets[k]
+            home[sel] = a.homes[k]
+        if bad.any():
+            first = int(v[np.flatnonzero(bad)[0]])
+            raise InvalidAddress(f"address {first:#x} is not inside any live allocation")
+        uids, inverse = np.unique(home, return_inverse=True)
+        recs = [self.inventory.by_uid[u] for u in uids.tolist()]
+        return {
+            "alloc_id": ids.tolist(),
+            "chunk_index": chunk.tolist(),
+            "offset": offset.tolist(),
+            "home": inverse.tolist(),
+            "workers": [r.address for r in recs],
+            "devices": [r.profile.device for r in recs],
+            "tiers": ["device" if r.alive else "lost" for r in recs],
+        }
 
     def chunk_map(self, alloc: Allocation) -> dict:
         """A compact, columnar view of an allocation's chunks for clients."""
