@@ -68,6 +68,7 @@ class ChunkStore:
         self._owners[alloc_id] = owner
         return sum(c.nbytes for c in made.values())
 
+    @_locked
     def free(self, alloc_id: int) -> int:
         """Release every chunk of ``alloc_id`` held here; return the bytes released."""
         chunks = self._allocs.pop(alloc_id, None)
