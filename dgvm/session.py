@@ -7,10 +7,11 @@ bytes straight to and from the workers that hold them.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from distributed import Client, default_client
 
-from dgvm.errors import NotConnected
+from dgvm.errors import DgvmError, NotConnected
 
 
 def connect(address=None, **cluster_kwargs) -> Client:
@@ -26,14 +27,15 @@ def connect(address=None, **cluster_kwargs) -> Client:
 
         cluster = LocalCluster(**cluster_kwargs)
         client = Client(cluster, set_as_default=True)
-        client._dgvm_owned_cluster = cluster  # closed with the client
+        # Close the cluster with the client, as Client() does for a cluster it started.
+        client._start_arg = None
     else:
         client = Client(address, set_as_default=True)
     ensure_plugins(client)
     return client
 
 
-def ensure_plugins(client: Client) -> None:
+def ensure_plugins(client: Client, timeout: float = 30) -> None:
     """Install the GVAT and chunk-store plugins where the cluster lacks them."""
     from dgvm.scheduler import PLUGIN_NAME, GVATPlugin
     from dgvm.worker import ChunkStorePlugin
@@ -50,6 +52,18 @@ def ensure_plugins(client: Client) -> None:
     missing = [w for w, ok in client.run(has_store).items() if not ok]
     if missing:
         client.register_plugin(ChunkStorePlugin())
+        # The GVAT learns of new stores from worker heartbeats: wait for the next ones.
+        deadline = time.monotonic() + timeout
+        while True:
+            known = {w["address"] for w in call_scheduler("dgvm_workers", client)}
+            if known >= set(missing):
+                break
+            if time.monotonic() > deadline:
+                raise DgvmError(
+                    f"chunk stores on {sorted(set(missing) - known)} did not report to the "
+                    f"GVAT within {timeout} s"
+                )
+            time.sleep(0.1)
 
 
 def current_client() -> Client:

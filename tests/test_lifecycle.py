@@ -120,3 +120,29 @@ def test_chunks_live_in_device_memory(case):
         assert sorted(i for rows in seen.values() for i, _, _ in rows) == list(range(8))
         assert {s for rows in seen.values() for _, _, s in rows} == {sum(range(256))}
         assert all(rows for rows in seen.values())  # every worker holds some
+
+
+def test_connect_attaches_to_a_plain_dask_cluster():
+    """A cluster started without the dgvm preloads gets the plugins from dgvm.connect."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, processes=False, protocol="tcp", dashboard_address=None) as cluster:
+        with dgvm.connect(cluster.scheduler_address) as client:
+            assert len(dgvm.workers(client=client)) == 2
+            with dgvm.malloc(4 * MiB, chunk_bytes=MiB, client=client) as buf:
+                buf.write(MiB - 1, b"ab")
+                assert bytes(buf.read(MiB - 1, 2)) == b"ab"
+                assert len({c.worker for c in buf.chunks}) == 2
+
+
+def test_connect_without_address_starts_and_owns_a_local_cluster():
+    client = dgvm.connect(n_workers=2, backend="cpu", device_memory="8MiB",
+                          processes=False, dashboard_address=None)
+    cluster = client.cluster
+    try:
+        assert isinstance(cluster, dgvm.LocalCluster)
+        with dgvm.malloc(MiB, client=client) as buf:
+            assert buf.nbytes == MiB
+    finally:
+        client.close()
+    assert cluster.status.name == "closed"
