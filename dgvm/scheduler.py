@@ -14,7 +14,7 @@ import logging
 import numpy as np
 from distributed import SchedulerPlugin
 
-from dgvm import config
+from dgvm import config, transfer
 from dgvm.chunk_grid import block_nbytes
 from dgvm.errors import OutOfDeviceMemory
 from dgvm.gvat import GVAT
@@ -50,6 +50,10 @@ class GVATPlugin(SchedulerPlugin):
             "dgvm_table": self.table,
             "dgvm_workers": self.workers,
             "dgvm_chunk_map": self.chunk_map,
+            "dgvm_locate": self.locate,
+            "dgvm_replica_added": self.replica_added,
+            "dgvm_launched": self.launched,
+            "dgvm_stats": self.stats,
         }
 
     async def start(self, scheduler):
@@ -176,10 +180,53 @@ class GVATPlugin(SchedulerPlugin):
 
     async def free(self, alloc_id: int, owner: str | None = None):
         alloc = self.gvat.get(alloc_id, owner)
-        addresses = list(self.gvat.by_worker(alloc))
+        addresses = self.gvat.holders(alloc)
         self.gvat.free(alloc_id)
         await self._free_on(alloc_id, addresses)
         return alloc.nbytes
+
+    # -- migration -----------------------------------------------------------------------
+    def locate(self, alloc_id: int, index: int, worker: str):
+        """Where a worker that misses a chunk fetches it from, and by which path."""
+        alloc = self.gvat.get(alloc_id)
+        home = self.gvat.inventory.by_uid[int(alloc.homes[index])]
+        if not home.alive:
+            return {"lost": home.address}
+        me = self.gvat.inventory.by_address.get(worker)
+        path = transfer.choose(home.profile, me.profile) if me is not None else "comm"
+        return {"home": home.address, "path": path, "version": int(alloc.versions[index])}
+
+    def replica_added(self, alloc_id: int, index: int, worker: str, nbytes: int,
+                      path: str, seconds: float):
+        return self.gvat.add_replica(alloc_id, index, worker, nbytes, path, seconds)
+
+    async def launched(self, alloc_id: int, wrote: list, reads: dict):
+        """A launch wrote ``wrote`` chunks of ``alloc_id`` and read others: count its
+        hits and misses, bump versions, and drop every stale replica before answering,
+        so that no later reader can see one."""
+        for read_id, (hits, misses) in reads.items():
+            self.gvat.count_reads(int(read_id), hits, misses)
+        await self.invalidate(alloc_id, wrote)
+
+    async def invalidate(self, alloc_id: int, indices):
+        drop = self.gvat.wrote(alloc_id, indices)
+        await asyncio.gather(*(
+            self.scheduler.rpc(a).dgvm_drop_replicas(alloc_id=alloc_id, indices=idx)
+            for a, idx in drop.items()
+        ))
+
+    def stats(self):
+        """Counters per worker (from heartbeats) and per allocation."""
+        workers = {}
+        for address, ws in self.scheduler.workers.items():
+            m = ws.metrics.get("dgvm")
+            if m:
+                workers[address] = {**m["stats"], "replicas": m.get("replicas", 0)}
+        allocations = {
+            a.alloc_id: {**a.stats, "replicas": sum(len(h) for h in a.replicas.values())}
+            for a in self.gvat.allocations.values()
+        }
+        return {"workers": workers, "allocations": allocations}
 
     def translate(self, vaddrs: list[int]):
         return self.gvat.translate_many(vaddrs)

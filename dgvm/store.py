@@ -44,6 +44,10 @@ class ChunkStore:
         self.address = address
         self._allocs: dict[int, dict[int, StoredChunk]] = {}
         self._owners: dict[int, str] = {}
+        # Read-only copies of chunks homed elsewhere: alloc id -> chunk index -> chunk.
+        # The GVAT drops them (drop_replicas) before a write to the chunk completes.
+        self._replicas: dict[int, dict[int, StoredChunk]] = {}
+        self.stats = StoreStats()
 
     # -- life cycle ----------------------------------------------------------------------
     @_locked
@@ -70,14 +74,39 @@ class ChunkStore:
 
     @_locked
     def free(self, alloc_id: int) -> int:
-        """Release every chunk of ``alloc_id`` held here; return the bytes released."""
-        chunks = self._allocs.pop(alloc_id, None)
+        """Release every chunk and replica of ``alloc_id`` held here; return the bytes."""
+        chunks = self._allocs.pop(alloc_id, None) or {}
         self._owners.pop(alloc_id, None)
-        if chunks is None:
-            return 0
-        for c in chunks.values():
+        replicas = self._replicas.pop(alloc_id, None) or {}
+        for c in (*chunks.values(), *replicas.values()):
             self.backend.release(c.handle, c.nbytes)
-        return sum(c.nbytes for c in chunks.values())
+        return sum(c.nbytes for c in (*chunks.values(), *replicas.values()))
+
+    # -- replicas ------------------------------------------------------------------------
+    def local(self, alloc_id: int, index: int) -> StoredChunk | None:
+        """The home chunk or a replica held here, or None (a miss)."""
+        c = self._allocs.get(alloc_id, {}).get(index)
+        return c if c is not None else self._replicas.get(alloc_id, {}).get(index)
+
+    @_locked
+    def add_replica(self, alloc_id: int, index: int, handle, nbytes: int, version: int) -> None:
+        self._replicas.setdefault(alloc_id, {})[index] = StoredChunk(handle, nbytes, version)
+
+    @_locked
+    def drop_replicas(self, alloc_id: int, indices) -> int:
+        held = self._replicas.get(alloc_id, {})
+        freed = 0
+        for i in indices:
+            c = held.pop(i, None)
+            if c is not None:
+                self.backend.release(c.handle, c.nbytes)
+                freed += c.nbytes
+        if not held:
+            self._replicas.pop(alloc_id, None)
+        return freed
+
+    def replicas(self, alloc_id: int) -> list[int]:
+        return sorted(self._replicas.get(alloc_id, {}))
 
     def close(self) -> None:
         for alloc_id in list(self._allocs):
@@ -132,8 +161,11 @@ class ChunkStore:
         return [self.backend.read(c.handle, c.nbytes, o, n) for c, o, n in checked]
 
     def view(self, alloc_id: int, index: int):
-        """The chunk's device memory as a 1-D uint8 array of the backend's kind."""
-        c = self.chunk(alloc_id, index, None)
+        """The chunk's device memory (home or replica) as a 1-D uint8 array of the
+        backend's kind, without copying."""
+        c = self.local(alloc_id, index)
+        if c is None:
+            c = self.chunk(alloc_id, index, None)  # raises the precise error
         return self.backend.view(c.handle, c.nbytes)
 
     # -- reporting -----------------------------------------------------------------------
@@ -147,4 +179,27 @@ class ChunkStore:
             "other_used": self.backend.other_used(),
             "allocations": len(self._allocs),
             "chunks": sum(len(c) for c in self._allocs.values()),
+            "replicas": sum(len(c) for c in self._replicas.values()),
+            "stats": self.stats.to_dict(),
         }
+
+
+@dataclass
+class StoreStats:
+    """Counters of one worker's accesses: hits, misses, and bytes/time per transfer path."""
+
+    hits: int = 0
+    misses: int = 0
+    paths: dict = None  # path -> {"count", "bytes", "seconds"}
+
+    def __post_init__(self):
+        self.paths = {}
+
+    def moved(self, path: str, nbytes: int, seconds: float) -> None:
+        p = self.paths.setdefault(path, {"count": 0, "bytes": 0, "seconds": 0.0})
+        p["count"] += 1
+        p["bytes"] += nbytes
+        p["seconds"] += seconds
+
+    def to_dict(self) -> dict:
+        return {"hits": self.hits, "misses": self.misses, "paths": {k: dict(v) for k, v in self.paths.items()}}

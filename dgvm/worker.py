@@ -51,6 +51,8 @@ class ChunkStorePlugin(WorkerPlugin):
             "dgvm_write": self.write,
             "dgvm_read": self.read,
             "dgvm_store_info": self.info,
+            "dgvm_export": self.export,
+            "dgvm_drop_replicas": self.drop_replicas,
         }
 
     def setup(self, worker):
@@ -91,11 +93,24 @@ class ChunkStorePlugin(WorkerPlugin):
         return await self._run(self.store.free, alloc_id)
 
     async def write(self, alloc_id: int, owner: str, pieces: list):
-        return await self._run(self.store.write, alloc_id, owner, pieces)
+        n = await self._run(self.store.write, alloc_id, owner, pieces)
+        # Readers never see a stale replica: drop them before the write is acknowledged.
+        await self.worker.scheduler.dgvm_launched(
+            alloc_id=alloc_id, wrote=sorted({p[0] for p in pieces}), reads={}
+        )
+        return n
 
     async def read(self, alloc_id: int, owner: str, pieces: list):
         arrays = await self._run(self.store.read, alloc_id, owner, pieces)
         return [to_serialize(a) for a in arrays]
+
+    async def export(self, alloc_id: int, index: int, path: str):
+        from dgvm.transfer import PATHS
+
+        return await self._run(PATHS[path].export, self.store, alloc_id, index)
+
+    async def drop_replicas(self, alloc_id: int, indices: list):
+        return await self._run(self.store.drop_replicas, alloc_id, indices)
 
     async def info(self):
         return {"address": self.worker.address, **self.metrics()}

@@ -35,8 +35,9 @@ class Backend(abc.ABC):
         """Open the device; return the capacity dgvm may use (bytes)."""
 
     @abc.abstractmethod
-    def _allocate(self, nbytes: int) -> Any:
-        """Return a raw zero-filled buffer handle of ``nbytes`` or raise MemoryError."""
+    def _allocate(self, nbytes: int, zero: bool) -> Any:
+        """Return a raw buffer handle of ``nbytes`` (zero-filled if ``zero``) or raise
+        MemoryError."""
 
     @abc.abstractmethod
     def _free(self, handle: Any) -> None: ...
@@ -62,11 +63,12 @@ class Backend(abc.ABC):
         """Bytes of the device used by something other than dgvm."""
         return 0
 
-    def allocate(self, nbytes: int) -> Any:
-        """A zero-filled buffer of ``nbytes``; MemoryError when the device is full."""
+    def allocate(self, nbytes: int, zero: bool = True) -> Any:
+        """A buffer of ``nbytes``, zero-filled unless ``zero=False`` (the caller overwrites
+        it whole); MemoryError when the device is full."""
         if nbytes > self.free:
             raise MemoryError(f"{nbytes} bytes asked, {self.free} of {self.capacity} free")
-        handle = self._allocate(nbytes)
+        handle = self._allocate(nbytes, zero)
         self.used += nbytes
         return handle
 

@@ -62,7 +62,7 @@ class CpuBackend(Backend):
         """Name of the shared-memory arena, for same-host peers."""
         return self._shm.name
 
-    def _allocate(self, nbytes):
+    def _allocate(self, nbytes, zero):
         start = self._ranges.allocate(nbytes)
         if start is None:
             raise MemoryError(
@@ -72,7 +72,7 @@ class CpuBackend(Backend):
         # A fresh arena reads as zero: only bytes below the high-water mark were used
         # before and need zeroing (touching fresh pages would cost a page fault each).
         end = start + nbytes
-        if start < self._high:
+        if zero and start < self._high:
             self._arena[start : min(end, self._high)] = 0
         self._high = max(self._high, end)
         return start

@@ -40,13 +40,14 @@ class CudaBackend(Backend):
             capacity = total
         return min(capacity, total)
 
-    def _allocate(self, nbytes):
+    def _allocate(self, nbytes, zero):
         cp = self._cupy
         try:
             mem = cp.cuda.memory.Memory(nbytes)
         except (cp.cuda.memory.OutOfMemoryError, cp.cuda.runtime.CUDARuntimeError) as e:
             raise MemoryError(str(e)) from None
-        cp.cuda.runtime.memset(mem.ptr, 0, nbytes)
+        if zero:
+            cp.cuda.runtime.memset(mem.ptr, 0, nbytes)
         return mem
 
     def _free(self, handle):

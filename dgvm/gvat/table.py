@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -38,6 +38,10 @@ class Allocation:
     shape: tuple | None = None
     grid_chunks: tuple | None = None  # per-axis block sizes when it backs an array
     uniform: bool = True
+    # chunk index -> WorkerUids holding a read replica of the chunk's current version
+    replicas: dict = field(default_factory=dict)
+    # hits, misses, replicas made, bytes/time per path (for dgvm.stats and the dashboard)
+    stats: dict = field(default_factory=lambda: {"hits": 0, "misses": 0, "paths": {}})
 
     @property
     def nchunks(self) -> int:
@@ -186,6 +190,10 @@ class GVAT:
         del self._at[alloc.vaddr]
         self.space.free(alloc.vaddr)
         self._book(alloc, -1)
+        sizes = alloc.sizes()
+        for i, holders in alloc.replicas.items():
+            for uid in holders:
+                self.inventory.by_uid[uid].used -= int(sizes[i])
         owned = self._by_owner[alloc.owner]
         owned.discard(alloc_id)
         if not owned:
@@ -203,6 +211,50 @@ class GVAT:
                 f"allocation {alloc_id} belongs to client {alloc.owner!r}, not {owner!r}"
             )
         return alloc
+
+    # -- coherence: versions and replicas -------------------------------------------------
+    def add_replica(self, alloc_id: int, index: int, address: str, nbytes: int,
+                    path: str, seconds: float) -> bool:
+        """Record that ``address`` now holds a replica of a chunk (after a miss). False
+        when the allocation is gone or the worker unknown: the worker drops its copy."""
+        alloc = self.allocations.get(alloc_id)
+        rec = self.inventory.by_address.get(address)
+        if alloc is None or rec is None:
+            return False
+        holders = alloc.replicas.setdefault(index, set())
+        if rec.uid not in holders:
+            holders.add(rec.uid)
+            rec.used += nbytes
+        p = alloc.stats["paths"].setdefault(path, {"count": 0, "bytes": 0, "seconds": 0.0})
+        p["count"] += 1
+        p["bytes"] += nbytes
+        p["seconds"] += seconds
+        return True
+
+    def wrote(self, alloc_id: int, indices) -> dict[str, list[int]]:
+        """Chunks were written at their home: bump their versions and forget their
+        replicas. Returns {address: [chunk indices]} of replicas the caller must drop."""
+        alloc = self.allocations.get(alloc_id)
+        if alloc is None:
+            return {}
+        idx = np.asarray(list(indices), dtype=np.int64)
+        alloc.versions[idx] += 1
+        alloc.last_access[idx] = time.time()
+        drop: dict[str, list[int]] = {}
+        sizes = alloc.offsets[1:] - alloc.offsets[:-1]
+        for i in idx.tolist():
+            for uid in alloc.replicas.pop(i, ()):
+                rec = self.inventory.by_uid[uid]
+                rec.used -= int(sizes[i])
+                if rec.alive:
+                    drop.setdefault(rec.address, []).append(i)
+        return drop
+
+    def count_reads(self, alloc_id: int, hits: int, misses: int) -> None:
+        alloc = self.allocations.get(alloc_id)
+        if alloc is not None:
+            alloc.stats["hits"] += hits
+            alloc.stats["misses"] += misses
 
     def owned_by(self, owner: str) -> list[int]:
         return sorted(self._by_owner.get(owner, ()))
@@ -317,6 +369,13 @@ class GVAT:
             shape=alloc.shape,
             chunks=chunks,
         )
+
+    def holders(self, alloc: Allocation) -> set[str]:
+        """Live addresses holding any chunk or replica of ``alloc``."""
+        uids = set(np.unique(alloc.homes).tolist())
+        for h in alloc.replicas.values():
+            uids |= h
+        return {self.inventory.by_uid[u].address for u in uids if self.inventory.by_uid[u].alive}
 
     def by_worker(self, alloc: Allocation) -> dict[str, list[int]]:
         """Live home address -> chunk indices of ``alloc`` homed there."""

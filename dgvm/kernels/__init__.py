@@ -1,0 +1,1 @@
+"""Kernels where the data lives: ``dgvm.kernel``, ``dgvm.launch``, ``dgvm.vectorize``."""
