@@ -18,7 +18,10 @@ from dgvm.errors import (
     NotConnected,
     OutOfDeviceMemory,
 )
-from dgvm.lookup import table, translate, translate_many, workers
+from dgvm.kernels.kernel import kernel
+from dgvm.kernels.launch import KernelError, launch, wait
+from dgvm.kernels.vectorize import vectorize
+from dgvm.lookup import stats, table, translate, translate_many, workers
 from dgvm.records import AllocationInfo, ChunkInfo, DeviceProfile, Location, WorkerInfo
 from dgvm.session import connect
 
@@ -33,15 +36,21 @@ __all__ = [
     "DgvmError",
     "GlobalBuffer",
     "InvalidAddress",
+    "KernelError",
     "LocalCluster",
     "Location",
     "NotConnected",
     "OutOfDeviceMemory",
     "WorkerInfo",
     "connect",
+    "kernel",
+    "launch",
     "malloc",
     "table",
     "translate",
+    "stats",
     "translate_many",
+    "vectorize",
+    "wait",
     "workers",
 ]

@@ -33,3 +33,9 @@ def workers(include_lost: bool = False, client: Client | None = None) -> list[Wo
     """A snapshot of the worker inventory: capacity, use and profile of each device."""
     rows = call_scheduler("dgvm_workers", client, include_lost=include_lost)
     return [WorkerInfo.from_dict(r) for r in rows]
+
+
+def stats(client: Client | None = None) -> dict:
+    """Access counters: ``{"workers": {address: {...}}, "allocations": {id: {...}}}`` with
+    hits, misses, replicas, and count/bytes/seconds per transfer path."""
+    return call_scheduler("dgvm_stats", client)

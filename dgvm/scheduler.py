@@ -215,13 +215,16 @@ class GVATPlugin(SchedulerPlugin):
             for a, idx in drop.items()
         ))
 
-    def stats(self):
-        """Counters per worker (from heartbeats) and per allocation."""
-        workers = {}
-        for address, ws in self.scheduler.workers.items():
-            m = ws.metrics.get("dgvm")
-            if m:
-                workers[address] = {**m["stats"], "replicas": m.get("replicas", 0)}
+    async def stats(self):
+        """Counters per worker (asked of the live stores) and per allocation."""
+        live = [r.address for r in self.gvat.inventory.live()]
+        answers = await asyncio.gather(
+            *(self.scheduler.rpc(a).dgvm_store_info() for a in live), return_exceptions=True
+        )
+        workers = {
+            a: {**m["stats"], "replicas": m["replicas"]}
+            for a, m in zip(live, answers) if isinstance(m, dict)
+        }
         allocations = {
             a.alloc_id: {**a.stats, "replicas": sum(len(h) for h in a.replicas.values())}
             for a in self.gvat.allocations.values()

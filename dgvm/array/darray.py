@@ -19,6 +19,10 @@ class DArray:
 
     def __init__(self, alloc: Allocation, shape, dtype, chunks):
         self.alloc = alloc
+        # Futures of the launches that last wrote this array and of later launches that
+        # read it: the next launch orders itself after them (see dgvm.kernels.launch).
+        self._writes: list = []
+        self._reads: list = []
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.chunks = tuple(tuple(int(b) for b in axis) for axis in chunks)
@@ -60,7 +64,20 @@ class DArray:
         return self.alloc.chunks
 
     # -- life cycle ----------------------------------------------------------------------
+    def wait(self) -> "DArray":
+        """Block until every launch writing this array has finished."""
+        from dgvm.kernels.launch import settle
+
+        settle(self._writes)
+        return self
+
     def free(self) -> None:
+        from distributed import wait as dask_wait
+
+        pending = self._writes + self._reads
+        if pending:  # launches that use the memory finish first (their errors belong to wait)
+            dask_wait(pending)
+        self._writes, self._reads = [], []
         self.alloc.free()
 
     def __enter__(self):
@@ -79,6 +96,9 @@ class DArray:
     # -- host round trip -----------------------------------------------------------------
     def write_blocks(self, source: np.ndarray) -> None:
         """Copy a host array of this shape into the blocks, one request per worker."""
+        from dgvm.kernels.launch import settle
+
+        settle(self._writes + self._reads)
         pieces = []
         for k, sl in enumerate(chunk_grid.block_slices(self.chunks)):
             block = np.ascontiguousarray(source[sl], dtype=self.dtype)
@@ -90,6 +110,7 @@ class DArray:
         return out if dtype is None else out.astype(dtype)
 
     def to_numpy(self) -> np.ndarray:
+        self.wait()
         out = np.empty(self.shape, dtype=self.dtype)
         slices = chunk_grid.block_slices(self.chunks)
         sizes = np.diff(self.alloc.offsets)

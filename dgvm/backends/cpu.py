@@ -21,12 +21,19 @@ from dgvm.ranges import RangeAllocator
 _ALIGN = 256  # bytes; keeps every chunk view aligned for any dtype and SIMD
 
 
+# Arenas created by this process, by name: a same-process peer (threaded workers) maps
+# them through here instead of opening the segment a second time.
+own_arenas: "weakref.WeakValueDictionary[str, shared_memory.SharedMemory]" = weakref.WeakValueDictionary()
+
+
 def _open_arena(size: int) -> shared_memory.SharedMemory:
     name = f"dgvm-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     try:  # Python >= 3.13: the worker owns the segment, not the resource tracker
-        return shared_memory.SharedMemory(name=name, create=True, size=size, track=False)
+        shm = shared_memory.SharedMemory(name=name, create=True, size=size, track=False)
     except TypeError:
-        return shared_memory.SharedMemory(name=name, create=True, size=size)
+        shm = shared_memory.SharedMemory(name=name, create=True, size=size)
+    own_arenas[shm.name] = shm
+    return shm
 
 
 def _close_arena(shm: shared_memory.SharedMemory) -> None:

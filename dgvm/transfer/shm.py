@@ -11,7 +11,9 @@ _open: dict[str, shared_memory.SharedMemory] = {}  # arenas of peers, mapped onc
 
 
 def _peer_arena(name: str) -> np.ndarray:
-    shm = _open.get(name)
+    from dgvm.backends.cpu import own_arenas
+
+    shm = own_arenas.get(name) or _open.get(name)
     if shm is None:
         try:  # Python >= 3.13: mapping a peer's arena must not register it for cleanup
             shm = shared_memory.SharedMemory(name=name, track=False)

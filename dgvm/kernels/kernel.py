@@ -1,0 +1,110 @@
+"""``@dgvm.kernel``: a Numba CUDA kernel that dgvm compiles on the workers that run it.
+
+On ``cuda`` it is a real GPU kernel (``numba.cuda.jit``). On ``cpu``, a kernel that only
+uses thread indexing runs as compiled, parallel Numba CPU code; any other kernel runs in
+Numba's CUDA simulator, with a one-time warning that says why.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+from dgvm.kernels.numba_compat import patch_numpy_for_numba_cuda
+
+# Default threads per block by launch dimensionality.
+DEFAULT_BLOCK = {1: (256,), 2: (16, 16), 3: (8, 8, 4)}
+
+
+def launch_config(shape, threads_per_block=None):
+    """(griddim, blockdim) with one thread per element of an array of ``shape``."""
+    shape = tuple(shape) or (1,)
+    if len(shape) > 3:
+        raise ValueError(f"kernels launch over at most 3 dimensions, the chunk has {len(shape)}")
+    block = threads_per_block or DEFAULT_BLOCK[len(shape)]
+    block = (block,) if isinstance(block, int) else tuple(block)
+    if len(block) != len(shape):
+        raise ValueError(f"threads_per_block {block} does not match a {len(shape)}-d chunk")
+    return tuple(math.ceil(s / b) for s, b in zip(shape, block)), block
+
+
+class Kernel:
+    """A kernel written against ``numba.cuda``; compiled lazily, once per process and
+    backend (Numba adds one specialization per argument signature)."""
+
+    def __init__(self, pyfunc):
+        self.pyfunc = pyfunc
+        self.name = pyfunc.__name__
+        self._compiled = {}
+
+    def __getstate__(self):  # ship the Python function only; workers compile their own
+        return {"pyfunc": self.pyfunc}
+
+    def __setstate__(self, state):
+        self.__init__(state["pyfunc"])
+
+    def compiled(self, backend: str):
+        fn = self._compiled.get(backend)
+        if fn is None:
+            fn = self._compiled[backend] = _COMPILERS[backend](self.pyfunc)
+        return fn
+
+    def run(self, backend: str, griddim, blockdim, args) -> None:
+        self.compiled(backend)(griddim, blockdim, *args)
+
+    def __repr__(self):
+        return f"<dgvm.kernel {self.name}>"
+
+
+def _compile_cuda(pyfunc):
+    patch_numpy_for_numba_cuda()
+    from numba import cuda
+
+    jitted = cuda.jit(pyfunc)
+
+    def run(griddim, blockdim, *args):
+        jitted[griddim, blockdim](*args)
+
+    return run
+
+
+_warned: set[str] = set()
+
+
+def _compile_cpu(pyfunc):
+    from dgvm.kernels.cpu import Unsupported, compile_cpu
+
+    try:
+        return compile_cpu(pyfunc)
+    except Unsupported as e:
+        if pyfunc.__name__ not in _warned:
+            _warned.add(pyfunc.__name__)
+            warnings.warn(
+                f"dgvm kernel {pyfunc.__name__!r} runs in the Numba CUDA simulator on the cpu "
+                f"backend (slow): {e}",
+                stacklevel=2,
+            )
+        return _simulated(pyfunc)
+
+
+def _simulated(pyfunc):
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+    sim = FakeCUDAKernel(pyfunc, device=False, fastmath=False)
+
+    def run(griddim, blockdim, *args):
+        # Pre-wrapped arrays bypass the real CUDA driver the simulator would otherwise
+        # look for when numba.cuda was imported without NUMBA_ENABLE_CUDASIM.
+        wrapped = [FakeCUDAArray(a) if hasattr(a, "__array_interface__") and a.ndim else a for a in args]
+        sim[griddim, blockdim](*wrapped)
+
+    return run
+
+
+_COMPILERS = {"cuda": _compile_cuda, "cpu": _compile_cpu}
+
+
+def kernel(pyfunc) -> Kernel:
+    """Decorator: turn a function written against ``numba.cuda`` into a dgvm kernel."""
+    return Kernel(pyfunc)

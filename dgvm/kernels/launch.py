@@ -1,0 +1,142 @@
+"""``dgvm.launch``: run a kernel once per chunk of ``out``, on the worker that holds it.
+
+One Dask task per worker covers all of that worker's chunks of ``out``. Launches are
+asynchronous and ordered: a launch's tasks depend on the tasks of earlier launches that
+wrote its inputs or its output, or read its output, so every launch sees the writes of
+the ones before it. ``dgvm.wait(x)`` blocks until ``x`` is current.
+"""
+
+from __future__ import annotations
+
+import traceback
+import uuid
+from collections import defaultdict
+
+import numpy as np
+from distributed import get_worker, wait as dask_wait
+
+from dgvm.errors import DgvmError
+from dgvm.kernels.access import Access, ArraySpec
+from dgvm.kernels.kernel import Kernel, launch_config
+
+
+class KernelError(DgvmError):
+    """A kernel failed on a worker; the message names the kernel, chunk and worker and
+    carries the original traceback. The output chunk kept its previous contents."""
+
+
+def _is_array(a) -> bool:
+    from dgvm.array.darray import DArray
+
+    return isinstance(a, DArray)
+
+
+def _check_args(args, out):
+    for k, a in enumerate(args):
+        if _is_array(a) and (a.shape != out.shape or a.chunks != out.chunks):
+            raise ValueError(
+                f"argument {k} has shape {a.shape} and chunks {a.chunks}; the output has "
+                f"shape {out.shape} and chunks {out.chunks}: DArray arguments of a launch "
+                "must match the output (rechunk or use halo=)"
+            )
+
+
+def launch(kernel, *args, out, halo: int = 0, pass_origin: bool = False,
+           threads_per_block=None) -> None:
+    """Run ``kernel`` once per chunk of ``out`` where that chunk lives.
+
+    Each DArray argument arrives as its chunk with the output chunk's index (extended by
+    up to ``halo`` cells from its neighbours); scalars pass through; ``out`` is the last
+    argument. With ``pass_origin=True`` the kernel's first argument is the output chunk's
+    global start index (a tuple). The launch configuration gives one thread per element
+    of the output chunk; ``threads_per_block`` overrides the block shape.
+    """
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"launch needs a @dgvm.kernel, got {kernel!r}")
+    if not _is_array(out):
+        raise TypeError(f"out must be a dgvm DArray, got {type(out).__name__}")
+    if halo < 0:
+        raise ValueError(f"halo must be >= 0, got {halo}")
+    _check_args(args, out)
+    arrays = [a for a in args if _is_array(a)]
+    specs = [("array", ArraySpec.of(a)) if _is_array(a) else ("scalar", a) for a in args]
+    by_worker = defaultdict(list)
+    for k in range(out.alloc.nchunks):
+        by_worker[out.alloc.home(k)].append(k)
+    deps = list(out._writes) + list(out._reads)
+    for a in arrays:
+        deps += a._writes
+    client = out.alloc.client
+    futures = [
+        client.submit(
+            _launch_here, kernel, ArraySpec.of(out), specs, idx, halo, pass_origin,
+            threads_per_block, deps, workers=[w], allow_other_workers=False, pure=False,
+            key=f"dgvm-launch-{kernel.name}-{uuid.uuid4().hex[:10]}",
+        )
+        for w, idx in by_worker.items()
+    ]
+    out._writes = futures
+    out._reads = []
+    for a in arrays:
+        if a is not out:
+            a._reads = a._reads + futures
+
+
+def wait(*arrays) -> None:
+    """Block until every launch that writes these arrays has finished; raise the first
+    ``KernelError``."""
+    for x in arrays:
+        x.wait()
+
+
+def _launch_here(kernel, out: ArraySpec, specs, indices, halo, pass_origin, tpb, deps):
+    worker = get_worker()
+    store = worker.extensions["dgvm"]
+    backend = store.backend
+    xp = backend.xp
+    access = Access(worker, store)
+    for k in indices:
+        block = tuple(int(b) for b in np.unravel_index(k, out.grid))
+        try:
+            with store.lock:
+                args = []
+                for kind, v in specs:
+                    if kind == "scalar":
+                        args.append(v)
+                    elif halo:
+                        args.append(access.with_halo(v, block, halo, xp))
+                    else:
+                        args.append(access.chunk(v, k))
+                target = access.chunk(out, k)
+                # Run into a copy: a kernel that fails leaves the chunk as it was.
+                scratch = target.copy()
+                griddim, blockdim = launch_config(scratch.shape, tpb)
+                if pass_origin:
+                    origin = tuple(int(out.starts(a)[b]) for a, b in enumerate(block))
+                    args.insert(0, origin)
+                kernel.run(backend.name, griddim, blockdim, [*args, scratch])
+                target[...] = scratch
+                backend.synchronize()
+        except DgvmError:
+            raise
+        except Exception as e:
+            raise KernelError(
+                f"kernel {kernel.name!r} failed on chunk {k} (block {block}) of allocation "
+                f"{out.alloc_id} on worker {worker.address}: {type(e).__name__}: {e}\n"
+                f"{traceback.format_exc()}"
+            ) from None
+    from distributed.utils import sync
+
+    sync(worker.loop, worker.scheduler.dgvm_launched, alloc_id=out.alloc_id,
+         wrote=list(indices), reads={str(a): c for a, c in access.reads.items()})
+    return len(indices)
+
+
+def settle(futures) -> None:
+    """Wait for futures; turn a worker's exception into the caller's error."""
+    if not futures:
+        return
+    dask_wait(futures)
+    for f in futures:
+        if f.status == "error":
+            f.result()  # raises the remote exception (KernelError, OutOfDeviceMemory, ...)

@@ -1,0 +1,197 @@
+"""Kernels where the data lives, misses, replicas and invalidation; one body, two backends."""
+
+import dask
+import numpy as np
+import pytest
+from numba import cuda
+
+import dgvm
+import dgvm.array as dnp
+
+
+@dgvm.kernel
+def axpy(a, x, y, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a * x[i] + y[i]
+
+
+@dgvm.kernel
+def heat_step(origin, u, out):
+    # u arrives with up to one cell of neighbours on each side (clipped at the edges)
+    i, j = cuda.grid(2)
+    n, m = out.shape
+    if i < n and j < m:
+        oi = 0 if origin[0] == 0 else 1
+        oj = 0 if origin[1] == 0 else 1
+        ui, uj = i + oi, j + oj
+        c = u[ui, uj]
+        up = u[ui - 1, uj] if ui > 0 else c
+        down = u[ui + 1, uj] if ui + 1 < u.shape[0] else c
+        left = u[ui, uj - 1] if uj > 0 else c
+        right = u[ui, uj + 1] if uj + 1 < u.shape[1] else c
+        out[i, j] = c + 0.1 * (up + down + left + right - 4 * c)
+
+
+@dgvm.kernel
+def fails(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        if x[i] == 3:
+            raise ValueError("element 3 is bad")
+        out[i] = x[i]
+
+
+@dgvm.vectorize(["float32(float32, float32)", "float64(float64, float64)"])
+def hypot2(a, b):
+    return a * a + b * b
+
+
+def heat_reference(u):
+    p = np.pad(u, 1, mode="edge")
+    return u + 0.1 * (p[:-2, 1:-1] + p[2:, 1:-1] + p[1:-1, :-2] + p[1:-1, 2:] - 4 * u)
+
+
+def free(*arrays):
+    for a in arrays:
+        a.free()
+
+
+def test_axpy_aligned_and_misaligned(case):
+    xn, yn = np.arange(10_000.0), np.linspace(0, 1, 10_000)
+    x = dnp.from_numpy(xn, chunks=1000)
+    y = dnp.from_numpy(yn, chunks=1000, placement="round_robin")  # other homes: misses
+    out = dnp.empty(10_000, chunks=1000, colocate=x)
+    try:
+        dgvm.launch(axpy, 2.0, x, y, out=out)
+        dgvm.launch(axpy, -1.0, out, y, out=out)  # ordered after the first launch
+        assert np.allclose(dnp.asnumpy(out), -(2 * xn + yn) + yn)
+        s = dgvm.stats()["allocations"]
+        assert s[x.alloc_id]["misses"] == 0 and s[y.alloc_id]["misses"] > 0
+    finally:
+        free(x, y, out)
+
+
+def test_hits_and_misses_are_exact(case):
+    n = len(case.capacities)
+    x = dnp.from_numpy(np.arange(8.0 * n), chunks=8, placement="round_robin")
+    y = dnp.from_numpy(np.ones(8 * n), chunks=8, placement="round_robin")
+    out = dnp.zeros(8 * n, chunks=8, placement="packed")  # every chunk on one worker
+    try:
+        owner = out.alloc.home(0)
+        remote = sum(x.alloc.home(k) != owner for k in range(n))
+        for _ in range(3):
+            dgvm.launch(axpy, 1.0, x, y, out=out)
+        dgvm.wait(out)
+        s = dgvm.stats()["allocations"][x.alloc_id]
+        # first launch: a miss per remote chunk; later launches: all hits (replicas)
+        assert (s["misses"], s["hits"]) == (remote, 3 * n - remote)
+        assert s["replicas"] == remote
+        assert np.allclose(dnp.asnumpy(out), np.arange(8.0 * n) + 1)
+    finally:
+        free(x, y, out)
+
+
+def test_write_bumps_version_and_drops_replicas(case):
+    x = dnp.from_numpy(np.arange(16.0), chunks=4, placement="round_robin")
+    out = dnp.zeros(16, chunks=4, placement="packed")
+    try:
+        dgvm.launch(axpy, 1.0, x, x, out=out)
+        dgvm.wait(out)
+        before = {c.index: c.version for c in dgvm.table(alloc_id=x.alloc_id, chunks=True)[0].chunks}
+        assert dgvm.stats()["allocations"][x.alloc_id]["replicas"] > 0
+        x.write_blocks(np.full(16, 10.0))  # writes at the homes
+        info = dgvm.table(alloc_id=x.alloc_id, chunks=True)[0]
+        assert all(c.version == before[c.index] + 1 for c in info.chunks)
+        assert dgvm.stats()["allocations"][x.alloc_id]["replicas"] == 0
+        dgvm.launch(axpy, 1.0, x, x, out=out)  # must not read a stale replica
+        assert np.allclose(dnp.asnumpy(out), 20.0)
+    finally:
+        free(x, out)
+
+
+def test_comm_path_when_same_host_paths_are_off(case):
+    with dask.config.set({"dgvm.transfer.same-host": False}):
+        x = dnp.from_numpy(np.arange(64.0), chunks=16, placement="round_robin")
+        out = dnp.zeros(64, chunks=16, placement="packed")
+        try:
+            dgvm.launch(axpy, 3.0, x, x, out=out)
+            assert np.allclose(dnp.asnumpy(out), 4 * np.arange(64.0))
+            paths = dgvm.stats()["allocations"][x.alloc_id]["paths"]
+            assert set(paths) == {"comm"} and paths["comm"]["bytes"] > 0
+        finally:
+            free(x, out)
+
+
+def test_same_host_path_is_used(case):
+    x = dnp.from_numpy(np.arange(64.0), chunks=16, placement="round_robin")
+    out = dnp.zeros(64, chunks=16, placement="packed")
+    try:
+        dgvm.launch(axpy, 1.0, x, x, out=out)
+        dgvm.wait(out)
+        paths = dgvm.stats()["allocations"][x.alloc_id]["paths"]
+        assert set(paths) == {"cuda_ipc" if case.backend == "cuda" else "shm"}
+    finally:
+        free(x, out)
+
+
+def test_heat_stencil_with_halo(case):
+    rng = np.random.default_rng(0)
+    un = rng.random((60, 45))
+    u = dnp.from_numpy(un, chunks=(16, 20), placement="round_robin")
+    v = dnp.zeros((60, 45), chunks=(16, 20))
+    try:
+        ref = un
+        for step in range(4):
+            src, dst = (u, v) if step % 2 == 0 else (v, u)
+            dgvm.launch(heat_step, src, out=dst, halo=1, pass_origin=True)
+            ref = heat_reference(ref)
+        assert np.allclose(dnp.asnumpy(u), ref)
+    finally:
+        free(u, v)
+
+
+def test_vectorize_colocated_with_first_input(case):
+    for dtype in ("float32", "float64"):
+        a = np.linspace(0, 3, 500, dtype=dtype)
+        x = dnp.from_numpy(a, chunks=100)
+        y = dnp.from_numpy(a[::-1].copy(), chunks=100, placement="round_robin")
+        z = hypot2(x, y)
+        try:
+            assert z.dtype == np.dtype(dtype) and z.locations() == x.locations()
+            assert np.allclose(dnp.asnumpy(z), a * a + a[::-1] ** 2)
+            w = hypot2(x, 2.0)  # scalars broadcast
+            assert np.allclose(dnp.asnumpy(w), a * a + 4)
+            w.free()
+        finally:
+            free(x, y, z)
+
+
+def test_kernel_error_keeps_previous_contents(case):
+    if case.backend == "cuda":
+        pytest.skip("GPU kernels raise only when compiled with debug=True")
+    x = dnp.from_numpy(np.arange(10, dtype=np.int64), chunks=5)
+    out = dnp.from_numpy(np.full(10, 7, dtype=np.int64), chunks=5)
+    try:
+        dgvm.launch(fails, x, out=out)
+        with pytest.raises(dgvm.KernelError, match="fails.*chunk 0.*worker"):
+            out.wait()
+        out._writes = []
+        assert (dnp.asnumpy(out) == 7).all()
+    finally:
+        free(x, out)
+
+
+def test_mismatched_arrays_raise(case):
+    x = dnp.zeros(100, chunks=10)
+    y = dnp.zeros(100, chunks=20)
+    z = dnp.zeros(90, chunks=10)
+    try:
+        with pytest.raises(ValueError, match="chunks"):
+            dgvm.launch(axpy, 1.0, x, y, out=x)
+        with pytest.raises(ValueError, match="shape"):
+            dgvm.launch(axpy, 1.0, x, z, out=x)
+        with pytest.raises(TypeError):
+            dgvm.launch(axpy.pyfunc, 1.0, x, x, out=x)
+    finally:
+        free(x, y, z)
