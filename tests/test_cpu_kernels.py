@@ -14,6 +14,7 @@ import numba
 import numpy as np
 import pytest
 from numba import cuda
+from numba.cuda import grid
 
 from dgvm.kernels.cpu import CpuKernel, Unsupported, compile_cpu
 
@@ -86,10 +87,12 @@ def softplus(x, out):
         out[i] = math.log(1.0 + math.exp(x[i])) + math.sqrt(abs(x[i]))
 
 
-def axpy_numba_spelling(a, x, out):
+@cuda.jit
+def axpy_other_spellings(a, x, out):
     i = numba.cuda.grid(1)
+    j = grid(1)
     if i < out.size:
-        out[i] += a * x[i]
+        out[i] += a * x[j]
 
 
 # --- kernels the CPU compiler refuses ------------------------------------------------
@@ -238,13 +241,13 @@ def test_scalar_and_array_types(launch, dtype, a):
     assert out.dtype == dtype
 
 
-def test_numba_dot_cuda_spelling_and_subscript_launch():
-    x, out = np.arange(50, dtype=np.float64), np.ones(50)
-    compile_cpu(axpy_numba_spelling)[(2,), (32,)](2.0, x, out)
-    np.testing.assert_array_equal(out, 1 + 2.0 * x)
-
-
 # --- CPU compiler only ---------------------------------------------------------------
+
+
+def test_cuda_jit_dispatcher_other_spellings_and_subscript_launch():
+    x, out = np.arange(50, dtype=np.float64), np.ones(50)
+    compile_cpu(axpy_other_spellings)[(2,), (32,)](2.0, x, out)
+    np.testing.assert_array_equal(out, 1 + 2.0 * x)
 
 
 @pytest.mark.parametrize(

@@ -170,8 +170,9 @@ def test_vectorize_colocated_with_first_input(case):
 def test_kernel_error_keeps_previous_contents(case):
     if case.backend == "cuda":
         pytest.skip("GPU kernels raise only when compiled with debug=True")
-    x = dnp.from_numpy(np.arange(10, dtype=np.int64), chunks=5)
-    out = dnp.from_numpy(np.full(10, 7, dtype=np.int64), chunks=5)
+    # one worker holds both chunks: its task stops at the failing chunk 0
+    x = dnp.from_numpy(np.arange(10, dtype=np.int64), chunks=5, placement="packed")
+    out = dnp.from_numpy(np.full(10, 7, dtype=np.int64), chunks=5, colocate=x)
     try:
         dgvm.launch(fails, x, out=out)
         with pytest.raises(dgvm.KernelError, match="fails.*chunk 0.*worker"):

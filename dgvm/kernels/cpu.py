@@ -240,11 +240,8 @@ class CpuKernel:
         """
         with self._lock:
             if ndim not in self._launchers:
-                source, filename = self.source(ndim), f"<dgvm cpu launcher {self.__name__} {ndim}d>"
-                # Registered with linecache so that tracebacks show the generated lines.
-                lines = source.splitlines(keepends=True)
-                linecache.cache[filename] = (len(source), None, lines, filename)
-                exec(compile(source, filename, "exec"), self._namespace)
+                filename = f"<dgvm cpu launcher {self.__name__} {ndim}d>"
+                _exec_generated(self.source(ndim), filename, self._namespace)
                 self._launchers[ndim] = numba.njit(parallel=True, error_model="numpy")(
                     self._namespace[self._launcher_name(ndim)]
                 )
@@ -265,6 +262,13 @@ class CpuKernel:
 
     def __repr__(self) -> str:
         return f"<CpuKernel {self.__name__}({', '.join(self._params)})>"
+
+
+def _exec_generated(source: str, filename: str, namespace: dict) -> None:
+    # Registered with linecache so that tracebacks and Numba's errors show the lines.
+    lines = source.splitlines(keepends=True)
+    linecache.cache[filename] = (len(source), None, lines, filename)
+    exec(compile(source, filename, "exec"), namespace)
 
 
 def _launcher_source(
