@@ -15,11 +15,12 @@ from dgvm.errors import (
     ChunkLost,
     DgvmError,
     InvalidAddress,
+    KernelError,
     NotConnected,
     OutOfDeviceMemory,
 )
 from dgvm.kernels.kernel import kernel
-from dgvm.kernels.launch import KernelError, launch, wait
+from dgvm.kernels.launch import launch, wait
 from dgvm.kernels.vectorize import vectorize
 from dgvm.lookup import stats, table, translate, translate_many, workers
 from dgvm.records import AllocationInfo, ChunkInfo, DeviceProfile, Location, WorkerInfo

@@ -55,6 +55,13 @@ class Allocation:
     def home(self, index: int) -> str:
         return self._workers[self._home[index]]
 
+    def by_home(self, indices=None) -> dict[str, list[int]]:
+        """Home worker -> chunk indices (all chunks, or ``indices``) homed there."""
+        out: dict[str, list[int]] = defaultdict(list)
+        for i in range(self.nchunks) if indices is None else indices:
+            out[self.home(i)].append(i)
+        return dict(out)
+
     @property
     def chunks(self) -> list[ChunkInfo]:
         off = self.offsets

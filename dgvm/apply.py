@@ -8,8 +8,6 @@ Kernels (``dgvm.launch``) build on this.
 from __future__ import annotations
 
 import uuid
-from collections import defaultdict
-
 from distributed import get_worker
 
 from dgvm.errors import DgvmError
@@ -36,9 +34,7 @@ def map_chunks(alloc, fn, *args, indices=None, name: str | None = None) -> list:
     alloc._check_live()
     client = alloc.client
     wanted = range(alloc.nchunks) if indices is None else indices
-    by_worker = defaultdict(list)
-    for i in wanted:
-        by_worker[alloc.home(i)].append(i)
+    by_worker = alloc.by_home(wanted)
     tag = name or getattr(fn, "__name__", "fn")
     futures = {
         w: client.submit(

@@ -33,3 +33,8 @@ class AccessDenied(PermissionError, DgvmError):
 
 class ChunkLost(DgvmError):
     """A chunk's home worker left the cluster; its data is gone until recovered."""
+
+
+class KernelError(DgvmError):
+    """A kernel failed on a worker; the message names the kernel, chunk and worker and
+    carries the original traceback. The failing output chunk keeps its previous contents."""

@@ -10,19 +10,14 @@ from __future__ import annotations
 
 import traceback
 import uuid
-from collections import defaultdict
 
 import numpy as np
 from distributed import get_worker, wait as dask_wait
+from distributed.utils import sync
 
-from dgvm.errors import DgvmError
+from dgvm.errors import DgvmError, KernelError
 from dgvm.kernels.access import Access, ArraySpec
 from dgvm.kernels.kernel import Kernel, launch_config
-
-
-class KernelError(DgvmError):
-    """A kernel failed on a worker; the message names the kernel, chunk and worker and
-    carries the original traceback. The output chunk kept its previous contents."""
 
 
 def _is_array(a) -> bool:
@@ -58,28 +53,40 @@ def launch(kernel, *args, out, halo: int = 0, pass_origin: bool = False,
     if halo < 0:
         raise ValueError(f"halo must be >= 0, got {halo}")
     _check_args(args, out)
-    arrays = [a for a in args if _is_array(a)]
     specs = [("array", ArraySpec.of(a)) if _is_array(a) else ("scalar", a) for a in args]
-    by_worker = defaultdict(list)
-    for k in range(out.alloc.nchunks):
-        by_worker[out.alloc.home(k)].append(k)
+    dispatch(
+        _launch_here, out, [a for a in args if _is_array(a)], f"launch-{kernel.name}",
+        kernel, ArraySpec.of(out), specs, halo, pass_origin, threads_per_block,
+    )
+
+
+def dispatch(fn, out, inputs, name: str, *task_args) -> None:
+    """Submit ``fn(*task_args, indices, deps)`` as one task per home worker of ``out``'s
+    chunks, ordered after earlier launches: after those that wrote ``inputs`` or ``out``,
+    and after those that read ``out``. Record the new tasks as writers of ``out`` and
+    readers of ``inputs``."""
     deps = list(out._writes) + list(out._reads)
-    for a in arrays:
+    for a in inputs:
         deps += a._writes
     client = out.alloc.client
     futures = [
         client.submit(
-            _launch_here, kernel, ArraySpec.of(out), specs, idx, halo, pass_origin,
-            threads_per_block, deps, workers=[w], allow_other_workers=False, pure=False,
-            key=f"dgvm-launch-{kernel.name}-{uuid.uuid4().hex[:10]}",
+            fn, *task_args, idx, deps, workers=[w], allow_other_workers=False, pure=False,
+            key=f"dgvm-{name}-{uuid.uuid4().hex[:10]}",
         )
-        for w, idx in by_worker.items()
+        for w, idx in out.alloc.by_home().items()
     ]
-    out._writes = futures
-    out._reads = []
-    for a in arrays:
+    out._writes, out._reads = futures, []
+    for a in inputs:
         if a is not out:
             a._reads = a._reads + futures
+
+
+def report(worker, out: ArraySpec, indices, access: Access) -> None:
+    """Tell the GVAT what a task wrote and read: it counts hits and misses, bumps the
+    written chunks' versions and drops their replicas before this returns."""
+    sync(worker.loop, worker.scheduler.dgvm_launched, alloc_id=out.alloc_id,
+         wrote=list(indices), reads={str(a): c for a, c in access.reads.items()})
 
 
 def wait(*arrays) -> None:
@@ -89,7 +96,7 @@ def wait(*arrays) -> None:
         x.wait()
 
 
-def _launch_here(kernel, out: ArraySpec, specs, indices, halo, pass_origin, tpb, deps):
+def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices, deps):
     worker = get_worker()
     store = worker.extensions["dgvm"]
     backend = store.backend
@@ -125,10 +132,7 @@ def _launch_here(kernel, out: ArraySpec, specs, indices, halo, pass_origin, tpb,
                 f"{out.alloc_id} on worker {worker.address}: {type(e).__name__}: {e}\n"
                 f"{traceback.format_exc()}"
             ) from None
-    from distributed.utils import sync
-
-    sync(worker.loop, worker.scheduler.dgvm_launched, alloc_id=out.alloc_id,
-         wrote=list(indices), reads={str(a): c for a, c in access.reads.items()})
+    report(worker, out, indices, access)
     return len(indices)
 
 

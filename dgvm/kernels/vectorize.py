@@ -7,14 +7,11 @@ with the first array argument; scalars broadcast.
 
 from __future__ import annotations
 
-import uuid
-from collections import defaultdict
-
 import numpy as np
 from distributed import get_worker
 
 from dgvm.kernels.access import Access, ArraySpec
-from dgvm.kernels.launch import _check_args, _is_array
+from dgvm.kernels.launch import _check_args, _is_array, dispatch, report
 from dgvm.kernels.numba_compat import patch_numpy_for_numba_cuda
 
 
@@ -59,28 +56,11 @@ class Vectorized:
         _check_args(args, first)
         out = empty(first.shape, self.result_dtype(args), chunks=first.chunks, colocate=first)
         specs = [("array", ArraySpec.of(a)) if _is_array(a) else ("scalar", a) for a in args]
-        by_worker = defaultdict(list)
-        for k in range(out.alloc.nchunks):
-            by_worker[out.alloc.home(k)].append(k)
-        deps = [f for a in arrays for f in a._writes]
-        client = out.alloc.client
-        futures = [
-            client.submit(
-                _vectorize_here, self, ArraySpec.of(out), specs, idx, deps,
-                workers=[w], allow_other_workers=False, pure=False,
-                key=f"dgvm-vectorize-{self.name}-{uuid.uuid4().hex[:10]}",
-            )
-            for w, idx in by_worker.items()
-        ]
-        out._writes = futures
-        for a in arrays:
-            a._reads = a._reads + futures
+        dispatch(_vectorize_here, out, arrays, f"vectorize-{self.name}", self, ArraySpec.of(out), specs)
         return out
 
 
 def _vectorize_here(vec, out: ArraySpec, specs, indices, deps):
-    from distributed.utils import sync
-
     worker = get_worker()
     store = worker.extensions["dgvm"]
     access = Access(worker, store)
@@ -91,8 +71,7 @@ def _vectorize_here(vec, out: ArraySpec, specs, indices, deps):
             target = access.chunk(out, k)
             target[...] = ufunc(*args)
         store.backend.synchronize()
-    sync(worker.loop, worker.scheduler.dgvm_launched, alloc_id=out.alloc_id,
-         wrote=list(indices), reads={str(a): c for a, c in access.reads.items()})
+    report(worker, out, indices, access)
     return len(indices)
 
 
