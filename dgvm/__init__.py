@@ -23,6 +23,7 @@ from dgvm.kernels.kernel import kernel
 from dgvm.kernels.launch import launch, wait
 from dgvm.kernels.vectorize import vectorize
 from dgvm.lookup import stats, table, translate, translate_many, workers
+from dgvm.rebalance import rebalance
 from dgvm.records import AllocationInfo, ChunkInfo, DeviceProfile, Location, WorkerInfo
 from dgvm.session import connect
 
@@ -47,6 +48,7 @@ __all__ = [
     "kernel",
     "launch",
     "malloc",
+    "rebalance",
     "table",
     "translate",
     "stats",

@@ -7,6 +7,8 @@ their workers and get them back, one request per worker.
 
 from __future__ import annotations
 
+import functools
+import weakref
 from collections import defaultdict
 
 import numpy as np
@@ -16,6 +18,23 @@ from distributed.protocol import to_serialize
 from dgvm.errors import ChunkLost, InvalidAddress
 from dgvm.records import ChunkInfo
 from dgvm.session import call_scheduler, call_workers, current_client
+
+# Live handles, so that the GVAT's "dgvm-moved" events can mark their chunk maps stale.
+_live: "weakref.WeakValueDictionary[tuple[str, int], Allocation]" = weakref.WeakValueDictionary()
+
+
+def _on_moved(client_id: str, event) -> None:
+    _, msg = event
+    alloc = _live.get((client_id, msg["alloc_id"]))
+    if alloc is not None:
+        alloc.stale = True
+
+
+def _watch_moves(client: Client) -> None:
+    """Subscribe ``client`` once to the GVAT's events about chunks whose home moved."""
+    if not getattr(client, "_dgvm_watching_moves", False):
+        client._dgvm_watching_moves = True
+        client.subscribe_topic("dgvm-moved", functools.partial(_on_moved, client.id))
 
 
 class Allocation:
@@ -28,7 +47,12 @@ class Allocation:
         self.vaddr: int = chunk_map["vaddr"]
         self.nbytes: int = chunk_map["nbytes"]
         self.freed = False
+        # True once the GVAT said a chunk moved: the next use fetches a fresh chunk map.
+        # (A use that races with the news still lands: workers forward or say "moved".)
+        self.stale = False
         self._set_map(chunk_map)
+        _live[(self.owner, self.alloc_id)] = self
+        _watch_moves(client)
 
     @classmethod
     def create(cls, client: Client | None = None, **request) -> "Allocation":
@@ -46,7 +70,22 @@ class Allocation:
     def refresh(self) -> None:
         """Fetch the current chunk map from the GVAT (after chunks moved)."""
         self._check_live()
+        self.stale = False
         self._set_map(call_scheduler("dgvm_chunk_map", self.client, alloc_id=self.alloc_id))
+
+    def _fresh(self) -> None:
+        if self.stale and not self.freed:
+            self.refresh()
+
+    def migrate(self, indices, worker: str) -> list[int]:
+        """Move the home of chunks ``indices`` to ``worker``; returns those that moved."""
+        self._check_live()
+        moved = call_scheduler(
+            "dgvm_migrate", self.client, alloc_id=self.alloc_id,
+            indices=[int(i) for i in indices], worker=worker, owner=self.owner,
+        )
+        self.refresh()
+        return list(moved)
 
     @property
     def nchunks(self) -> int:
@@ -57,6 +96,7 @@ class Allocation:
 
     def by_home(self, indices=None) -> dict[str, list[int]]:
         """Home worker -> chunk indices (all chunks, or ``indices``) homed there."""
+        self._fresh()
         out: dict[str, list[int]] = defaultdict(list)
         for i in range(self.nchunks) if indices is None else indices:
             out[self.home(i)].append(i)
@@ -64,6 +104,7 @@ class Allocation:
 
     @property
     def chunks(self) -> list[ChunkInfo]:
+        self._fresh()
         off = self.offsets
         return [
             ChunkInfo(
@@ -104,33 +145,40 @@ class Allocation:
             order[self._workers[h]].append(k)
         return by_worker, order
 
-    def _call(self, op: str, by_worker: dict) -> dict:
-        requests = {
-            w: dict(alloc_id=self.alloc_id, owner=self.owner, pieces=p) for w, p in by_worker.items()
-        }
-        try:
-            return call_workers(op, requests, self.client)
-        except OSError:
-            # A worker went away: if the GVAT now says so, name the lost chunks.
-            self.refresh()
-            self._route([p for ps in by_worker.values() for p in ps])
-            raise
+    def _exchange(self, op: str, pieces) -> tuple[dict, dict]:
+        """Send ``pieces`` to their home workers, one request per worker; answers and
+        positions by worker. A chunk that moved meanwhile is sent again to its new home."""
+        self._fresh()
+        for attempt in (0, 1):
+            by_worker, order = self._route(pieces)
+            requests = {
+                w: dict(alloc_id=self.alloc_id, owner=self.owner, pieces=p)
+                for w, p in by_worker.items()
+            }
+            try:
+                return call_workers(op, requests, self.client), order
+            except OSError:
+                # A worker went away: if the GVAT now says so, name the lost chunks.
+                self.refresh()
+                self._route(pieces)
+                raise
+            except InvalidAddress:
+                homes = [self.home(p[0]) for p in pieces]
+                self.refresh()
+                if attempt or homes == [self.home(p[0]) for p in pieces]:
+                    raise
 
     def put(self, pieces: list[tuple[int, int, np.ndarray]]) -> None:
         """Write (chunk index, byte offset, host bytes) pieces, one request per worker."""
         self._check_live()
-        by_worker, _ = self._route(pieces)
-        for p in by_worker.values():
-            for piece in p:
-                piece[2] = to_serialize(piece[2])
-        self._call("dgvm_write", by_worker)
+        self._exchange("dgvm_write", [(i, o, to_serialize(d)) for i, o, d in pieces])
 
     def get(self, pieces: list[tuple[int, int, int]]) -> list[np.ndarray]:
         """Read (chunk index, byte offset, length) pieces -> host uint8 arrays, in order."""
         self._check_live()
-        by_worker, order = self._route(pieces)
+        answers, order = self._exchange("dgvm_read", pieces)
         out: list = [None] * len(pieces)
-        for w, arrays in self._call("dgvm_read", by_worker).items():
+        for w, arrays in answers.items():
             for k, a in zip(order[w], arrays):
                 out[k] = a
         return out

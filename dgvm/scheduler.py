@@ -16,8 +16,8 @@ from distributed import SchedulerPlugin
 
 from dgvm import config, transfer
 from dgvm.chunk_grid import block_nbytes
-from dgvm.errors import OutOfDeviceMemory
-from dgvm.gvat import GVAT
+from dgvm.errors import InvalidAddress, OutOfDeviceMemory
+from dgvm.gvat import GVAT, migration
 from dgvm.records import DeviceProfile
 
 logger = logging.getLogger("dgvm.scheduler")
@@ -54,6 +54,9 @@ class GVATPlugin(SchedulerPlugin):
             "dgvm_replica_added": self.replica_added,
             "dgvm_launched": self.launched,
             "dgvm_stats": self.stats,
+            "dgvm_migrate": self.migrate,
+            "dgvm_rebalance": self.rebalance,
+            "dgvm_replicas_dropped": self.replicas_dropped,
         }
 
     async def start(self, scheduler):
@@ -200,13 +203,29 @@ class GVATPlugin(SchedulerPlugin):
                       path: str, seconds: float):
         return self.gvat.add_replica(alloc_id, index, worker, nbytes, path, seconds)
 
-    async def launched(self, alloc_id: int, wrote: list, reads: dict):
-        """A launch wrote ``wrote`` chunks of ``alloc_id`` and read others: count its
-        hits and misses, bump versions, and drop every stale replica before answering,
-        so that no later reader can see one."""
-        for read_id, (hits, misses) in reads.items():
-            self.gvat.count_reads(int(read_id), hits, misses)
+    async def launched(self, alloc_id: int, wrote: list, reads: dict, worker: str | None = None):
+        """A launch on ``worker`` wrote ``wrote`` chunks of ``alloc_id`` and read others
+        (``reads``: alloc id -> hits, misses, chunks used at home, chunks read remotely):
+        count, bump versions, drop every stale replica before answering (no later reader
+        can see one), and move the home of chunks read remotely often enough here."""
         await self.invalidate(alloc_id, wrote)
+        rec = self.gvat.inventory.by_address.get(worker) if worker else None
+        threshold = int(config.get("migration.rehome-after"))
+        for read_id, r in reads.items():
+            read_id = int(read_id)
+            self.gvat.count_reads(read_id, r["hits"], r["misses"])
+            alloc = self.gvat.allocations.get(read_id)
+            # Never move chunks of the array this launch writes: its other tasks may be
+            # writing them now.
+            if alloc is None or rec is None or read_id == alloc_id:
+                continue
+            due = migration.note_reads(alloc, rec.uid, r["home"], r["remote"], threshold)
+            if due:
+                try:
+                    await self.move(alloc, due, rec, reason="rehome")
+                except Exception as e:  # best effort: the chunk stays where it is
+                    logger.info("re-homing chunks %s of allocation %s to %s failed: %s",
+                                due, read_id, worker, e)
 
     async def invalidate(self, alloc_id: int, indices):
         drop = self.gvat.wrote(alloc_id, indices)
@@ -214,6 +233,85 @@ class GVATPlugin(SchedulerPlugin):
             self.scheduler.rpc(a).dgvm_drop_replicas(alloc_id=alloc_id, indices=idx)
             for a, idx in drop.items()
         ))
+
+    async def move(self, alloc, indices, target, reason: str) -> list[int]:
+        """Make ``target`` the home of chunks ``indices`` of ``alloc``: it pulls them (or
+        promotes its replicas), the GVAT records the new homes, the old homes release
+        their copies, and the owner's client hears of it (event ``dgvm-moved``)."""
+        plan = migration.plan_move(self.gvat, alloc, indices, target)
+        if not plan:
+            return []
+        try:
+            answer = await self.scheduler.rpc(target.address).dgvm_pull(
+                alloc_id=alloc.alloc_id, owner=alloc.owner, chunks=plan
+            )
+        finally:
+            migration.finish_move(alloc, plan)
+        if "oom" in answer:
+            raise OutOfDeviceMemory(answer["oom"])
+        if alloc.alloc_id not in self.gvat.allocations:  # freed meanwhile
+            await self.scheduler.rpc(target.address).dgvm_store_free(alloc_id=alloc.alloc_id)
+            return []
+        moved, release = migration.set_home(
+            self.gvat, alloc, answer["moved"], answer["versions"], target, reason
+        )
+        stale = sorted(set(answer["moved"]) - set(moved))  # written meanwhile: not moved
+        if stale:
+            release.setdefault(target.address, []).extend(stale)
+        await asyncio.gather(*(
+            self.scheduler.rpc(a).dgvm_store_release(alloc_id=alloc.alloc_id, indices=idx)
+            for a, idx in release.items()
+        ))
+        if moved:
+            self.scheduler.log_event("dgvm-moved", {
+                "alloc_id": alloc.alloc_id, "owner": alloc.owner, "indices": moved,
+                "worker": target.address, "reason": reason,
+            })
+        return moved
+
+    def _live_record(self, worker: str):
+        rec = self.gvat.inventory.by_address.get(worker)
+        if rec is None:
+            raise InvalidAddress(
+                f"no dgvm worker at {worker!r}; workers: {sorted(self.gvat.inventory.by_address)}"
+            )
+        return rec
+
+    async def migrate(self, alloc_id: int, indices: list, worker: str, owner: str | None = None):
+        """Move the home of chunks ``indices`` of an allocation to ``worker``."""
+        alloc = self.gvat.get(alloc_id, owner)
+        bad = [i for i in indices if not 0 <= int(i) < alloc.nchunks]
+        if bad:
+            raise InvalidAddress(
+                f"allocation {alloc_id} has chunks 0..{alloc.nchunks - 1}; asked for {bad[:8]}"
+            )
+        return await self.move(alloc, indices, self._live_record(worker), reason="migrate")
+
+    async def rebalance(self, owner: str | None = None):
+        """Even out device memory by moving homes of ``owner``'s chunks (all chunks when
+        no owner is given); returns {"chunks": moved, "bytes": moved}."""
+        allocs = [
+            self.gvat.allocations[a]
+            for a in (self.gvat.owned_by(owner) if owner else list(self.gvat.allocations))
+        ]
+        groups: dict = {}
+        for alloc, i, target in migration.rebalance_plan(self.gvat, allocs):
+            groups.setdefault((alloc.alloc_id, target.uid), (alloc, target, []))[2].append(i)
+        results = await asyncio.gather(
+            *(self.move(a, idx, t, reason="rebalance") for a, t, idx in groups.values()),
+            return_exceptions=True,
+        )
+        chunks = nbytes = 0
+        for (alloc, _, _), r in zip(groups.values(), results):
+            if isinstance(r, BaseException):
+                logger.info("rebalancing allocation %s: %s", alloc.alloc_id, r)
+                continue
+            chunks += len(r)
+            nbytes += int(alloc.sizes()[r].sum()) if r else 0
+        return {"chunks": chunks, "bytes": nbytes}
+
+    def replicas_dropped(self, worker: str, dropped: dict):
+        migration.replicas_dropped(self.gvat, worker, dropped)
 
     async def stats(self):
         """Counters per worker (asked of the live stores) and per allocation."""

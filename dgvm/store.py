@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ class StoredChunk:
     handle: Any
     nbytes: int
     version: int = 0
+    last_use: float = 0.0  # time.monotonic() of the last read (replicas: for eviction)
 
 
 def _locked(method):
@@ -88,9 +90,67 @@ class ChunkStore:
         c = self._allocs.get(alloc_id, {}).get(index)
         return c if c is not None else self._replicas.get(alloc_id, {}).get(index)
 
+    def is_home(self, alloc_id: int, index: int) -> bool:
+        return index in self._allocs.get(alloc_id, ())
+
     @_locked
     def add_replica(self, alloc_id: int, index: int, handle, nbytes: int, version: int) -> None:
-        self._replicas.setdefault(alloc_id, {})[index] = StoredChunk(handle, nbytes, version)
+        self._replicas.setdefault(alloc_id, {})[index] = StoredChunk(
+            handle, nbytes, version, time.monotonic()
+        )
+
+    def replica(self, alloc_id: int, index: int) -> StoredChunk | None:
+        return self._replicas.get(alloc_id, {}).get(index)
+
+    @_locked
+    def evict(self, nbytes: int, keep=()) -> dict[int, list[int]]:
+        """Drop least recently used replicas (none in ``keep``, a set of (alloc id, index))
+        until ``nbytes`` more are free or none is left; return {alloc id: [indices]}."""
+        lru = sorted(
+            (c.last_use, a, i)
+            for a, held in self._replicas.items()
+            for i, c in held.items()
+            if (a, i) not in keep
+        )
+        dropped: dict[int, list[int]] = {}
+        for _, a, i in lru:
+            if self.backend.free >= nbytes:
+                break
+            self.drop_replicas(a, [i])
+            dropped.setdefault(a, []).append(i)
+        return dropped
+
+    # -- homes moving (migration, re-homing, rebalancing) ---------------------------------
+    @_locked
+    def promote(self, alloc_id: int, owner: str, index: int, chunk: StoredChunk | None = None) -> bool:
+        """Make this worker the home of a chunk: from ``chunk`` (just fetched) or from the
+        replica held here (False if a write dropped it meanwhile)."""
+        if chunk is None:
+            held = self._replicas.get(alloc_id, {})
+            chunk = held.pop(index, None)
+            if chunk is None:
+                return False
+            if not held:
+                del self._replicas[alloc_id]
+        self._allocs.setdefault(alloc_id, {})[index] = chunk
+        self._owners.setdefault(alloc_id, owner)
+        self.stats.rehomes += 1
+        return True
+
+    @_locked
+    def release(self, alloc_id: int, indices) -> int:
+        """Give up home chunks that moved elsewhere; return the bytes freed."""
+        held = self._allocs.get(alloc_id, {})
+        freed = 0
+        for i in indices:
+            c = held.pop(i, None)
+            if c is not None:
+                self.backend.release(c.handle, c.nbytes)
+                freed += c.nbytes
+        if alloc_id in self._allocs and not held:
+            del self._allocs[alloc_id]
+            self._owners.pop(alloc_id, None)
+        return freed
 
     @_locked
     def drop_replicas(self, alloc_id: int, indices) -> int:
@@ -190,6 +250,9 @@ class StoreStats:
 
     hits: int = 0
     misses: int = 0
+    rehomes: int = 0  # chunks whose home moved here
+    evicted: int = 0  # replicas dropped to make room
+    transient: int = 0  # chunks read remotely without keeping a replica (no room)
     paths: dict = None  # path -> {"count", "bytes", "seconds"}
 
     def __post_init__(self):
@@ -202,4 +265,8 @@ class StoreStats:
         p["seconds"] += seconds
 
     def to_dict(self) -> dict:
-        return {"hits": self.hits, "misses": self.misses, "paths": {k: dict(v) for k, v in self.paths.items()}}
+        return {
+            "hits": self.hits, "misses": self.misses, "rehomes": self.rehomes,
+            "evicted": self.evicted, "transient": self.transient,
+            "paths": {k: dict(v) for k, v in self.paths.items()},
+        }

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import click
 from distributed import WorkerPlugin
 from distributed.protocol import to_serialize
 
-from dgvm import backends, config
+from dgvm import backends, config, transfer
 from dgvm.errors import OutOfDeviceMemory
-from dgvm.store import ChunkStore
+from dgvm.store import ChunkStore, StoredChunk
+from dgvm.transfer.fetch import request_exports
 
 logger = logging.getLogger("dgvm.worker")
 
@@ -53,6 +55,8 @@ class ChunkStorePlugin(WorkerPlugin):
             "dgvm_store_info": self.info,
             "dgvm_export": self.export,
             "dgvm_drop_replicas": self.drop_replicas,
+            "dgvm_pull": self.pull,
+            "dgvm_store_release": self.release,
         }
 
     def setup(self, worker):
@@ -104,10 +108,62 @@ class ChunkStorePlugin(WorkerPlugin):
         arrays = await self._run(self.store.read, alloc_id, owner, pieces)
         return [to_serialize(a) for a in arrays]
 
-    async def export(self, alloc_id: int, index: int, path: str):
-        from dgvm.transfer import PATHS
+    async def export(self, alloc_id: int, indices: list, path: str):
+        return await self._run(self._export, alloc_id, indices, path)
 
-        return await self._run(PATHS[path].export, self.store, alloc_id, index)
+    def _export(self, alloc_id, indices, path):
+        # No store lock: a task holding it may be waiting for this very export (its
+        # kernel reads a chunk homed here). Launch ordering keeps writers off the chunk.
+        p = transfer.PATHS[path]
+        return [
+            p.export(self.store, alloc_id, i) if self.store.is_home(alloc_id, i)
+            else {"moved": True}
+            for i in indices
+        ]
+
+    async def pull(self, alloc_id: int, owner: str, chunks: list):
+        """Become the home of ``chunks`` (dicts: index, home, path, version): promote a
+        current replica held here, or fetch the chunk from its home (one export request
+        per home). Answers {"moved": [indices], "versions": [...]} or {"oom": message}."""
+        store = self.store
+        need: dict[tuple[str, str], list[dict]] = {}
+        local = set()  # chunks of which a current replica is here already
+        for c in chunks:
+            r = store.replica(alloc_id, c["index"])
+            if r is not None and r.version == c["version"]:
+                local.add(c["index"])
+            else:
+                need.setdefault((c["home"], c["path"]), []).append(c)
+        fetched: dict[int, tuple] = {}
+        try:
+            for (home, path), group in need.items():
+                descs = await request_exports(self.worker, home, alloc_id, [c["index"] for c in group], path)
+                for c, desc in zip(group, descs):
+                    if desc.get("moved"):
+                        continue  # moved meanwhile: the GVAT keeps the chunk where it is
+                    t0 = time.perf_counter()
+                    handle = await self._run(transfer.PATHS[path].fetch, desc, store.backend)
+                    fetched[c["index"]] = (handle, desc["nbytes"], c["version"])
+                    store.stats.moved(path, desc["nbytes"], time.perf_counter() - t0)
+        except MemoryError as e:
+            for handle, n, _ in fetched.values():
+                store.backend.release(handle, n)
+            return {"oom": f"no room on {self.worker.address} for the chunks of allocation "
+                           f"{alloc_id} to move there: {e}"}
+        moved, versions = [], []
+        for c in chunks:
+            i = c["index"]
+            if i in fetched:
+                handle, n, v = fetched[i]
+                await self._run(store.promote, alloc_id, owner, i, StoredChunk(handle, n, v))
+            elif not (i in local and await self._run(store.promote, alloc_id, owner, i)):
+                continue
+            moved.append(i)
+            versions.append(c["version"])
+        return {"moved": moved, "versions": versions}
+
+    async def release(self, alloc_id: int, indices: list):
+        return await self._run(self.store.release, alloc_id, indices)
 
     async def drop_replicas(self, alloc_id: int, indices: list):
         return await self._run(self.store.drop_replicas, alloc_id, indices)

@@ -80,9 +80,10 @@ def test_hits_and_misses_are_exact(case):
     try:
         owner = out.alloc.home(0)
         remote = sum(x.alloc.home(k) != owner for k in range(n))
-        for _ in range(3):
-            dgvm.launch(axpy, 1.0, x, y, out=out)
-        dgvm.wait(out)
+        with dask.config.set({"dgvm.migration.rehome-after": 0}):  # no re-homing here
+            for _ in range(3):
+                dgvm.launch(axpy, 1.0, x, y, out=out)
+            dgvm.wait(out)
         s = dgvm.stats()["allocations"][x.alloc_id]
         # first launch: a miss per remote chunk; later launches: all hits (replicas)
         assert (s["misses"], s["hits"]) == (remote, 3 * n - remote)

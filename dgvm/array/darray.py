@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
 from dgvm import chunk_grid
 from dgvm.allocation import Allocation
+
+
+# Live arrays, so that dgvm.rebalance can let their pending launches finish first.
+live_arrays: "weakref.WeakSet[DArray]" = weakref.WeakSet()
 
 
 class DArray:
@@ -26,6 +31,7 @@ class DArray:
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.chunks = tuple(tuple(int(b) for b in axis) for axis in chunks)
+        live_arrays.add(self)
 
     # -- metadata ------------------------------------------------------------------------
     @property
@@ -55,6 +61,7 @@ class DArray:
     def locations(self) -> dict[tuple[int, ...], str]:
         """Block index -> address of the worker that holds it."""
         grid = self.numblocks
+        self.alloc._fresh()
         return {
             chunk_grid.block_index(k, grid): self.alloc.home(k) for k in range(self.alloc.nchunks)
         }
@@ -63,7 +70,37 @@ class DArray:
         """The ``ChunkInfo`` rows of the allocation behind the array."""
         return self.alloc.chunks
 
+    # -- where the blocks live ------------------------------------------------------------
+    def _chunk_indices(self, blocks) -> list[int]:
+        """Chunk indices of ``blocks``: an int (chunk index), a block tuple, or a list."""
+        grid = self.numblocks
+        items = blocks if isinstance(blocks, list) else [blocks]
+        out = []
+        for b in items:
+            if isinstance(b, tuple):
+                if len(b) != len(grid) or not all(0 <= v < n for v, n in zip(b, grid)):
+                    raise IndexError(f"block {b} is outside the block grid {grid}")
+                b = int(np.ravel_multi_index(b, grid))
+            if not 0 <= int(b) < self.alloc.nchunks:
+                raise IndexError(f"chunk {b} is outside 0..{self.alloc.nchunks - 1}")
+            out.append(int(b))
+        return out
+
+    def migrate(self, blocks, worker: str) -> list[int]:
+        """Move the home of ``blocks`` (a chunk index, a block tuple, or a list of them) to
+        ``worker``, after the launches that use this array; returns the chunks moved."""
+        self.settle()
+        return self.alloc.migrate(self._chunk_indices(blocks), worker)
+
     # -- life cycle ----------------------------------------------------------------------
+    def settle(self) -> None:
+        """Let every pending launch that writes or reads this array finish."""
+        from distributed import wait as dask_wait
+
+        pending = self._writes + self._reads
+        if pending:
+            dask_wait(pending)
+
     def wait(self) -> "DArray":
         """Block until every launch writing this array has finished."""
         from dgvm.kernels.launch import settle
@@ -72,11 +109,8 @@ class DArray:
         return self
 
     def free(self) -> None:
-        from distributed import wait as dask_wait
-
-        pending = self._writes + self._reads
-        if pending:  # launches that use the memory finish first (their errors belong to wait)
-            dask_wait(pending)
+        # Launches that use the memory finish first (their errors belong to wait).
+        self.settle()
         self._writes, self._reads = [], []
         self.alloc.free()
 

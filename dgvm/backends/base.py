@@ -84,6 +84,11 @@ class Backend(abc.ABC):
         """Copy ``length`` bytes at ``offset`` out to a new host uint8 array."""
         return np.array(self.view(handle, nbytes)[offset : offset + length], copy=True)
 
+    def to_host(self, array) -> np.ndarray:
+        """The bytes of a device array (of ``xp``) as a new host uint8 array."""
+        a = array.get() if hasattr(array, "get") else np.array(array, copy=True)
+        return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+
     def synchronize(self) -> None:
         """Wait for the device to finish queued work (no-op on cpu)."""
 

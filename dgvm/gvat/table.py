@@ -40,8 +40,13 @@ class Allocation:
     uniform: bool = True
     # chunk index -> WorkerUids holding a read replica of the chunk's current version
     replicas: dict = field(default_factory=dict)
-    # hits, misses, replicas made, bytes/time per path (for dgvm.stats and the dashboard)
-    stats: dict = field(default_factory=lambda: {"hits": 0, "misses": 0, "paths": {}})
+    # chunk index -> {WorkerUid: launches that read it there since its home last used it}
+    remote_reads: dict = field(default_factory=dict)
+    moving: set = field(default_factory=set)  # chunk indices whose home is being moved
+    # hits, misses, homes moved, bytes/time per path (for dgvm.stats and the dashboard)
+    stats: dict = field(
+        default_factory=lambda: {"hits": 0, "misses": 0, "rehomes": 0, "migrated": 0, "paths": {}}
+    )
 
     @property
     def nchunks(self) -> int:
@@ -243,6 +248,7 @@ class GVAT:
         drop: dict[str, list[int]] = {}
         sizes = alloc.offsets[1:] - alloc.offsets[:-1]
         for i in idx.tolist():
+            alloc.remote_reads.pop(i, None)  # the home used it
             for uid in alloc.replicas.pop(i, ()):
                 rec = self.inventory.by_uid[uid]
                 rec.used -= int(sizes[i])

@@ -2,7 +2,9 @@
 
 A chunk held here (home or replica) is a hit. Otherwise it is a miss: the GVAT says where
 its home is and which transfer path to use, the chunk is copied here once and kept as a
-read replica registered in the GVAT, so the next launch that needs it is a hit.
+read replica registered in the GVAT, so the next launch that needs it is a hit. A replica
+that does not fit, even after evicting replicas this task does not use, is not made: the
+chunk is read for the current output chunk only (a transient read).
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from distributed.utils import sync
 
-from dgvm.errors import ChunkLost, DgvmError
+from dgvm.errors import ChunkLost, DgvmError, OutOfDeviceMemory
 from dgvm.transfer import PATHS
+from dgvm.transfer.fetch import request_exports
 
 
 @dataclass
@@ -45,57 +48,124 @@ class ArraySpec:
 
 @dataclass
 class Access:
-    """One task's view of this worker's store, with its hit and miss counts."""
+    """One task's view of this worker's store: chunks by hit, miss or transient read,
+    and what it used, for the GVAT (counters, re-homing)."""
 
     worker: object
     store: object
-    reads: dict = field(default_factory=dict)  # alloc id -> [hits, misses]
+    # alloc id -> {"hits", "misses", "home": chunks used at home here, "remote": others}
+    reads: dict = field(default_factory=dict)
+    # Chunks read without keeping a replica (no room), valid for the current output chunk.
+    transient: dict = field(default_factory=dict)
+    # (alloc id, index) of the chunks the current output chunk uses: never evicted for it
+    current: set = field(default_factory=set)
+
+    def begin_chunk(self) -> None:
+        """A new output chunk: drop the transient reads of the previous one."""
+        self.transient.clear()
+        self.current.clear()
+
+    def _count(self, alloc_id: int) -> dict:
+        r = self.reads.get(alloc_id)
+        if r is None:
+            r = self.reads[alloc_id] = {"hits": 0, "misses": 0, "home": set(), "remote": set()}
+        return r
 
     def chunk(self, spec: ArraySpec, index: int):
         """Chunk ``index`` of ``spec`` as a typed, shaped array of the backend's kind."""
-        count = self.reads.setdefault(spec.alloc_id, [0, 0])
-        if self.store.local(spec.alloc_id, index) is not None:
-            count[0] += 1
-            self.store.stats.hits += 1
+        count = self._count(spec.alloc_id)
+        key = (spec.alloc_id, index)
+        self.current.add(key)
+        store = self.store
+        held = store.local(spec.alloc_id, index)
+        if held is not None or key in self.transient:
+            count["hits"] += 1
+            store.stats.hits += 1
         else:
-            count[1] += 1
-            self.store.stats.misses += 1
+            count["misses"] += 1
+            store.stats.misses += 1
             self._fetch(spec.alloc_id, index)
+            held = store.local(spec.alloc_id, index)
+        if store.is_home(spec.alloc_id, index):
+            count["home"].add(index)
+        else:
+            count["remote"].add(index)
+        if held is not None:
+            held.last_use = time.monotonic()
+            raw = store.view(spec.alloc_id, index)
+        else:
+            raw = self.transient[key]
         block = np.unravel_index(index, spec.grid) if spec.grid else ()
-        raw = self.store.view(spec.alloc_id, index)
         return raw.view(spec.dtype).reshape(spec.block_shape(tuple(int(b) for b in block)))
 
-    def _fetch(self, alloc_id: int, index: int) -> None:
+    def _locate(self, alloc_id: int, index: int) -> dict:
         w = self.worker
         where = sync(w.loop, w.scheduler.dgvm_locate, alloc_id=alloc_id, index=index, worker=w.address)
         if "lost" in where:
             raise ChunkLost(f"chunk {index} of allocation {alloc_id} was on {where['lost']}, which left")
-        path = PATHS[where["path"]]
-        t0 = time.perf_counter()
-        desc = sync(w.loop, w.rpc(where["home"]).dgvm_export, alloc_id=alloc_id, index=index, path=path.name)
-        if "data" in desc and hasattr(desc["data"], "header"):  # still serialized
-            from distributed.protocol import deserialize
+        return where
 
-            desc["data"] = deserialize(desc["data"].header, desc["data"].frames)
+    def _fetch(self, alloc_id: int, index: int) -> None:
+        """A miss: copy the chunk here from its home, as a replica registered in the GVAT;
+        with no room even after evicting unused replicas, as a transient read."""
+        w = self.worker
+        for _ in range(8):  # the home may move between locate and export: ask again
+            where = self._locate(alloc_id, index)
+            path = PATHS[where["path"]]
+            t0 = time.perf_counter()
+            desc, = sync(w.loop, request_exports, w, where["home"], alloc_id, [index], path.name)
+            if not desc.get("moved"):
+                break
+        else:
+            raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while fetched")
+        n = desc["nbytes"]
         try:
-            handle = path.fetch(desc, self.store.backend)
-        except MemoryError as e:
-            from dgvm.errors import OutOfDeviceMemory
-
-            raise OutOfDeviceMemory(
-                f"no room on {w.address} for a replica of chunk {index} of allocation "
-                f"{alloc_id} ({desc['nbytes']} bytes): {e}"
-            ) from None
+            handle = self._fetch_replica(path, desc)
+        except MemoryError:
+            self._fetch_transient(alloc_id, index, path, desc)
+            self.store.stats.moved(path.name, n, time.perf_counter() - t0)
+            return
         seconds = time.perf_counter() - t0
-        self.store.add_replica(alloc_id, index, handle, desc["nbytes"], where["version"])
-        self.store.stats.moved(path.name, desc["nbytes"], seconds)
+        self.store.add_replica(alloc_id, index, handle, n, where["version"])
+        self.store.stats.moved(path.name, n, seconds)
         kept = sync(
             w.loop, w.scheduler.dgvm_replica_added, alloc_id=alloc_id, index=index,
-            worker=w.address, nbytes=desc["nbytes"], path=path.name, seconds=seconds,
+            worker=w.address, nbytes=n, path=path.name, seconds=seconds,
         )
         if not kept:
             self.store.drop_replicas(alloc_id, [index])
             raise DgvmError(f"allocation {alloc_id} was freed while chunk {index} was fetched")
+
+    def _fetch_replica(self, path, desc):
+        store = self.store
+        try:
+            return path.fetch(desc, store.backend)
+        except MemoryError:
+            pass
+        # No room: drop replicas this task is not using (least recently used first).
+        dropped = store.evict(desc["nbytes"], keep=self.current)
+        if not dropped:
+            raise MemoryError
+        store.stats.evicted += sum(len(v) for v in dropped.values())
+        w = self.worker
+        sync(w.loop, w.scheduler.dgvm_replicas_dropped, worker=w.address,
+             dropped={str(a): v for a, v in dropped.items()})
+        return path.fetch(desc, store.backend)
+
+    def _fetch_transient(self, alloc_id, index, path, desc) -> None:
+        """Read the chunk for the current output chunk only, keeping no replica."""
+        backend = self.store.backend
+        try:
+            dst = backend.xp.empty(desc["nbytes"], dtype=np.uint8)
+            path.fetch_into(desc, dst)
+        except MemoryError as e:  # also CuPy's OutOfMemoryError
+            raise OutOfDeviceMemory(
+                f"no room on {self.worker.address} for chunk {index} of allocation {alloc_id} "
+                f"({desc['nbytes']} bytes), not even for one transient read: "
+                f"{backend.free} of {backend.capacity} bytes free ({e})"
+            ) from None
+        self.transient[(alloc_id, index)] = dst
+        self.store.stats.transient += 1
 
     def with_halo(self, spec: ArraySpec, block: tuple, halo: int, xp):
         """Block ``block`` of ``spec`` extended by up to ``halo`` cells on every side from

@@ -13,6 +13,7 @@ import uuid
 
 import numpy as np
 from distributed import get_worker, wait as dask_wait
+from distributed.protocol import to_serialize
 from distributed.utils import sync
 
 from dgvm.errors import DgvmError, KernelError
@@ -82,11 +83,24 @@ def dispatch(fn, out, inputs, name: str, *task_args) -> None:
             a._reads = a._reads + futures
 
 
-def report(worker, out: ArraySpec, indices, access: Access) -> None:
+def report(worker, out: ArraySpec, indices, access: Access, forwarded=()) -> None:
     """Tell the GVAT what a task wrote and read: it counts hits and misses, bumps the
-    written chunks' versions and drops their replicas before this returns."""
+    written chunks' versions and drops their replicas before this returns, and may move
+    chunks read here often enough. ``forwarded``: (index, device array) of output chunks
+    whose home moved away after the launch was placed; their results go to the home."""
+    for k, result in forwarded:
+        where = access._locate(out.alloc_id, k)
+        data = to_serialize(access.store.backend.to_host(result))
+        # The home's write handler bumps the version and drops replicas itself.
+        sync(worker.loop, worker.rpc(where["home"]).dgvm_write, alloc_id=out.alloc_id,
+             owner=out.owner, pieces=[[k, 0, data]])
+    done = {k for k, _ in forwarded}
+    reads = {
+        str(a): {**r, "home": sorted(r["home"]), "remote": sorted(r["remote"])}
+        for a, r in access.reads.items()
+    }
     sync(worker.loop, worker.scheduler.dgvm_launched, alloc_id=out.alloc_id,
-         wrote=list(indices), reads={str(a): c for a, c in access.reads.items()})
+         wrote=[k for k in indices if k not in done], reads=reads, worker=worker.address)
 
 
 def wait(*arrays) -> None:
@@ -102,8 +116,10 @@ def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices,
     backend = store.backend
     xp = backend.xp
     access = Access(worker, store)
+    forwarded = []
     for k in indices:
         block = tuple(int(b) for b in np.unravel_index(k, out.grid))
+        access.begin_chunk()
         try:
             with store.lock:
                 args = []
@@ -122,7 +138,10 @@ def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices,
                     origin = tuple(int(out.starts(a)[b]) for a, b in enumerate(block))
                     args.insert(0, origin)
                 kernel.run(backend.name, griddim, blockdim, [*args, scratch])
-                target[...] = scratch
+                if store.is_home(out.alloc_id, k):
+                    target[...] = scratch
+                else:  # the home moved after this launch was placed: send it the result
+                    forwarded.append((k, scratch))
                 backend.synchronize()
         except DgvmError:
             raise
@@ -132,7 +151,7 @@ def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices,
                 f"{out.alloc_id} on worker {worker.address}: {type(e).__name__}: {e}\n"
                 f"{traceback.format_exc()}"
             ) from None
-    report(worker, out, indices, access)
+    report(worker, out, indices, access, forwarded)
     return len(indices)
 
 

@@ -1,8 +1,9 @@
 """Transfer paths: how a chunk's bytes get from its holder to another worker.
 
 A path has two halves. ``export`` runs on the holder and returns a small, msgpack-able
-descriptor (or the bytes themselves, for the comm path); ``fetch`` runs on the receiver and
-copies the chunk into a buffer of the receiver's backend. The GVAT picks the path for each
+descriptor (or the bytes themselves, for the comm path); ``fetch_into`` runs on the receiver
+and copies the chunk into a device array of the receiver's backend: a new buffer of its store
+(``fetch``, a replica or a new home) or a transient one (a read that keeps no replica). The GVAT picks the path for each
 pair of workers (``choose``); adding a path is a new class in ``PATHS``.
 """
 
@@ -26,5 +27,19 @@ class TransferPath(abc.ABC):
         """On the holder: what the receiver needs to copy chunk ``index``."""
 
     @abc.abstractmethod
+    def fetch_into(self, desc: dict, dst) -> None:
+        """On the receiver: copy the chunk into ``dst``, a 1-D uint8 array of the
+        receiver's backend (NumPy or CuPy) of ``desc["nbytes"]``."""
+
     def fetch(self, desc: dict, backend) -> Any:
-        """On the receiver: a new buffer handle of ``backend`` holding the chunk's bytes."""
+        """On the receiver: a new buffer handle of ``backend`` holding the chunk's bytes
+        (MemoryError when it does not fit)."""
+        n = desc["nbytes"]
+        handle = backend.allocate(n, zero=False)
+        try:
+            self.fetch_into(desc, backend.view(handle, n))
+            backend.synchronize()
+        except BaseException:
+            backend.release(handle, n)
+            raise
+        return handle

@@ -19,17 +19,14 @@ class CudaIpcPath(TransferPath):
         handle = cupy.cuda.runtime.ipcGetMemHandle(c.handle.ptr)
         return {"ipc": bytes(handle), "nbytes": c.nbytes}
 
-    def fetch(self, desc, backend):
+    def fetch_into(self, desc, dst):
         import cupy
 
         rt = cupy.cuda.runtime
-        n = desc["nbytes"]
-        handle = backend.allocate(n, zero=False)
         src = rt.ipcOpenMemHandle(desc["ipc"], rt.cudaIpcMemLazyEnablePeerAccess)
         try:
             # Unified addressing: a plain device-to-device copy reaches the peer's memory.
-            rt.memcpy(handle.ptr, src, n, rt.memcpyDeviceToDevice)
-            backend.synchronize()
+            rt.memcpy(dst.data.ptr, src, desc["nbytes"], rt.memcpyDeviceToDevice)
+            rt.deviceSynchronize()  # the copy is done before the handle closes
         finally:
             rt.ipcCloseMemHandle(src)
-        return handle

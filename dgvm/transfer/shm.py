@@ -36,8 +36,5 @@ class SharedMemoryPath(TransferPath):
         c = store.chunk(alloc_id, index, None)
         return {"shm": store.backend.shm_name, "offset": int(c.handle), "nbytes": c.nbytes}
 
-    def fetch(self, desc, backend):
-        src = _peer_arena(desc["shm"])[desc["offset"] : desc["offset"] + desc["nbytes"]]
-        handle = backend.allocate(desc["nbytes"], zero=False)
-        backend.view(handle, desc["nbytes"])[:] = src
-        return handle
+    def fetch_into(self, desc, dst):
+        dst[:] = _peer_arena(desc["shm"])[desc["offset"] : desc["offset"] + desc["nbytes"]]

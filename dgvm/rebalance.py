@@ -1,0 +1,26 @@
+"""``dgvm.rebalance``: even out device memory by moving chunk homes."""
+
+from __future__ import annotations
+
+from distributed import Client
+
+from dgvm.session import call_scheduler, current_client
+
+
+def rebalance(client: Client | None = None) -> dict:
+    """Move homes of this client's chunks so that every worker uses about the same
+    fraction of its device memory (largest chunks first, only moves that bring both
+    workers closer to it). Pending launches on this client's arrays finish first.
+    Returns ``{"chunks": moved, "bytes": moved}``."""
+    from dgvm.allocation import _live
+    from dgvm.array.darray import live_arrays
+
+    client = client or current_client()
+    for x in list(live_arrays):
+        if x.alloc.client is client and not x.alloc.freed:
+            x.settle()
+    moved = call_scheduler("dgvm_rebalance", client, owner=client.id)
+    for (owner, _), alloc in list(_live.items()):
+        if owner == client.id:
+            alloc.stale = True  # the "dgvm-moved" events may still be on their way
+    return moved

@@ -1,0 +1,188 @@
+"""Homes that move: re-homing after remote reads, x.migrate, dgvm.rebalance, launches
+placed before a move, and reads that find no room for a replica."""
+
+import dask
+import numpy as np
+import pytest
+from numba import cuda
+
+import dgvm
+import dgvm.array as dnp
+
+MiB = 2**20
+
+
+@dgvm.kernel
+def axpy(a, x, y, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a * x[i] + y[i]
+
+
+def homes(x) -> list[str]:
+    """Each chunk's home, as the GVAT says (translate of its first byte)."""
+    return [loc.worker for loc in dgvm.translate_many([c.vaddr for c in x.chunk_info()])]
+
+
+def spread_and_gather(n):
+    """x spread over the workers, out all on one worker (which reads x remotely)."""
+    x = dnp.from_numpy(np.arange(8.0 * n), chunks=8, placement="round_robin")
+    out = dnp.zeros(8 * n, chunks=8, placement="packed")
+    return x, out
+
+
+def test_rehome_after_remote_reads(case):
+    n = len(case.capacities)
+    x, out = spread_and_gather(n)
+    try:
+        owner = out.alloc.home(0)
+        remote = [k for k, w in enumerate(homes(x)) if w != owner]
+        assert remote
+        for _ in range(2):
+            dgvm.launch(axpy, 1.0, x, x, out=out)
+        dgvm.wait(out)
+        assert [homes(x)[k] for k in remote] != [owner] * len(remote)
+        dgvm.launch(axpy, 1.0, x, x, out=out)  # the third remote read moves the homes
+        dgvm.wait(out)
+        assert homes(x) == [owner] * n
+        s = dgvm.stats()
+        assert s["allocations"][x.alloc_id]["rehomes"] == len(remote)
+        assert s["allocations"][x.alloc_id]["replicas"] == 0
+        assert s["workers"][owner]["rehomes"] >= len(remote)
+        assert case.store_chunks()[owner] == 2 * n  # every chunk of x and out; others none
+        misses = s["allocations"][x.alloc_id]["misses"]
+        dgvm.launch(axpy, 1.0, x, x, out=out)  # now all hits
+        dgvm.wait(out)
+        assert dgvm.stats()["allocations"][x.alloc_id]["misses"] == misses
+        x.write_blocks(np.full(8 * n, 5.0))  # lands at the new homes
+        assert np.array_equal(dnp.asnumpy(x), np.full(8 * n, 5.0))
+        assert x.locations() == {(k,): owner for k in range(n)}
+    finally:
+        x.free()
+        out.free()
+
+
+def test_home_use_resets_the_count(case):
+    n = len(case.capacities)
+    x, out = spread_and_gather(n)
+    try:
+        before = homes(x)
+        for _ in range(2):
+            dgvm.launch(axpy, 1.0, x, x, out=out)
+        dgvm.launch(axpy, 1.0, x, x, out=x)  # x's homes use (and write) it
+        for _ in range(2):
+            dgvm.launch(axpy, 1.0, x, x, out=out)
+        dgvm.wait(out)
+        assert homes(x) == before
+        assert dgvm.stats()["allocations"][x.alloc_id]["rehomes"] == 0
+        dgvm.launch(axpy, 1.0, x, x, out=out)  # the third read since the home used it
+        dgvm.wait(out)
+        assert homes(x) == [out.alloc.home(0)] * n
+        assert np.array_equal(dnp.asnumpy(out), 4 * np.arange(8.0 * n))
+    finally:
+        x.free()
+        out.free()
+
+
+def test_launch_placed_before_a_move_still_lands(case):
+    n = len(case.capacities)
+    with dask.config.set({"dgvm.migration.rehome-after": 1}):
+        x, out = spread_and_gather(n)
+        owner = out.alloc.home(0)
+        try:
+            dgvm.launch(axpy, 1.0, x, x, out=out)  # out = 2 x0; x moves to out's worker
+            # placed now, with x's old homes: the workers there send results to the new ones
+            dgvm.launch(axpy, 2.0, out, out, out=x)  # x = 3 out = 6 x0
+            assert np.array_equal(dnp.asnumpy(x), 6 * np.arange(8.0 * n))
+            assert homes(x) == [owner] * n
+        finally:
+            x.free()
+            out.free()
+
+
+def test_migrate_moves_data_and_memory(case):
+    buf = dgvm.malloc(4 * MiB, chunk_bytes=MiB, placement="packed")
+    try:
+        data = np.random.default_rng(0).integers(0, 255, 4 * MiB, dtype=np.uint8)
+        buf.write(0, data)
+        src = buf.home(1)
+        dst = next(w for w in case.store_used() if w != src)
+        used = case.store_used()
+        assert buf.migrate([1, 2], dst) == [1, 2]
+        assert [dgvm.translate(buf.vaddr + k * MiB).worker for k in range(4)] == [src, dst, dst, src]
+        after = case.store_used()
+        assert after[src] == used[src] - 2 * MiB and after[dst] == used[dst] + 2 * MiB
+        assert np.array_equal(buf.read(0, 4 * MiB), data)
+        assert buf.migrate([1], dst) == []  # already there
+        assert dgvm.stats()["allocations"][buf.alloc_id]["migrated"] == 2
+        with pytest.raises(dgvm.InvalidAddress, match="no dgvm worker"):
+            buf.migrate([0], "tcp://127.0.0.1:1")
+        with pytest.raises(dgvm.InvalidAddress, match="chunks 0..3"):
+            buf.migrate([7], dst)
+    finally:
+        buf.free()
+
+
+def test_darray_migrate_by_block_over_comm(case):
+    with dask.config.set({"dgvm.transfer.same-host": False}):
+        a = np.arange(64.0).reshape(8, 8)
+        x = dnp.from_numpy(a, chunks=(4, 4), placement="packed")
+        try:
+            dst = next(w for w in case.store_used() if w != x.alloc.home(0))
+            assert x.migrate((1, 1), dst) == [3]
+            assert x.locations()[(1, 1)] == dst
+            assert np.array_equal(dnp.asnumpy(x), a)
+            assert dgvm.stats()["workers"][dst]["paths"]["comm"]["bytes"] >= 128
+            with pytest.raises(IndexError, match="outside the block grid"):
+                x.migrate((2, 0), dst)
+        finally:
+            x.free()
+
+
+def test_rebalance_evens_out_memory(case):
+    def fractions():
+        return [w.used / w.capacity for w in dgvm.workers()]
+
+    x = dnp.from_numpy(np.arange(4 * MiB, dtype=np.float64), chunks=MiB // 4, placement="packed")
+    try:
+        before = fractions()
+        moved = dgvm.rebalance()
+        after = fractions()
+        assert moved["chunks"] > 0 and moved["bytes"] == moved["chunks"] * 2 * MiB
+        assert max(after) - min(after) < max(before) - min(before)
+        assert max(after) - min(after) <= 2 * 2 * MiB / min(case.capacities) + 1e-9
+        assert np.array_equal(dnp.asnumpy(x), np.arange(4 * MiB, dtype=np.float64))
+        assert dgvm.rebalance()["chunks"] == 0  # already even
+    finally:
+        x.free()
+
+
+def test_no_room_for_a_replica_reads_chunk_by_chunk(case):
+    n = 4 * MiB // 8  # elements per chunk: 4 MiB chunks
+    workers = {w.address: w for w in dgvm.workers()}
+    small = min(workers, key=lambda a: workers[a].capacity)
+    other = next(a for a in workers if a != small)
+    x = dnp.from_numpy(np.arange(2.0 * n), chunks=n)
+    z = dnp.from_numpy(np.ones(n // 4), chunks=n // 4)  # one 1 MiB chunk
+    out = dnp.zeros(2 * n, chunks=n)
+    y = dnp.zeros(n // 4, chunks=n // 4)
+    x.migrate([0, 1], other)
+    z.migrate(0, other)
+    out.migrate([0, 1], small)
+    y.migrate(0, small)
+    free = next(w.free for w in dgvm.workers() if w.address == small)
+    filler = dgvm.malloc(free - 3 * MiB, chunk_bytes=MiB)
+    try:
+        filler.migrate(range(filler.nchunks), small)
+        dgvm.launch(axpy, 1.0, z, z, out=y)  # a 1 MiB replica of z on `small`
+        dgvm.wait(y)
+        assert dgvm.stats()["allocations"][z.alloc_id]["replicas"] == 1
+        dgvm.launch(axpy, 1.0, x, x, out=out)  # 4 MiB chunks of x do not fit there
+        assert np.array_equal(dnp.asnumpy(out), 2 * np.arange(2.0 * n))
+        s = dgvm.stats()
+        assert s["workers"][small]["evicted"] == 1 and s["workers"][small]["transient"] == 2
+        assert s["allocations"][z.alloc_id]["replicas"] == 0
+        assert s["allocations"][x.alloc_id]["replicas"] == 0
+    finally:
+        for a in (x, z, out, y, filler):
+            a.free()
