@@ -19,6 +19,7 @@ from dgvm.errors import (
     NotConnected,
     OutOfDeviceMemory,
 )
+from dgvm.kernels.blocks import blocks
 from dgvm.kernels.kernel import kernel
 from dgvm.kernels.launch import launch, wait
 from dgvm.kernels.vectorize import vectorize
@@ -44,6 +45,7 @@ __all__ = [
     "NotConnected",
     "OutOfDeviceMemory",
     "WorkerInfo",
+    "blocks",
     "connect",
     "kernel",
     "launch",

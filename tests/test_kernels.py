@@ -197,3 +197,27 @@ def test_mismatched_arrays_raise(case):
             dgvm.launch(axpy.pyfunc, 1.0, x, x, out=x)
     finally:
         free(x, y, z)
+
+
+def test_blocks_argument_and_its_errors(case):
+    a = np.arange(48.0).reshape(6, 8)
+    x = dnp.from_numpy(a, chunks=(2, 4), placement="round_robin")
+    out = dnp.zeros((6, 4), chunks=(2, 4))
+    try:
+        # out block (i, 0) gets x's block (i, 1): the right half of x
+        dgvm.launch(copy2d, dgvm.blocks(x, lambda b: (b[0], 1)), out=out)
+        assert np.array_equal(dnp.asnumpy(out), a[:, 4:])
+        with pytest.raises(TypeError, match="needs a DArray"):
+            dgvm.blocks(a, lambda b: b)
+        dgvm.launch(copy2d, dgvm.blocks(x, lambda b: (b[0],)), out=out)
+        with pytest.raises(dgvm.KernelError, match="has 1 axes; the array has 2"):
+            out.wait()
+    finally:
+        free(x, out)
+
+
+@dgvm.kernel
+def copy2d(x, out):
+    i, j = cuda.grid(2)
+    if i < out.shape[0] and j < out.shape[1]:
+        out[i, j] = x[i, j]

@@ -175,9 +175,35 @@ class Access:
             st = spec.starts(a)
             lo.append(max(0, int(st[b]) - halo))
             hi.append(min(spec.shape[a], int(st[b + 1]) + halo))
+        return self.region(spec, lo, hi, xp)
+
+    def blocks(self, spec: ArraySpec, select: tuple, xp):
+        """The blocks ``select`` of ``spec`` (per axis: a block index or a slice of them)
+        as one array: a view of the chunk for a single block, else a new array."""
+        if len(select) != len(spec.grid):
+            raise ValueError(
+                f"the block selection {select} has {len(select)} axes; the array has {len(spec.grid)}"
+            )
+        spans = []
+        for a, sel in enumerate(select):
+            n = spec.grid[a]
+            r = range(n)[sel] if isinstance(sel, slice) else range(n)[int(sel)]
+            r = r if isinstance(r, range) else range(r, r + 1)
+            if len(r) == 0 or r.step != 1:
+                raise ValueError(f"block selection {sel!r} on axis {a} (of {n} blocks) is empty or strided")
+            spans.append(r)
+        if all(len(r) == 1 for r in spans):
+            return self.chunk(spec, int(np.ravel_multi_index([r[0] for r in spans], spec.grid)))
+        lo = [int(spec.starts(a)[r[0]]) for a, r in enumerate(spans)]
+        hi = [int(spec.starts(a)[r[-1] + 1]) for a, r in enumerate(spans)]
+        return self.region(spec, lo, hi, xp)
+
+    def region(self, spec: ArraySpec, lo, hi, xp):
+        """Elements ``[lo, hi)`` (per axis) of ``spec``, gathered from the chunks that hold
+        them (local, replicas or fetched) into a new array."""
         out = xp.empty(tuple(h - l for l, h in zip(lo, hi)), dtype=spec.dtype)
         ranges = []
-        for a in range(len(block)):
+        for a in range(len(lo)):
             st = spec.starts(a)
             first = int(np.searchsorted(st, lo[a], side="right")) - 1
             last = int(np.searchsorted(st, hi[a], side="left")) - 1

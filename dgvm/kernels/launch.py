@@ -18,6 +18,7 @@ from distributed.utils import sync
 
 from dgvm.errors import DgvmError, KernelError
 from dgvm.kernels.access import Access, ArraySpec
+from dgvm.kernels.blocks import Blocks
 from dgvm.kernels.kernel import Kernel, launch_config
 
 
@@ -27,13 +28,26 @@ def _is_array(a) -> bool:
     return isinstance(a, DArray)
 
 
+def _spec(a):
+    """How a launch argument travels to the task: an array, chosen blocks, or a scalar."""
+    if _is_array(a):
+        return ("array", ArraySpec.of(a))
+    if isinstance(a, Blocks):
+        return ("blocks", (ArraySpec.of(a.array), a.select))
+    return ("scalar", a)
+
+
+def _inputs(args) -> list:
+    return [a.array if isinstance(a, Blocks) else a for a in args if _is_array(a) or isinstance(a, Blocks)]
+
+
 def _check_args(args, out):
     for k, a in enumerate(args):
         if _is_array(a) and (a.shape != out.shape or a.chunks != out.chunks):
             raise ValueError(
                 f"argument {k} has shape {a.shape} and chunks {a.chunks}; the output has "
                 f"shape {out.shape} and chunks {out.chunks}: DArray arguments of a launch "
-                "must match the output (rechunk or use halo=)"
+                "must match the output (rechunk, or use halo= or dgvm.blocks)"
             )
 
 
@@ -42,8 +56,9 @@ def launch(kernel, *args, out, halo: int = 0, pass_origin: bool = False,
     """Run ``kernel`` once per chunk of ``out`` where that chunk lives.
 
     Each DArray argument arrives as its chunk with the output chunk's index (extended by
-    up to ``halo`` cells from its neighbours); scalars pass through; ``out`` is the last
-    argument. With ``pass_origin=True`` the kernel's first argument is the output chunk's
+    up to ``halo`` cells from its neighbours); a ``dgvm.blocks(x, select)`` argument
+    arrives as the blocks ``select(out_block)`` of ``x``; scalars pass through; ``out`` is
+    the last argument. With ``pass_origin=True`` the kernel's first argument is the output chunk's
     global start index (a tuple). The launch configuration gives one thread per element
     of the output chunk; ``threads_per_block`` overrides the block shape.
     """
@@ -54,9 +69,9 @@ def launch(kernel, *args, out, halo: int = 0, pass_origin: bool = False,
     if halo < 0:
         raise ValueError(f"halo must be >= 0, got {halo}")
     _check_args(args, out)
-    specs = [("array", ArraySpec.of(a)) if _is_array(a) else ("scalar", a) for a in args]
+    specs = [_spec(a) for a in args]
     dispatch(
-        _launch_here, out, [a for a in args if _is_array(a)], f"launch-{kernel.name}",
+        _launch_here, out, _inputs(args), f"launch-{kernel.name}",
         kernel, ArraySpec.of(out), specs, halo, pass_origin, threads_per_block,
     )
 
@@ -126,6 +141,10 @@ def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices,
                 for kind, v in specs:
                     if kind == "scalar":
                         args.append(v)
+                    elif kind == "blocks":
+                        spec, select = v
+                        sel = select(block)
+                        args.append(access.blocks(spec, sel if isinstance(sel, tuple) else (sel,), xp))
                     elif halo:
                         args.append(access.with_halo(v, block, halo, xp))
                     else:

@@ -2,28 +2,35 @@
 
 from __future__ import annotations
 
+import mmap
+import os
+
+import _posixshmem
 import numpy as np
-from multiprocessing import shared_memory
 
 from dgvm.transfer.base import TransferPath
 
-_open: dict[str, shared_memory.SharedMemory] = {}  # arenas of peers, mapped once
+_open: dict[str, np.ndarray] = {}  # arenas of peers, mapped once
 
 
 def _peer_arena(name: str) -> np.ndarray:
     from dgvm.backends.cpu import own_arenas
 
-    shm = own_arenas.get(name) or _open.get(name)
-    if shm is None:
-        try:  # Python >= 3.13: mapping a peer's arena must not register it for cleanup
-            shm = shared_memory.SharedMemory(name=name, track=False)
-        except TypeError:
-            shm = shared_memory.SharedMemory(name=name)
-            from multiprocessing import resource_tracker
-
-            resource_tracker.unregister(shm._name, "shared_memory")
-        _open[name] = shm
-    return np.ndarray((shm.size,), dtype=np.uint8, buffer=shm.buf)
+    own = own_arenas.get(name)
+    if own is not None:
+        return np.ndarray((own.size,), dtype=np.uint8, buffer=own.buf)
+    arena = _open.get(name)
+    if arena is None:
+        # Mapped by hand rather than with SharedMemory: before Python 3.13 that would
+        # register the peer's arena with the resource tracker the workers share, and
+        # unregistering it again would drop the owner's registration too.
+        fd = _posixshmem.shm_open("/" + name.lstrip("/"), os.O_RDWR, mode=0o600)
+        try:
+            m = mmap.mmap(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+        arena = _open[name] = np.frombuffer(m, dtype=np.uint8)
+    return arena
 
 
 class SharedMemoryPath(TransferPath):
