@@ -80,12 +80,13 @@ class Allocation:
     def migrate(self, indices, worker: str) -> list[int]:
         """Move the home of chunks ``indices`` to ``worker``; returns those that moved."""
         self._check_live()
-        moved = call_scheduler(
+        answer = call_scheduler(
             "dgvm_migrate", self.client, alloc_id=self.alloc_id,
             indices=[int(i) for i in indices], worker=worker, owner=self.owner,
         )
-        self.refresh()
-        return list(moved)
+        self.stale = False
+        self._set_map(answer["map"])
+        return list(answer["moved"])
 
     @property
     def nchunks(self) -> int:

@@ -101,6 +101,11 @@ class LocalCluster(SpecCluster):
                 # Worker i sees GPU i first, as dask-cuda arranges it.
                 order = gpus[i:] + gpus[:i]
                 options["env"] = {"CUDA_VISIBLE_DEVICES": ",".join(order)}
+            elif processes:
+                # cpu kernels run parallel over Numba's threads: share the cores among
+                # the worker processes rather than oversubscribe them.
+                cores = max(1, (os.cpu_count() or 1) // n_workers)
+                options["env"] = {"NUMBA_NUM_THREADS": str(cores)}
             if not processes:
                 options.pop("silence_logs", None)
             workers[f"dgvm-{i}"] = {"cls": Nanny if processes else Worker, "options": options}

@@ -278,14 +278,16 @@ class GVATPlugin(SchedulerPlugin):
         return rec
 
     async def migrate(self, alloc_id: int, indices: list, worker: str, owner: str | None = None):
-        """Move the home of chunks ``indices`` of an allocation to ``worker``."""
+        """Move the home of chunks ``indices`` of an allocation to ``worker``; answers the
+        chunks moved and the new chunk map."""
         alloc = self.gvat.get(alloc_id, owner)
         bad = [i for i in indices if not 0 <= int(i) < alloc.nchunks]
         if bad:
             raise InvalidAddress(
                 f"allocation {alloc_id} has chunks 0..{alloc.nchunks - 1}; asked for {bad[:8]}"
             )
-        return await self.move(alloc, indices, self._live_record(worker), reason="migrate")
+        moved = await self.move(alloc, indices, self._live_record(worker), reason="migrate")
+        return {"moved": moved, "map": self.gvat.chunk_map(alloc)}
 
     async def rebalance(self, owner: str | None = None):
         """Even out device memory by moving homes of ``owner``'s chunks (all chunks when

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import warnings
 
+from dgvm.kernels.cache import compiled_once, new_key
 from dgvm.kernels.numba_compat import patch_numpy_for_numba_cuda
 
 # Default threads per block by launch dimensionality.
@@ -32,22 +33,19 @@ class Kernel:
     """A kernel written against ``numba.cuda``; compiled lazily, once per process and
     backend (Numba adds one specialization per argument signature)."""
 
-    def __init__(self, pyfunc):
+    def __init__(self, pyfunc, key: str | None = None):
         self.pyfunc = pyfunc
         self.name = pyfunc.__name__
-        self._compiled = {}
+        self.key = key or new_key(self.name)
 
     def __getstate__(self):  # ship the Python function only; workers compile their own
-        return {"pyfunc": self.pyfunc}
+        return {"pyfunc": self.pyfunc, "key": self.key}
 
     def __setstate__(self, state):
-        self.__init__(state["pyfunc"])
+        self.__init__(state["pyfunc"], state["key"])
 
     def compiled(self, backend: str):
-        fn = self._compiled.get(backend)
-        if fn is None:
-            fn = self._compiled[backend] = _COMPILERS[backend](self.pyfunc)
-        return fn
+        return compiled_once(self.key, backend, lambda: _COMPILERS[backend](self.pyfunc))
 
     def run(self, backend: str, griddim, blockdim, args) -> None:
         self.compiled(backend)(griddim, blockdim, *args)

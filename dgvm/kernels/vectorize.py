@@ -11,35 +11,34 @@ import numpy as np
 from distributed import get_worker
 
 from dgvm.kernels.access import Access, ArraySpec
+from dgvm.kernels.cache import compiled_once, new_key
 from dgvm.kernels.launch import _check_args, _is_array, dispatch, report
 from dgvm.kernels.numba_compat import patch_numpy_for_numba_cuda
 
 
 class Vectorized:
-    def __init__(self, pyfunc, signatures):
+    def __init__(self, pyfunc, signatures, key: str | None = None):
         self.pyfunc = pyfunc
         self.signatures = list(signatures)
         self.name = pyfunc.__name__
-        self._ufuncs = {}
+        self.key = key or new_key(self.name)
 
-    def __getstate__(self):
-        return {"pyfunc": self.pyfunc, "signatures": self.signatures}
+    def __getstate__(self):  # ship the Python function only; workers compile their own
+        return {"pyfunc": self.pyfunc, "signatures": self.signatures, "key": self.key}
 
     def __setstate__(self, state):
-        self.__init__(state["pyfunc"], state["signatures"])
+        self.__init__(state["pyfunc"], state["signatures"], state["key"])
 
     def ufunc(self, backend: str):
-        u = self._ufuncs.get(backend)
-        if u is None:
-            import numba
+        return compiled_once(self.key, backend, lambda: self._build(backend))
 
-            if backend == "cuda":
-                patch_numpy_for_numba_cuda()
-                u = numba.vectorize(self.signatures, target="cuda")(self.pyfunc)
-            else:
-                u = numba.vectorize(self.signatures)(self.pyfunc)
-            self._ufuncs[backend] = u
-        return u
+    def _build(self, backend: str):
+        import numba
+
+        if backend == "cuda":
+            patch_numpy_for_numba_cuda()
+            return numba.vectorize(self.signatures, target="cuda")(self.pyfunc)
+        return numba.vectorize(self.signatures)(self.pyfunc)
 
     def result_dtype(self, args) -> np.dtype:
         """The output dtype of the signature NumPy's rules pick for these arguments."""

@@ -1,0 +1,155 @@
+"""How fast a chunk migrates between two workers: dgvm beside Dask's own transfer.
+
+    python benchmarks/migration.py [--backend auto|cuda|cpu] [--max-mib 1024] [--reps 5]
+
+On a local cluster of 2 workers (one per GPU on ``cuda``; 2 processes on ``cpu``), for
+chunks of 1 MiB to 1 GiB, prints in one run:
+
+- **dgvm copy**: the move's data path as the receiving worker timed it (ask the holder for
+  the chunk, allocate, copy: CUDA IPC peer copy on ``cuda``, shared memory on ``cpu``);
+- **dgvm migrate**: ``buf.migrate([0], other)`` end to end from this process: the GVAT's
+  requests to both workers, the copy, the old home freeing its copy, the client's map;
+- **Dask**: the same bytes (a CuPy or NumPy array held by one worker) moved by Dask to a
+  task on the other worker (TCP comm, or UCX where dask-cuda set it up);
+- **hardware**: the measured device-to-device copy between the two GPUs in this process
+  (``cudaMemcpyPeer``), or a host memory copy on ``cpu``.
+
+Each figure is the median of ``--reps`` moves, alternating directions. Targets (from the
+kernels-and-migration issue): on cuda, chunks of 64 MiB and more move at >= 90 % of the
+hardware figure and >= 20x Dask; on cpu, >= 10x Dask.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import time
+
+import numpy as np
+
+MiB = 2**20
+
+
+def hardware_bandwidth(backend: str, nbytes: int) -> tuple[str, float]:
+    """(what was measured, bytes/s) of the raw copy the transfer path stands on."""
+    if backend == "cuda":
+        import cupy
+
+        with cupy.cuda.Device(0):
+            src = cupy.ones(nbytes, dtype=np.uint8)
+        with cupy.cuda.Device(1):
+            dst = cupy.empty(nbytes, dtype=np.uint8)
+        best = float("inf")
+        for _ in range(5):
+            cupy.cuda.runtime.deviceSynchronize()
+            t0 = time.perf_counter()
+            cupy.cuda.runtime.memcpyPeer(dst.data.ptr, 1, src.data.ptr, 0, nbytes)
+            with cupy.cuda.Device(1):
+                cupy.cuda.runtime.deviceSynchronize()
+            best = min(best, time.perf_counter() - t0)
+        return "GPU0->GPU1 cudaMemcpyPeer", nbytes / best
+    src = np.ones(nbytes, dtype=np.uint8)
+    dst = np.empty_like(src)
+    best = min(_timed(np.copyto, dst, src) for _ in range(5))
+    return "host memcpy (np.copyto)", nbytes / best
+
+
+def _timed(fn, *args) -> float:
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
+
+
+def _make(nbytes: int, backend: str):
+    if backend == "cuda":
+        import cupy
+
+        return cupy.ones(nbytes, dtype=np.uint8)
+    return np.ones(nbytes, dtype=np.uint8)
+
+
+def _size_of(a) -> int:
+    return int(a.nbytes)
+
+
+def dask_transfer(client, a: str, b: str, nbytes: int, backend: str, reps: int) -> float:
+    """Median seconds for Dask to move an array of ``nbytes`` from worker ``a`` to a task on
+    worker ``b`` (the array is made on ``a`` first, untimed)."""
+    from distributed import wait
+
+    times = []
+    for r in range(reps):
+        src, dst = (a, b) if r % 2 == 0 else (b, a)
+        fut = client.submit(_make, nbytes, backend, workers=[src], pure=False)
+        wait(fut)
+        t0 = time.perf_counter()
+        client.submit(_size_of, fut, workers=[dst], allow_other_workers=False, pure=False).result()
+        times.append(time.perf_counter() - t0)
+        del fut
+    return statistics.median(times)
+
+
+def dgvm_migrate(buf, a: str, b: str, reps: int) -> tuple[float, float]:
+    """Median seconds of ``buf.migrate`` end to end, and of the data path as the receiving
+    worker timed it."""
+    import dgvm
+
+    ends, copies = [], []
+    for r in range(reps):
+        dst = b if buf.home(0) == a else a
+        before = dgvm.stats()["workers"][dst]["paths"]
+        t0 = time.perf_counter()
+        assert buf.migrate([0], dst) == [0]
+        ends.append(time.perf_counter() - t0)
+        after = dgvm.stats()["workers"][dst]["paths"]
+        copies.append(sum(p["seconds"] for p in after.values()) - sum(p["seconds"] for p in before.values()))
+    return statistics.median(ends), statistics.median(copies)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--max-mib", type=int, default=1024)
+    p.add_argument("--reps", type=int, default=5)
+    args = p.parse_args(argv)
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+
+    import dgvm
+    from dgvm import backends
+
+    backend = backends.resolve(args.backend)
+    sizes = [s for s in (1, 4, 16, 64, 256, 1024) if s <= args.max_mib]
+    memory = f"{3 * max(sizes) + 256}MiB"
+    client = dgvm.connect(n_workers=2, backend=backend, device_memory=memory, dashboard_address=None)
+    try:
+        a, b = sorted(w.address for w in dgvm.workers())
+        devices = ", ".join(f"{w.device} {w.name}" for w in dgvm.workers())
+        hw_what, hw = hardware_bandwidth(backend, max(sizes) * MiB)
+        print(f"backend {backend}: workers {devices}")
+        print(f"hardware: {hw_what} = {hw / 1e9:.1f} GB/s")
+        print(f"{'chunk':>9} {'dgvm copy':>12} {'dgvm migrate':>13} {'Dask':>11} "
+              f"{'copy/Dask':>10} {'migrate/Dask':>13} {'copy/hw':>8} {'migrate/hw':>11}")
+        for s in sizes:
+            n = s * MiB
+            buf = dgvm.malloc(n, chunk_bytes=n)
+            try:
+                if buf.home(0) != a:
+                    buf.migrate([0], a)
+                end, copy = dgvm_migrate(buf, a, b, args.reps)
+            finally:
+                buf.free()
+            dask_s = dask_transfer(client, a, b, n, backend, args.reps)
+            rate = lambda t: n / t / 1e6  # noqa: E731  (MB/s)
+            print(
+                f"{s:>5} MiB {rate(copy):>9.0f} MB/s {rate(end):>8.0f} MB/s {rate(dask_s):>6.0f} MB/s "
+                f"{dask_s / copy:>9.1f}x {dask_s / end:>12.1f}x {n / copy / hw:>7.0%} {n / end / hw:>10.0%}",
+                flush=True,
+            )
+    finally:
+        client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
