@@ -5,9 +5,11 @@
 On a local cluster of 2 workers (one per GPU on ``cuda``; 2 processes on ``cpu``), for
 chunks of 1 MiB to 1 GiB, prints in one run:
 
-- **dgvm copy**: the move's data path as the receiving worker timed it (ask the holder for
-  the chunk, allocate, copy: CUDA IPC peer copy on ``cuda``, shared memory on ``cpu``);
-- **dgvm migrate**: ``buf.migrate([0], other)`` end to end from this process: the GVAT's
+- **link** (dgvm): the copy itself as the receiving worker timed it (CUDA IPC peer copy,
+  device to device, on ``cuda``; from the holder's shared memory on ``cpu``);
+- **fetch** (dgvm): the receiving worker's whole fetch: ask the holder for the chunk (one
+  request), allocate, open the IPC handle or arena, copy;
+- **migrate** (dgvm): ``buf.migrate([0], other)`` end to end from this process: the GVAT's
   requests to both workers, the copy, the old home freeing its copy, the client's map;
 - **Dask**: the same bytes (a CuPy or NumPy array held by one worker) moved by Dask to a
   task on the other worker (TCP comm, or UCX where dask-cuda set it up);
@@ -36,12 +38,20 @@ def hardware_bandwidth(backend: str, nbytes: int) -> tuple[str, float]:
     if backend == "cuda":
         import cupy
 
+        rt = cupy.cuda.runtime
+        for here, peer in ((0, 1), (1, 0)):  # as the workers' CUDA IPC copies have it
+            with cupy.cuda.Device(here):
+                if rt.deviceCanAccessPeer(here, peer):
+                    try:
+                        rt.deviceEnablePeerAccess(peer)
+                    except cupy.cuda.runtime.CUDARuntimeError:
+                        pass  # already enabled
         with cupy.cuda.Device(0):
             src = cupy.ones(nbytes, dtype=np.uint8)
         with cupy.cuda.Device(1):
             dst = cupy.empty(nbytes, dtype=np.uint8)
         best = float("inf")
-        for _ in range(5):
+        for _ in range(6):  # the first one warms up
             cupy.cuda.runtime.deviceSynchronize()
             t0 = time.perf_counter()
             cupy.cuda.runtime.memcpyPeer(dst.data.ptr, 1, src.data.ptr, 0, nbytes)
@@ -90,21 +100,26 @@ def dask_transfer(client, a: str, b: str, nbytes: int, backend: str, reps: int) 
     return statistics.median(times)
 
 
-def dgvm_migrate(buf, a: str, b: str, reps: int) -> tuple[float, float]:
-    """Median seconds of ``buf.migrate`` end to end, and of the data path as the receiving
-    worker timed it."""
+def dgvm_migrate(buf, a: str, b: str, reps: int) -> tuple[float, float, float]:
+    """Median seconds of the copy, of the receiving worker's fetch, and of ``buf.migrate``
+    end to end."""
     import dgvm
 
-    ends, copies = [], []
+    def totals(dst):
+        paths = dgvm.stats()["workers"][dst]["paths"].values()
+        return sum(p["copy_seconds"] for p in paths), sum(p["seconds"] for p in paths)
+
+    copies, fetches, ends = [], [], []
     for r in range(reps):
         dst = b if buf.home(0) == a else a
-        before = dgvm.stats()["workers"][dst]["paths"]
+        c0, f0 = totals(dst)
         t0 = time.perf_counter()
         assert buf.migrate([0], dst) == [0]
         ends.append(time.perf_counter() - t0)
-        after = dgvm.stats()["workers"][dst]["paths"]
-        copies.append(sum(p["seconds"] for p in after.values()) - sum(p["seconds"] for p in before.values()))
-    return statistics.median(ends), statistics.median(copies)
+        c1, f1 = totals(dst)
+        copies.append(c1 - c0)
+        fetches.append(f1 - f0)
+    return statistics.median(copies), statistics.median(fetches), statistics.median(ends)
 
 
 def main(argv=None) -> int:
@@ -128,22 +143,24 @@ def main(argv=None) -> int:
         hw_what, hw = hardware_bandwidth(backend, max(sizes) * MiB)
         print(f"backend {backend}: workers {devices}")
         print(f"hardware: {hw_what} = {hw / 1e9:.1f} GB/s")
-        print(f"{'chunk':>9} {'dgvm copy':>12} {'dgvm migrate':>13} {'Dask':>11} "
-              f"{'copy/Dask':>10} {'migrate/Dask':>13} {'copy/hw':>8} {'migrate/hw':>11}")
+        cols = ("link", "fetch", "migrate", "Dask")
+        print(f"{'chunk':>9}" + "".join(f"{c:>13}" for c in cols) + "   (MB/s)"
+              + "".join(f"{c + '/hw':>12}" for c in cols[:3])
+              + "".join(f"{c + '/Dask':>14}" for c in cols[:3]))
         for s in sizes:
             n = s * MiB
             buf = dgvm.malloc(n, chunk_bytes=n)
             try:
                 if buf.home(0) != a:
                     buf.migrate([0], a)
-                end, copy = dgvm_migrate(buf, a, b, args.reps)
+                times = dgvm_migrate(buf, a, b, args.reps)
             finally:
                 buf.free()
             dask_s = dask_transfer(client, a, b, n, backend, args.reps)
-            rate = lambda t: n / t / 1e6  # noqa: E731  (MB/s)
             print(
-                f"{s:>5} MiB {rate(copy):>9.0f} MB/s {rate(end):>8.0f} MB/s {rate(dask_s):>6.0f} MB/s "
-                f"{dask_s / copy:>9.1f}x {dask_s / end:>12.1f}x {n / copy / hw:>7.0%} {n / end / hw:>10.0%}",
+                f"{s:>5} MiB" + "".join(f"{n / t / 1e6:>13.0f}" for t in (*times, dask_s)) + " " * 9
+                + "".join(f"{n / t / hw:>12.0%}" for t in times)
+                + "".join(f"{dask_s / t:>13.1f}x" for t in times),
                 flush=True,
             )
     finally:

@@ -253,16 +253,19 @@ class StoreStats:
     rehomes: int = 0  # chunks whose home moved here
     evicted: int = 0  # replicas dropped to make room
     transient: int = 0  # chunks read remotely without keeping a replica (no room)
-    paths: dict = None  # path -> {"count", "bytes", "seconds"}
+    paths: dict = None  # path -> {"count", "bytes", "seconds", "copy_seconds"}
 
     def __post_init__(self):
         self.paths = {}
 
-    def moved(self, path: str, nbytes: int, seconds: float) -> None:
-        p = self.paths.setdefault(path, {"count": 0, "bytes": 0, "seconds": 0.0})
+    def moved(self, path: str, nbytes: int, seconds: float, copy_seconds: float) -> None:
+        """A chunk came in by ``path``: ``seconds`` from asking its holder to having it,
+        ``copy_seconds`` of that in the copy itself (the link's share)."""
+        p = self.paths.setdefault(path, {"count": 0, "bytes": 0, "seconds": 0.0, "copy_seconds": 0.0})
         p["count"] += 1
         p["bytes"] += nbytes
         p["seconds"] += seconds
+        p["copy_seconds"] += copy_seconds
 
     def to_dict(self) -> dict:
         return {

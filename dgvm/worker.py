@@ -142,9 +142,9 @@ class ChunkStorePlugin(WorkerPlugin):
                     if desc.get("moved"):
                         continue  # moved meanwhile: the GVAT keeps the chunk where it is
                     t0 = time.perf_counter()
-                    handle = await self._run(transfer.PATHS[path].fetch, desc, store.backend)
+                    handle, copy_s = await self._run(transfer.PATHS[path].fetch, desc, store.backend)
                     fetched[c["index"]] = (handle, desc["nbytes"], c["version"])
-                    store.stats.moved(path, desc["nbytes"], time.perf_counter() - t0)
+                    store.stats.moved(path, desc["nbytes"], time.perf_counter() - t0, copy_s)
         except MemoryError as e:
             for handle, n, _ in fetched.values():
                 store.backend.release(handle, n)

@@ -120,14 +120,14 @@ class Access:
             raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while fetched")
         n = desc["nbytes"]
         try:
-            handle = self._fetch_replica(path, desc)
+            handle, copy_s = self._fetch_replica(path, desc)
         except MemoryError:
-            self._fetch_transient(alloc_id, index, path, desc)
-            self.store.stats.moved(path.name, n, time.perf_counter() - t0)
+            copy_s = self._fetch_transient(alloc_id, index, path, desc)
+            self.store.stats.moved(path.name, n, time.perf_counter() - t0, copy_s)
             return
         seconds = time.perf_counter() - t0
         self.store.add_replica(alloc_id, index, handle, n, where["version"])
-        self.store.stats.moved(path.name, n, seconds)
+        self.store.stats.moved(path.name, n, seconds, copy_s)
         kept = sync(
             w.loop, w.scheduler.dgvm_replica_added, alloc_id=alloc_id, index=index,
             worker=w.address, nbytes=n, path=path.name, seconds=seconds,
@@ -152,12 +152,12 @@ class Access:
              dropped={str(a): v for a, v in dropped.items()})
         return path.fetch(desc, store.backend)
 
-    def _fetch_transient(self, alloc_id, index, path, desc) -> None:
+    def _fetch_transient(self, alloc_id, index, path, desc) -> float:
         """Read the chunk for the current output chunk only, keeping no replica."""
         backend = self.store.backend
         try:
             dst = backend.xp.empty(desc["nbytes"], dtype=np.uint8)
-            path.fetch_into(desc, dst)
+            copy_s = path.fetch_into(desc, dst)
         except MemoryError as e:  # also CuPy's OutOfMemoryError
             raise OutOfDeviceMemory(
                 f"no room on {self.worker.address} for chunk {index} of allocation {alloc_id} "
@@ -166,6 +166,7 @@ class Access:
             ) from None
         self.transient[(alloc_id, index)] = dst
         self.store.stats.transient += 1
+        return copy_s
 
     def with_halo(self, spec: ArraySpec, block: tuple, halo: int, xp):
         """Block ``block`` of ``spec`` extended by up to ``halo`` cells on every side from

@@ -27,19 +27,20 @@ class TransferPath(abc.ABC):
         """On the holder: what the receiver needs to copy chunk ``index``."""
 
     @abc.abstractmethod
-    def fetch_into(self, desc: dict, dst) -> None:
+    def fetch_into(self, desc: dict, dst) -> float:
         """On the receiver: copy the chunk into ``dst``, a 1-D uint8 array of the
-        receiver's backend (NumPy or CuPy) of ``desc["nbytes"]``."""
+        receiver's backend (NumPy or CuPy) of ``desc["nbytes"]``. Returns the seconds the
+        copy itself took (without setting it up), for the link figures in the stats."""
 
-    def fetch(self, desc: dict, backend) -> Any:
-        """On the receiver: a new buffer handle of ``backend`` holding the chunk's bytes
-        (MemoryError when it does not fit)."""
+    def fetch(self, desc: dict, backend) -> tuple[Any, float]:
+        """On the receiver: (a new buffer handle of ``backend`` holding the chunk's bytes,
+        seconds of the copy); MemoryError when it does not fit."""
         n = desc["nbytes"]
         handle = backend.allocate(n, zero=False)
         try:
-            self.fetch_into(desc, backend.view(handle, n))
+            seconds = self.fetch_into(desc, backend.view(handle, n))
             backend.synchronize()
         except BaseException:
             backend.release(handle, n)
             raise
-        return handle
+        return handle, seconds
