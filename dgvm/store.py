@@ -137,33 +137,30 @@ class ChunkStore:
         self.stats.rehomes += 1
         return True
 
-    @_locked
-    def release(self, alloc_id: int, indices) -> int:
-        """Give up home chunks that moved elsewhere; return the bytes freed."""
-        held = self._allocs.get(alloc_id, {})
+    def _drop(self, table: dict, alloc_id: int, indices) -> int:
+        """Free chunks ``indices`` of ``alloc_id`` held in ``table`` (homes or replicas)."""
+        held = table.get(alloc_id, {})
         freed = 0
         for i in indices:
             c = held.pop(i, None)
             if c is not None:
                 self.backend.release(c.handle, c.nbytes)
                 freed += c.nbytes
-        if alloc_id in self._allocs and not held:
-            del self._allocs[alloc_id]
+        if alloc_id in table and not held:
+            del table[alloc_id]
+        return freed
+
+    @_locked
+    def release(self, alloc_id: int, indices) -> int:
+        """Give up home chunks that moved elsewhere; return the bytes freed."""
+        freed = self._drop(self._allocs, alloc_id, indices)
+        if alloc_id not in self._allocs:
             self._owners.pop(alloc_id, None)
         return freed
 
     @_locked
     def drop_replicas(self, alloc_id: int, indices) -> int:
-        held = self._replicas.get(alloc_id, {})
-        freed = 0
-        for i in indices:
-            c = held.pop(i, None)
-            if c is not None:
-                self.backend.release(c.handle, c.nbytes)
-                freed += c.nbytes
-        if not held:
-            self._replicas.pop(alloc_id, None)
-        return freed
+        return self._drop(self._replicas, alloc_id, indices)
 
     def replicas(self, alloc_id: int) -> list[int]:
         return sorted(self._replicas.get(alloc_id, {}))
