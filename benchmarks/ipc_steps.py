@@ -1,3 +1,13 @@
+"""Where a CUDA IPC chunk move spends its time, step by step (needs 2 GPUs).
+
+    python benchmarks/ipc_steps.py
+
+A holder process makes 4 allocations on GPU 0 and exports their IPC handles; this process,
+on GPU 1, times for each: cudaMalloc of the destination, cudaIpcOpenMemHandle, the first
+and second device-to-device copy, an async copy on its own stream, and the handle's close.
+These are the steps of dgvm's ``cuda_ipc`` fetch, without dgvm's requests around them.
+"""
+
 import multiprocessing as mp, time
 def holder(q, r, n):
     import cupy
