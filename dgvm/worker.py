@@ -64,6 +64,10 @@ class ChunkStorePlugin(WorkerPlugin):
         self.store = ChunkStore(backend, worker.address)
         self.profile = backend.profile(config.get_bytes("profile-bytes"), host=worker.ip)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="dgvm-store")
+        # Exports take no store lock and must never queue behind an operation that waits
+        # for one: a task holding this store's lock may be waiting on a peer whose own task
+        # waits for an export from here.
+        self._export_executor = ThreadPoolExecutor(2, thread_name_prefix="dgvm-export")
         self.worker = worker
         worker.handlers.update(self.handlers())
         worker.metrics["dgvm"] = lambda w: self.metrics()
@@ -77,6 +81,7 @@ class ChunkStorePlugin(WorkerPlugin):
         worker.extensions.pop("dgvm", None)
         if self.store is not None:
             self._executor.shutdown(wait=True)
+            self._export_executor.shutdown(wait=True)
             self.store.close()
             self.store = None
 
@@ -109,11 +114,11 @@ class ChunkStorePlugin(WorkerPlugin):
         return [to_serialize(a) for a in arrays]
 
     async def export(self, alloc_id: int, indices: list, path: str):
-        return await self._run(self._export, alloc_id, indices, path)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._export_executor, self._export, alloc_id, indices, path)
 
     def _export(self, alloc_id, indices, path):
-        # No store lock: a task holding it may be waiting for this very export (its
-        # kernel reads a chunk homed here). Launch ordering keeps writers off the chunk.
+        # No store lock (see setup); launch ordering keeps writers off an exported chunk.
         p = transfer.PATHS[path]
         return [
             p.export(self.store, alloc_id, i) if self.store.is_home(alloc_id, i)
