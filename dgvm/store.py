@@ -118,6 +118,7 @@ class ChunkStore:
                 break
             self.drop_replicas(a, [i])
             dropped.setdefault(a, []).append(i)
+            self.stats.evicted += 1
         return dropped
 
     # -- homes moving (migration, re-homing, rebalancing) ---------------------------------

@@ -142,17 +142,22 @@ class ChunkStorePlugin(WorkerPlugin):
         fetched: dict[int, tuple] = {}
         try:
             for (home, path), group in need.items():
+                t0 = time.perf_counter()  # the first chunk's time includes the request
                 descs = await request_exports(self.worker, home, alloc_id, [c["index"] for c in group], path)
                 for c, desc in zip(group, descs):
                     if desc.get("moved"):
                         continue  # moved meanwhile: the GVAT keeps the chunk where it is
-                    t0 = time.perf_counter()
                     handle, copy_s = await self._run(transfer.PATHS[path].fetch, desc, store.backend)
                     fetched[c["index"]] = (handle, desc["nbytes"], c["version"])
-                    store.stats.moved(path, desc["nbytes"], time.perf_counter() - t0, copy_s)
-        except MemoryError as e:
+                    now = time.perf_counter()
+                    store.stats.moved(path, desc["nbytes"], now - t0, copy_s)
+                    t0 = now
+        except BaseException as e:
+            # Nothing half-made: what was fetched goes back before the error is answered.
             for handle, n, _ in fetched.values():
                 store.backend.release(handle, n)
+            if not isinstance(e, MemoryError):
+                raise
             return {"oom": f"no room on {self.worker.address} for the chunks of allocation "
                            f"{alloc_id} to move there: {e}"}
         moved, versions = [], []

@@ -34,6 +34,14 @@ def hypot2(a, b):
     return a * a + b * b
 
 
+def spread_and_gather(size, chunks):
+    """x = arange(size) spread over the workers; out, zeros, all on one worker (so that a
+    launch writing out reads x's chunks homed elsewhere remotely)."""
+    x = dnp.from_numpy(np.arange(float(size)), chunks=chunks, placement="round_robin")
+    out = dnp.zeros(size, chunks=chunks, placement="packed")
+    return x, out
+
+
 def free(*arrays):
     for a in arrays:
         a.free()
@@ -76,8 +84,7 @@ def test_hits_and_misses_are_exact(case):
 
 
 def test_write_bumps_version_and_drops_replicas(case):
-    x = dnp.from_numpy(np.arange(16.0), chunks=4, placement="round_robin")
-    out = dnp.zeros(16, chunks=4, placement="packed")
+    x, out = spread_and_gather(16, 4)
     try:
         dgvm.launch(axpy, 1.0, x, x, out=out)
         dgvm.wait(out)
@@ -95,8 +102,7 @@ def test_write_bumps_version_and_drops_replicas(case):
 
 def test_comm_path_when_same_host_paths_are_off(case):
     with dask.config.set({"dgvm.transfer.same-host": False}):
-        x = dnp.from_numpy(np.arange(64.0), chunks=16, placement="round_robin")
-        out = dnp.zeros(64, chunks=16, placement="packed")
+        x, out = spread_and_gather(64, 16)
         try:
             dgvm.launch(axpy, 3.0, x, x, out=out)
             assert np.allclose(dnp.asnumpy(out), 4 * np.arange(64.0))
@@ -107,8 +113,7 @@ def test_comm_path_when_same_host_paths_are_off(case):
 
 
 def test_same_host_path_is_used(case):
-    x = dnp.from_numpy(np.arange(64.0), chunks=16, placement="round_robin")
-    out = dnp.zeros(64, chunks=16, placement="packed")
+    x, out = spread_and_gather(64, 16)
     try:
         dgvm.launch(axpy, 1.0, x, x, out=out)
         dgvm.wait(out)

@@ -4,19 +4,13 @@ placed before a move, and reads that find no room for a replica."""
 import dask
 import numpy as np
 import pytest
-from numba import cuda
 
 import dgvm
 import dgvm.array as dnp
 
+from test_kernels import axpy, spread_and_gather
+
 MiB = 2**20
-
-
-@dgvm.kernel
-def axpy(a, x, y, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        out[i] = a * x[i] + y[i]
 
 
 def homes(x) -> list[str]:
@@ -24,16 +18,9 @@ def homes(x) -> list[str]:
     return [loc.worker for loc in dgvm.translate_many([c.vaddr for c in x.chunk_info()])]
 
 
-def spread_and_gather(n):
-    """x spread over the workers, out all on one worker (which reads x remotely)."""
-    x = dnp.from_numpy(np.arange(8.0 * n), chunks=8, placement="round_robin")
-    out = dnp.zeros(8 * n, chunks=8, placement="packed")
-    return x, out
-
-
 def test_rehome_after_remote_reads(case):
     n = len(case.capacities)
-    x, out = spread_and_gather(n)
+    x, out = spread_and_gather(8 * n, 8)
     try:
         owner = out.alloc.home(0)
         remote = [k for k, w in enumerate(homes(x)) if w != owner]
@@ -64,7 +51,7 @@ def test_rehome_after_remote_reads(case):
 
 def test_home_use_resets_the_count(case):
     n = len(case.capacities)
-    x, out = spread_and_gather(n)
+    x, out = spread_and_gather(8 * n, 8)
     try:
         before = homes(x)
         for _ in range(2):
@@ -87,7 +74,7 @@ def test_home_use_resets_the_count(case):
 def test_launch_placed_before_a_move_still_lands(case):
     n = len(case.capacities)
     with dask.config.set({"dgvm.migration.rehome-after": 1}):
-        x, out = spread_and_gather(n)
+        x, out = spread_and_gather(8 * n, 8)
         owner = out.alloc.home(0)
         try:
             dgvm.launch(axpy, 1.0, x, x, out=out)  # out = 2 x0; x moves to out's worker
@@ -186,3 +173,22 @@ def test_no_room_for_a_replica_reads_chunk_by_chunk(case):
     finally:
         for a in (x, z, out, y, filler):
             a.free()
+
+
+def test_migrate_without_room_raises_and_changes_nothing(case):
+    workers = {w.address: w for w in dgvm.workers()}
+    small = min(workers, key=lambda a: workers[a].capacity)
+    n = workers[small].free + MiB  # one chunk larger than the small worker's free memory
+    buf = dgvm.malloc(n, chunk_bytes=n)
+    try:
+        home = buf.home(0)
+        assert home != small
+        buf.write(n - 4, b"tail")
+        used = case.store_used()
+        with pytest.raises(dgvm.OutOfDeviceMemory, match=f"no room on {small}"):
+            buf.migrate([0], small)
+        assert dgvm.translate(buf.vaddr).worker == home
+        assert case.store_used() == used
+        assert bytes(buf.read(n - 4, 4)) == b"tail"
+    finally:
+        buf.free()

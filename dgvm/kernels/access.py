@@ -9,6 +9,7 @@ chunk is read for the current output chunk only (a transient read).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -60,10 +61,14 @@ class Access:
     # (alloc id, index) of the chunks the current output chunk uses: never evicted for it
     current: set = field(default_factory=set)
 
-    def begin_chunk(self) -> None:
-        """A new output chunk: drop the transient reads of the previous one."""
+    @contextlib.contextmanager
+    def output_chunk(self):
+        """Scope of one output chunk: the store is locked (a kernel, a copy and a free of
+        this device's memory never overlap) and its transient reads end with it."""
         self.transient.clear()
         self.current.clear()
+        with self.store.lock:
+            yield
 
     def _count(self, alloc_id: int) -> dict:
         r = self.reads.get(alloc_id)
@@ -92,13 +97,14 @@ class Access:
             count["remote"].add(index)
         if held is not None:
             held.last_use = time.monotonic()
-            raw = store.view(spec.alloc_id, index)
+            raw = store.backend.view(held.handle, held.nbytes)
         else:
             raw = self.transient[key]
         block = np.unravel_index(index, spec.grid) if spec.grid else ()
         return raw.view(spec.dtype).reshape(spec.block_shape(tuple(int(b) for b in block)))
 
-    def _locate(self, alloc_id: int, index: int) -> dict:
+    def locate(self, alloc_id: int, index: int) -> dict:
+        """The GVAT's answer for a chunk this worker needs: its home, path, version."""
         w = self.worker
         where = sync(w.loop, w.scheduler.dgvm_locate, alloc_id=alloc_id, index=index, worker=w.address)
         if "lost" in where:
@@ -110,7 +116,7 @@ class Access:
         with no room even after evicting unused replicas, as a transient read."""
         w = self.worker
         for _ in range(8):  # the home may move between locate and export: ask again
-            where = self._locate(alloc_id, index)
+            where = self.locate(alloc_id, index)
             path = PATHS[where["path"]]
             t0 = time.perf_counter()
             desc, = sync(w.loop, request_exports, w, where["home"], alloc_id, [index], path.name)
@@ -146,7 +152,6 @@ class Access:
         dropped = store.evict(desc["nbytes"], keep=self.current)
         if not dropped:
             raise MemoryError
-        store.stats.evicted += sum(len(v) for v in dropped.values())
         w = self.worker
         sync(w.loop, w.scheduler.dgvm_replicas_dropped, worker=w.address,
              dropped={str(a): v for a, v in dropped.items()})

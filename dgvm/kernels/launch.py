@@ -104,7 +104,7 @@ def report(worker, out: ArraySpec, indices, access: Access, forwarded=()) -> Non
     chunks read here often enough. ``forwarded``: (index, device array) of output chunks
     whose home moved away after the launch was placed; their results go to the home."""
     for k, result in forwarded:
-        where = access._locate(out.alloc_id, k)
+        where = access.locate(out.alloc_id, k)
         data = to_serialize(access.store.backend.to_host(result))
         # The home's write handler bumps the version and drops replicas itself.
         sync(worker.loop, worker.rpc(where["home"]).dgvm_write, alloc_id=out.alloc_id,
@@ -134,9 +134,8 @@ def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices,
     forwarded = []
     for k in indices:
         block = tuple(int(b) for b in np.unravel_index(k, out.grid))
-        access.begin_chunk()
         try:
-            with store.lock:
+            with access.output_chunk():
                 args = []
                 for kind, v in specs:
                     if kind == "scalar":

@@ -12,7 +12,7 @@ from distributed import get_worker
 
 from dgvm.kernels.access import Access, ArraySpec
 from dgvm.kernels.cache import compiled_once, new_key
-from dgvm.kernels.launch import _check_args, _is_array, dispatch, report
+from dgvm.kernels.launch import _check_args, _is_array, _spec, dispatch, report
 from dgvm.kernels.numba_compat import patch_numpy_for_numba_cuda
 
 
@@ -54,7 +54,7 @@ class Vectorized:
         first = arrays[0]
         _check_args(args, first)
         out = empty(first.shape, self.result_dtype(args), chunks=first.chunks, colocate=first)
-        specs = [("array", ArraySpec.of(a)) if _is_array(a) else ("scalar", a) for a in args]
+        specs = [_spec(a) for a in args]
         dispatch(_vectorize_here, out, arrays, f"vectorize-{self.name}", self, ArraySpec.of(out), specs)
         return out
 
@@ -65,7 +65,7 @@ def _vectorize_here(vec, out: ArraySpec, specs, indices, deps):
     access = Access(worker, store)
     ufunc = vec.ufunc(store.backend.name)
     for k in indices:
-        with store.lock:
+        with access.output_chunk():
             args = [access.chunk(v, k) if kind == "array" else v for kind, v in specs]
             target = access.chunk(out, k)
             target[...] = ufunc(*args)
