@@ -1,4 +1,4 @@
-"""The ``dgvm`` command: ``dgvm demo`` and ``dgvm info [ADDRESS]``."""
+"""The ``dgvm`` command: ``dgvm demo``, ``dgvm info [ADDRESS]`` and ``dgvm config``."""
 
 from __future__ import annotations
 
@@ -88,6 +88,45 @@ def info(address, chunks):
             if chunks:
                 click.echo(f"\nallocation {a.alloc_id}:")
                 print_chunk_homes(a.chunks)
+
+
+def _schema_keys(sub: dict, prefix: str = ""):
+    """Every option's dotted key, in the schema's order."""
+    for k, v in sub.get("properties", {}).items():
+        if v.get("type") == "object":
+            yield from _schema_keys(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}"
+
+
+def _show(key: str, value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if key.startswith("address-space.") and isinstance(value, int):
+        return f"{value:#x}"
+    return str(value)
+
+
+@main.command("config")
+def show_config():
+    """Check this process's dgvm configuration against the schema and print it (key,
+    value, environment variable). Exits 1 with the reasons when a value is not allowed."""
+    from dgvm.errors import ConfigError
+
+    try:
+        section = config.validate()
+    except ConfigError as e:
+        click.echo(str(e), err=True)
+        sys.exit(1)
+    rows = []
+    for key in _schema_keys(config.schema()["properties"]["dgvm"]):
+        value = section
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        rows.append([f"dgvm.{key}", _show(key, value), config.env_var(key)])
+    print_table(rows, ["key", "value", "environment variable"])
 
 
 @main.command()

@@ -59,6 +59,7 @@ class LocalCluster(SpecCluster):
         silence_logs=True,
         **worker_kwargs,
     ):
+        config.validate({"backend": backend}, source="LocalCluster({key}=...)")
         self.backend = backends.resolve(backend or config.get("backend"))
         gpus = _visible_gpus() if self.backend == "cuda" else []
         if n_workers is None:

@@ -23,6 +23,12 @@ class InvalidAddress(ValueError, DgvmError):
     """
 
 
+class ConfigError(ValueError, DgvmError):
+    """A ``dgvm.*`` configuration value (``dask.config``, a YAML file or a ``DASK_DGVM__…``
+    environment variable) that the schema does not allow; the message names the key, the
+    value, where it came from and what is allowed."""
+
+
 class NotConnected(RuntimeError, DgvmError):
     """No Dask client is connected to a cluster with the dgvm plugins."""
 

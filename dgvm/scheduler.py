@@ -356,4 +356,5 @@ class GVATPlugin(SchedulerPlugin):
 
 def dask_setup(scheduler):
     """Preload entry point: ``dask scheduler --preload dgvm.scheduler``."""
+    config.validate()
     scheduler.add_plugin(GVATPlugin(), name=PLUGIN_NAME)

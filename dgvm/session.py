@@ -11,6 +11,7 @@ import time
 
 from distributed import Client, default_client
 
+from dgvm import config
 from dgvm.errors import DgvmError, NotConnected
 
 
@@ -22,6 +23,7 @@ def connect(address=None, **cluster_kwargs) -> Client:
     - ``connect("tcp://host:8786")`` attaches to a running scheduler. If it was started
       without the dgvm preloads, the plugins are installed on it and its workers now.
     """
+    config.validate()
     if address is None:
         from dgvm.cluster import LocalCluster
 

@@ -188,6 +188,10 @@ class ChunkStorePlugin(WorkerPlugin):
 @click.option("--dgvm-device-speed", default=None, type=float, help="relative speed (cpu emulation)")
 def dask_setup(worker, dgvm_backend, dgvm_device_memory, dgvm_device_speed):
     """Preload entry point: ``dask worker ADDR --preload dgvm.worker``."""
+    config.validate(
+        {"backend": dgvm_backend, "device-memory": dgvm_device_memory, "device-speed": dgvm_device_speed},
+        source="the preload option --dgvm-{key}",
+    )
     plugin = ChunkStorePlugin(dgvm_backend, dgvm_device_memory, dgvm_device_speed)
     plugin.setup(worker)
     worker.plugins[plugin.name] = plugin  # so that the worker tears it down on close
