@@ -13,6 +13,7 @@ from dgvm.cluster import LocalCluster
 from dgvm.errors import (
     AccessDenied,
     ChunkLost,
+    ConfigError,
     DgvmError,
     InvalidAddress,
     KernelError,
@@ -35,6 +36,7 @@ __all__ = [
     "AllocationInfo",
     "ChunkInfo",
     "ChunkLost",
+    "ConfigError",
     "DeviceProfile",
     "DgvmError",
     "GlobalBuffer",
