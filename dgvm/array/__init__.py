@@ -1,10 +1,29 @@
-"""``dgvm.array``: n-d arrays in global device memory (``import dgvm.array as dnp``).
+"""``dgvm.array``: a NumPy-like array namespace over global device memory.
 
-This step gives the data model (``DArray``) and creation/round-trip functions; the
-NumPy-like operations follow the Python array API standard in a later step.
+``import dgvm.array as np`` is the only change a NumPy program needs: every function of the
+Python array API standard (2023.12) is here, plus the NumPy names programs use most. Arrays
+are eager and asynchronous: each operation allocates its result in the GVAT (colocated with
+its first array input) and runs one task per worker where the chunks live.
 """
 
-from dgvm.array.creation import asnumpy, empty, from_numpy, zeros
+from dgvm.array.creation import (
+    arange, asarray, asnumpy, empty, empty_like, eye, from_dask, from_numpy, full, full_like,
+    linspace, meshgrid, ones, ones_like, to_dask, tril, triu, zeros, zeros_like,
+)
 from dgvm.array.darray import DArray
+from dgvm.array.dtypes import (
+    bool, can_cast, complex64, complex128, finfo, float32, float64, iinfo, int8, int16, int32,
+    int64, isdtype, result_type, uint8, uint16, uint32, uint64,
+)
+from dgvm.array.elementwise import FUNCTIONS as _ELEMENTWISE, astype, clip, where
+from dgvm.array.reductions import (
+    all, any, argmax, argmin, cumulative_sum, max, mean, min, prod, std, sum, var,
+)
 
-__all__ = ["DArray", "asnumpy", "empty", "from_numpy", "zeros"]
+globals().update(_ELEMENTWISE)
+
+import math as _math  # noqa: E402
+
+e, pi, inf, nan, newaxis = _math.e, _math.pi, _math.inf, _math.nan, None
+
+__array_api_version__ = "2023.12"

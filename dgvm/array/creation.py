@@ -1,13 +1,36 @@
-"""Creating DArrays and moving them to and from NumPy."""
+"""Creating DArrays, and moving them to and from NumPy and dask.array.
+
+Every array is made where it lives: a fill, a range or an identity matrix is computed on
+the workers that hold its chunks (one task per worker), never sent from the caller.
+"""
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from dgvm import chunk_grid
-from dgvm.array.darray import DArray
 from dgvm.allocation import Allocation
+from dgvm.array import blockwise
+from dgvm.array.darray import DArray
 from dgvm.buffer import placement_request
+
+
+def _client(client=None):
+    """The given client, the default one, or a new local cluster's (``dgvm.connect()``),
+    so that ``import dgvm.array as np`` is all a NumPy program needs."""
+    if client is not None:
+        return client
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:
+        from dgvm.session import connect
+
+        return connect()
 
 
 def _shape(shape) -> tuple[int, ...]:
@@ -19,21 +42,199 @@ def _shape(shape) -> tuple[int, ...]:
     return tuple(int(s) for s in shape)
 
 
-def empty(shape, dtype="float64", chunks="auto", placement=None, colocate=None, client=None) -> DArray:
+def _dtype(dtype, default=np.float64) -> np.dtype:
+    from dgvm.array.dtypes import check
+
+    return check(default if dtype is None else dtype)
+
+
+def empty(shape, dtype=None, chunks="auto", placement=None, colocate=None, client=None,
+          *, device=None) -> DArray:
     """A new array in global device memory (its memory is zero-filled on allocation)."""
     shape = _shape(shape)
-    dtype = np.dtype(dtype)
+    dtype = _dtype(dtype)
     grid = chunk_grid.normalize(chunks, shape, dtype)
     alloc = Allocation.create(
-        client, shape=list(shape), dtype=dtype.str, chunks=[list(c) for c in grid],
+        _client(client), shape=list(shape), dtype=dtype.str, chunks=[list(c) for c in grid],
         **placement_request(placement, colocate),
     )
     return DArray(alloc, shape, dtype, grid)
 
 
-def zeros(shape, dtype="float64", chunks="auto", placement=None, colocate=None, client=None) -> DArray:
+def zeros(shape, dtype=None, chunks="auto", placement=None, colocate=None, client=None,
+          *, device=None) -> DArray:
     """An array of zeros in global device memory."""
     return empty(shape, dtype, chunks, placement, colocate, client)
+
+
+@dataclass
+class _Fill:
+    value: object
+    dtype: object
+
+    def block(self, read, lo, hi, xp):
+        return xp.full([h - l for l, h in zip(lo, hi)], self.value, dtype=self.dtype)
+
+
+def full(shape, fill_value, dtype=None, chunks="auto", placement=None, colocate=None,
+         client=None, *, device=None) -> DArray:
+    """An array of ``fill_value`` (dtype from the value when not given)."""
+    if dtype is None:
+        dtype = np.asarray(fill_value).dtype
+        if dtype.kind == "i":
+            dtype = np.dtype(np.int64)
+    x = empty(shape, dtype, chunks, placement, colocate, client)
+    if fill_value != 0:
+        blockwise.run(_Fill(fill_value, x.dtype), x, [], "full")
+    return x
+
+
+def ones(shape, dtype=None, chunks="auto", placement=None, colocate=None, client=None,
+         *, device=None) -> DArray:
+    """An array of ones."""
+    return full(shape, 1, _dtype(dtype), chunks, placement, colocate, client)
+
+
+def empty_like(x, /, *, dtype=None, device=None, chunks=None) -> DArray:
+    return empty(x.shape, dtype or x.dtype, chunks or x.chunks, colocate=x if chunks is None else None)
+
+
+def zeros_like(x, /, *, dtype=None, device=None, chunks=None) -> DArray:
+    return empty_like(x, dtype=dtype, chunks=chunks)
+
+
+def ones_like(x, /, *, dtype=None, device=None, chunks=None) -> DArray:
+    return full_like(x, 1, dtype=dtype, chunks=chunks)
+
+
+def full_like(x, /, fill_value, *, dtype=None, device=None, chunks=None) -> DArray:
+    return full(x.shape, fill_value, dtype or x.dtype, chunks or x.chunks,
+                colocate=x if chunks is None else None)
+
+
+@dataclass
+class _Range:
+    """``start + i * step`` for global indices i (arange, linspace)."""
+
+    start: float
+    step: float
+    dtype: object
+    last: object = None  # linspace with endpoint: the exact final value at index n-1
+    n: int = 0
+
+    def block(self, read, lo, hi, xp):
+        i = xp.arange(lo[0], hi[0], dtype=np.float64 if np.dtype(self.dtype).kind in "fc" else np.int64)
+        out = (i * self.step + self.start).astype(self.dtype)
+        if self.last is not None and hi[0] == self.n:
+            out[-1] = self.last
+        return out
+
+
+def arange(start, /, stop=None, step=1, *, dtype=None, device=None, chunks="auto") -> DArray:
+    """Evenly spaced values in ``[start, stop)``."""
+    if stop is None:
+        start, stop = 0, start
+    n = max(0, math.ceil((stop - start) / step))
+    if dtype is None:
+        dtype = np.arange(start, start + step, step).dtype if n else np.float64
+    x = empty((n,), dtype, chunks)
+    blockwise.run(_Range(start, step, x.dtype), x, [], "arange")
+    return x
+
+
+def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True, chunks="auto") -> DArray:
+    """``num`` evenly spaced values from ``start`` to ``stop``."""
+    div = (num - 1) if endpoint else num
+    step = (stop - start) / div if div > 0 else 0.0
+    if dtype is None:
+        dtype = np.result_type(np.float64, np.asarray(start), np.asarray(stop))
+    x = empty((num,), dtype, chunks)
+    last = stop if endpoint and num > 1 else None
+    blockwise.run(_Range(start, step, x.dtype, last, num), x, [], "linspace")
+    return x
+
+
+@dataclass
+class _Eye:
+    k: int
+    dtype: object
+
+    def block(self, read, lo, hi, xp):
+        rows = xp.arange(lo[0], hi[0])[:, None]
+        cols = xp.arange(lo[1], hi[1])[None, :]
+        return (cols - rows == self.k).astype(self.dtype)
+
+
+def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None, chunks="auto") -> DArray:
+    """A 2-d array with ones on diagonal ``k``."""
+    x = empty((n_rows, n_rows if n_cols is None else n_cols), dtype, chunks)
+    blockwise.run(_Eye(k, x.dtype), x, [], "eye")
+    return x
+
+
+@dataclass
+class _Triangle:
+    k: int
+    upper: bool
+
+    def block(self, read, lo, hi, xp):
+        x = read(0, lo, hi)
+        rows = xp.arange(lo[-2], hi[-2])[:, None]
+        cols = xp.arange(lo[-1], hi[-1])[None, :]
+        keep = (cols - rows >= self.k) if self.upper else (cols - rows <= self.k)
+        return xp.where(keep, x, xp.zeros((), dtype=x.dtype))
+
+
+def _triangle(x, k, upper, name):
+    if x.ndim < 2:
+        raise ValueError(f"{name} needs an array of at least 2 dimensions, got {x.ndim}")
+    out = empty_like(x)
+    blockwise.run(_Triangle(k, upper), out, [x], name)
+    return out
+
+
+def tril(x, /, *, k=0) -> DArray:
+    """``x`` with the elements above diagonal ``k`` zeroed."""
+    return _triangle(x, k, False, "tril")
+
+
+def triu(x, /, *, k=0) -> DArray:
+    """``x`` with the elements below diagonal ``k`` zeroed."""
+    return _triangle(x, k, True, "triu")
+
+
+@dataclass
+class _Grid:
+    """One output of meshgrid: a 1-d input spread along output axis ``axis``."""
+
+    axis: int
+
+    def block(self, read, lo, hi, xp):
+        v = read(0, [lo[self.axis]], [hi[self.axis]])
+        shape = [1] * len(lo)
+        shape[self.axis] = hi[self.axis] - lo[self.axis]
+        return xp.broadcast_to(v.reshape(shape), [h - l for l, h in zip(lo, hi)])
+
+
+def meshgrid(*arrays, indexing="xy") -> list[DArray]:
+    """Coordinate arrays from 1-d arrays (``indexing`` "xy" or "ij", as NumPy)."""
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"indexing must be 'xy' or 'ij', got {indexing!r}")
+    shape = [a.shape[0] for a in arrays]
+    axes = list(range(len(arrays)))
+    if indexing == "xy" and len(arrays) >= 2:
+        shape[0], shape[1] = shape[1], shape[0]
+        axes[0], axes[1] = 1, 0
+    chunks = [None] * len(arrays)
+    for a, ax in zip(arrays, axes):
+        chunks[ax] = a.chunks[0]
+    dtype = np.result_type(*(a.dtype for a in arrays))
+    out = []
+    for a, ax in zip(arrays, axes):
+        g = empty(tuple(shape), dtype, tuple(chunks))
+        blockwise.run(_Grid(ax), g, [a.astype(dtype) if a.dtype != dtype else a], "meshgrid")
+        out.append(g)
+    return out
 
 
 def from_numpy(a, chunks="auto", placement=None, colocate=None, client=None) -> DArray:
@@ -46,6 +247,78 @@ def from_numpy(a, chunks="auto", placement=None, colocate=None, client=None) -> 
         x.free()
         raise
     return x
+
+
+def asarray(obj, /, *, dtype=None, device=None, copy=None, chunks="auto") -> DArray:
+    """A DArray from a DArray (no copy unless asked or the dtype changes), a NumPy array,
+    a dask array, a nested sequence or a scalar."""
+    if isinstance(obj, DArray):
+        if dtype is not None and np.dtype(dtype) != obj.dtype:
+            if copy is False:
+                raise ValueError(f"asarray(copy=False) cannot change dtype {obj.dtype} to {dtype}")
+            return obj.astype(dtype)
+        return obj.astype(obj.dtype) if copy else obj
+    if copy is False:
+        raise ValueError("asarray(copy=False): host data always moves to device memory")
+    if type(obj).__module__.startswith("dask.array"):
+        x = from_dask(obj, chunks=None if chunks == "auto" else chunks)
+        return x if dtype is None else x.astype(dtype)
+    a = np.asarray(obj, dtype=dtype)
+    if dtype is None and a.dtype.kind == "i" and not isinstance(obj, np.ndarray):
+        a = a.astype(np.int64)
+    return from_numpy(a, chunks)
+
+
+def from_dask(d, chunks=None) -> DArray:
+    """A DArray from a dask array; its blocks are computed one by one and written to the
+    chunks (keep ``chunks=None`` to use the dask array's own)."""
+    x = empty(d.shape, d.dtype, chunks or d.chunks)
+    try:
+        d = d.rechunk(x.chunks)
+        client = x.alloc.client
+        pieces = []
+        for k, block in enumerate(np.ndindex(*d.numblocks)):
+            value = client.compute(d.blocks[block]).result()
+            pieces.append((k, 0, np.ascontiguousarray(value, dtype=x.dtype).reshape(-1).view(np.uint8)))
+            if len(pieces) >= 8:
+                x.alloc.put(pieces)
+                pieces = []
+        if pieces:
+            x.alloc.put(pieces)
+    except BaseException:
+        x.free()
+        raise
+    return x
+
+
+def _block_from_store(spec, k: int):
+    """A task: chunk ``k`` of an array as a new array of the worker's kind."""
+    from distributed import get_worker
+
+    from dgvm.kernels.access import Access
+
+    w = get_worker()
+    access = Access(w, w.extensions["dgvm"])
+    with access.output_chunk():
+        return access.chunk(spec, k).copy()
+
+
+def to_dask(x: DArray):
+    """A dask array whose blocks are read from ``x``'s chunks on the workers that hold
+    them (NumPy blocks on ``cpu``, CuPy blocks on ``cuda``)."""
+    import dask.array as da
+    from dask.highlevelgraph import HighLevelGraph
+
+    from dgvm.kernels.access import ArraySpec
+
+    x.wait()
+    spec = ArraySpec.of(x)
+    name = f"dgvm-to-dask-{x.alloc_id}-{id(x):x}"
+    layer = {}
+    for k, block in enumerate(np.ndindex(*x.numblocks)):
+        layer[(name, *block)] = (_block_from_store, spec, k)
+    graph = HighLevelGraph.from_collections(name, layer, dependencies=())
+    return da.Array(graph, name, x.chunks, dtype=x.dtype, meta=np.empty((0,) * x.ndim, x.dtype))
 
 
 def asnumpy(x: DArray) -> np.ndarray:

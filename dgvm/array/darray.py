@@ -9,29 +9,49 @@ import numpy as np
 
 from dgvm import chunk_grid
 from dgvm.allocation import Allocation
+from dgvm.array.lifecycle import Pending, release_when_unreachable
+from dgvm.array.operators import ArrayOperators
 
 
 # Live arrays, so that dgvm.rebalance can let their pending launches finish first.
 live_arrays: "weakref.WeakSet[DArray]" = weakref.WeakSet()
 
 
-class DArray:
+class DArray(ArrayOperators):
     """A distributed array in global device memory.
 
     Block k (C order over the chunk grid) is chunk k of ``alloc``, stored contiguously
     in C order on its home worker. ``x.vaddr`` is the array's first global address.
+    Its memory is freed with ``free()``, at the end of a ``with`` block, or when the
+    last reference to it goes away (after the operations that use it).
     """
 
     def __init__(self, alloc: Allocation, shape, dtype, chunks):
         self.alloc = alloc
         # Futures of the launches that last wrote this array and of later launches that
         # read it: the next launch orders itself after them (see dgvm.kernels.launch).
-        self._writes: list = []
-        self._reads: list = []
+        self._pending = Pending()
+        release_when_unreachable(self, alloc, self._pending)
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.chunks = tuple(tuple(int(b) for b in axis) for axis in chunks)
         live_arrays.add(self)
+
+    @property
+    def _writes(self) -> list:
+        return self._pending.writes
+
+    @_writes.setter
+    def _writes(self, futures) -> None:
+        self._pending.writes = list(futures)
+
+    @property
+    def _reads(self) -> list:
+        return self._pending.reads
+
+    @_reads.setter
+    def _reads(self, futures) -> None:
+        self._pending.reads = list(futures)
 
     # -- metadata ------------------------------------------------------------------------
     @property
@@ -107,6 +127,7 @@ class DArray:
         return self
 
     def free(self) -> None:
+        """Give the array's device memory back now (also done when it becomes unreachable)."""
         # Launches that use the memory finish first (their errors belong to wait).
         self.settle()
         self._writes, self._reads = [], []
@@ -138,8 +159,80 @@ class DArray:
         self.alloc.put(pieces)
 
     def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("a DArray lives in device memory: np.asarray(x) always copies")
         out = self.to_numpy()
         return out if dtype is None else out.astype(dtype)
+
+    # -- Python protocols ------------------------------------------------------------------
+    def __getitem__(self, key):
+        from dgvm.array.indexing import getitem
+
+        return getitem(self, key)
+
+    def __setitem__(self, key, value):
+        from dgvm.array.indexing import setitem
+
+        setitem(self, key, value)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d DArray")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d DArray")
+        for i in range(self.shape[0]):
+            yield self[i]
+
+    def item(self):
+        """The value of a one-element array as a Python scalar."""
+        if self.size != 1:
+            raise ValueError(f"item() needs an array of one element; this one has shape {self.shape}")
+        return self.to_numpy().reshape(-1)[0].item()
+
+    def __bool__(self) -> bool:
+        return bool(self._scalar("bool"))
+
+    def __int__(self) -> int:
+        return int(self._scalar("int"))
+
+    def __float__(self) -> float:
+        return float(self._scalar("float"))
+
+    def __complex__(self) -> complex:
+        return complex(self._scalar("complex"))
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iu":
+            raise TypeError(f"only integer DArrays can be used as an index, not {self.dtype}")
+        return int(self._scalar("index"))
+
+    def _scalar(self, what: str):
+        if self.size != 1:
+            raise TypeError(f"{what}() of a DArray needs one element; this one has shape {self.shape}")
+        return self.item()
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from dgvm.array.interop import array_ufunc
+
+        return array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        from dgvm.array.interop import array_function
+
+        return array_function(func, types, args, kwargs)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        from dgvm.array.interop import dlpack
+
+        return dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self):
+        from dgvm.array.interop import dlpack_device
+
+        return dlpack_device(self)
 
     def to_numpy(self) -> np.ndarray:
         self.wait()

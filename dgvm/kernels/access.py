@@ -204,18 +204,36 @@ class Access:
         hi = [int(spec.starts(a)[r[-1] + 1]) for a, r in enumerate(spans)]
         return self.region(spec, lo, hi, xp)
 
-    def region(self, spec: ArraySpec, lo, hi, xp):
-        """Elements ``[lo, hi)`` (per axis) of ``spec``, gathered from the chunks that hold
-        them (local, replicas or fetched) into a new array."""
-        out = xp.empty(tuple(h - l for l, h in zip(lo, hi)), dtype=spec.dtype)
+    def read(self, spec: ArraySpec, lo, hi, xp):
+        """Elements ``[lo, hi)`` of ``spec`` for reading: a view when one chunk holds
+        them all, else a new array gathered from the chunks (see ``region``)."""
+        ranges = self._block_ranges(spec, lo, hi)
+        if all(len(r) == 1 for r in ranges):
+            nb = [r[0] for r in ranges]
+            k = int(np.ravel_multi_index(nb, spec.grid)) if spec.grid else 0
+            st = [int(spec.starts(a)[b]) for a, b in enumerate(nb)]
+            return self.chunk(spec, k)[tuple(slice(l - s, h - s) for l, h, s in zip(lo, hi, st))]
+        return self.region(spec, lo, hi, xp)
+
+    @staticmethod
+    def _block_ranges(spec: ArraySpec, lo, hi) -> list[range]:
+        """Per axis, the blocks that overlap ``[lo, hi)``."""
         ranges = []
         for a in range(len(lo)):
             st = spec.starts(a)
             first = int(np.searchsorted(st, lo[a], side="right")) - 1
-            last = int(np.searchsorted(st, hi[a], side="left")) - 1
+            last = max(first, int(np.searchsorted(st, hi[a], side="left")) - 1)
             ranges.append(range(first, last + 1))
-        for nb in itertools.product(*ranges):
-            k = int(np.ravel_multi_index(nb, spec.grid))
+        return ranges
+
+    def region(self, spec: ArraySpec, lo, hi, xp):
+        """Elements ``[lo, hi)`` (per axis) of ``spec``, gathered from the chunks that hold
+        them (local, replicas or fetched) into a new array."""
+        out = xp.empty(tuple(h - l for l, h in zip(lo, hi)), dtype=spec.dtype)
+        for nb in itertools.product(*self._block_ranges(spec, lo, hi)):
+            if any(lo[a] >= hi[a] for a in range(len(lo))):
+                break  # an empty region
+            k = int(np.ravel_multi_index(nb, spec.grid)) if spec.grid else 0
             src = self.chunk(spec, k)
             dst_sl, src_sl = [], []
             for a, b in enumerate(nb):

@@ -1,0 +1,114 @@
+"""Owner computes for array operations: each output chunk is made on the worker that holds it.
+
+An operation is a small picklable object with ``block(read, lo, hi, xp)``: given the global
+element range ``[lo, hi)`` of one output chunk, it reads the input regions it needs with
+``read(i, lo_i, hi_i)`` (local chunks are views; anything else is fetched through the
+migration layer and kept as a replica) and returns the chunk's values as an ``xp`` array.
+One Dask task per worker covers all of that worker's output chunks, ordered after the
+launches that wrote the inputs (``dgvm.kernels.launch.dispatch``).
+"""
+
+from __future__ import annotations
+
+from distributed import get_worker
+
+from dgvm import chunk_grid
+from dgvm.kernels.access import Access, ArraySpec
+from dgvm.kernels.launch import dispatch, report
+
+
+def run(op, out, inputs, name: str) -> None:
+    """Compute every chunk of ``out`` with ``op`` from the DArrays ``inputs`` (asynchronous)."""
+    specs = [ArraySpec.of(a) for a in inputs]
+    dispatch(_blockwise_here, out, list(inputs), name, op, ArraySpec.of(out), specs)
+
+
+def chunk_bounds(spec: ArraySpec, k: int) -> tuple[list[int], list[int]]:
+    """Global element range ``[lo, hi)`` per axis of chunk ``k``."""
+    block = chunk_grid.block_index(k, spec.grid)
+    lo = [int(spec.starts(a)[b]) for a, b in enumerate(block)]
+    hi = [int(spec.starts(a)[b + 1]) for a, b in enumerate(block)]
+    return lo, hi
+
+
+def _blockwise_here(op, out: ArraySpec, specs, indices, deps):
+    worker = get_worker()
+    store = worker.extensions["dgvm"]
+    backend = store.backend
+    xp = backend.xp
+    access = Access(worker, store)
+    forwarded = []
+
+    def read(i, lo, hi):
+        return access.read(specs[i], lo, hi, xp)
+
+    for k in indices:
+        lo, hi = chunk_bounds(out, k)
+        with access.output_chunk():
+            result = op.block(read, lo, hi, xp)
+            target = access.chunk(out, k)
+            if store.is_home(out.alloc_id, k):
+                target[...] = result
+            else:  # the home moved after this task was placed: send it the result
+                moved = xp.empty(target.shape, dtype=target.dtype)
+                moved[...] = result
+                forwarded.append((k, moved))
+            backend.synchronize()
+    report(worker, out, indices, access, forwarded)
+    return len(indices)
+
+
+def collect(op, x, name: str) -> dict[tuple, object]:
+    """Run ``op.partial(chunk, lo, hi, xp)`` on every chunk of ``x`` where it lives (one
+    task per worker, after the launches that write ``x``) and bring the small results
+    back: block index -> host value (NumPy arrays, or tuples of them)."""
+    import uuid
+
+    client = x.alloc.client
+    deps = list(x._writes)
+    futures = [
+        client.submit(
+            _collect_here, op, ArraySpec.of(x), idx, deps, workers=[w],
+            allow_other_workers=False, pure=False, key=f"dgvm-{name}-{uuid.uuid4().hex[:10]}",
+        )
+        for w, idx in x.alloc.by_home().items()
+    ]
+    x._reads = x._reads + futures
+    out = {}
+    for part in client.gather(futures):
+        out.update(part)
+    return out
+
+
+def _host(value):
+    if isinstance(value, tuple):
+        return tuple(_host(v) for v in value)
+    return value.get() if hasattr(value, "get") else value
+
+
+def _collect_here(op, spec: ArraySpec, indices, deps):
+    worker = get_worker()
+    store = worker.extensions["dgvm"]
+    access = Access(worker, store)
+    out = {}
+    for k in indices:
+        lo, hi = chunk_bounds(spec, k)
+        with access.output_chunk():
+            value = op.partial(access.chunk(spec, k), lo, hi, store.backend.xp)
+            out[chunk_grid.block_index(k, spec.grid)] = _host(value)
+    return out
+
+
+def assemble(parts: dict[tuple, "np.ndarray"], grid: tuple):
+    """Host arrays per block -> one array, blocks placed by their grid position."""
+    import numpy as np
+
+    if not grid:
+        return np.asarray(parts[()])
+
+    def nest(prefix):
+        if len(prefix) == len(grid):
+            return np.asarray(parts[tuple(prefix)])
+        return [nest(prefix + [i]) for i in range(grid[len(prefix)])]
+
+    return np.block(nest([]))

@@ -1,0 +1,202 @@
+"""Elementwise functions of the array API over DArrays, with broadcasting.
+
+Each call makes one new DArray (colocated with the first array argument of the result's
+shape) and one task per worker. The task evaluates an expression tree, chunk by chunk,
+with the worker's array module (NumPy on ``cpu``, CuPy's compiled elementwise kernels on
+``cuda``); the tree form is what ``fuse`` (several operations in one pass) builds on.
+Result dtypes are decided on the caller with NumPy's rules, which are the standard's.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from dgvm.array import blockwise
+from dgvm.array.darray import DArray
+
+UNARY = (
+    "abs", "acos", "acosh", "asin", "asinh", "atan", "atanh", "bitwise_invert", "ceil",
+    "conj", "cos", "cosh", "exp", "expm1", "floor", "imag", "isfinite", "isinf", "isnan",
+    "log", "log1p", "log2", "log10", "logical_not", "negative", "positive", "real", "round",
+    "sign", "signbit", "sin", "sinh", "sqrt", "square", "tan", "tanh", "trunc",
+)
+BINARY = (
+    "add", "atan2", "bitwise_and", "bitwise_left_shift", "bitwise_or", "bitwise_right_shift",
+    "bitwise_xor", "copysign", "divide", "equal", "floor_divide", "greater", "greater_equal",
+    "hypot", "less", "less_equal", "logaddexp", "logical_and", "logical_or", "logical_xor",
+    "maximum", "minimum", "multiply", "nextafter", "not_equal", "pow", "remainder", "subtract",
+)
+# The standard's names that NumPy and CuPy spell the classic way.
+CLASSIC = {
+    "acos": "arccos", "acosh": "arccosh", "asin": "arcsin", "asinh": "arcsinh",
+    "atan": "arctan", "atanh": "arctanh", "atan2": "arctan2", "bitwise_invert": "invert",
+    "bitwise_left_shift": "left_shift", "bitwise_right_shift": "right_shift",
+    "pow": "power", "divide": "true_divide",
+}
+
+
+def _call(xp, name: str, args):
+    if name == "where":
+        return xp.where(*args)
+    if name == "clip":
+        x, lo, hi = args
+        if lo is not None:
+            x = xp.maximum(x, lo)
+        if hi is not None:
+            x = xp.minimum(x, hi)
+        return x
+    if name == "astype":
+        return args[0]  # the cast happens in evaluate
+    return getattr(xp, CLASSIC.get(name, name))(*args)
+
+
+def evaluate(expr, leaves, xp):
+    """Value of an expression tree: ``("in", i)``, ``("const", v)`` or
+    ``("call", name, args, dtype)``; every call's result has exactly its dtype."""
+    kind = expr[0]
+    if kind == "in":
+        return leaves[expr[1]]
+    if kind == "const":
+        return expr[1]
+    _, name, args, dtype = expr
+    value = _call(xp, name, [evaluate(a, leaves, xp) for a in args])
+    value = xp.asarray(value)
+    return value if value.dtype == dtype else value.astype(dtype)
+
+
+@dataclass
+class Elementwise:
+    """Blockwise op: an expression over broadcast inputs of the given shapes."""
+
+    expr: tuple
+    shapes: list
+    shape: tuple
+
+    def region(self, i: int, lo, hi):
+        """The region of input ``i`` that broadcasts onto output elements ``[lo, hi)``."""
+        s = self.shapes[i]
+        d = len(self.shape) - len(s)
+        rlo = [0 if s[j] == 1 else lo[j + d] for j in range(len(s))]
+        rhi = [1 if s[j] == 1 else hi[j + d] for j in range(len(s))]
+        return rlo, rhi
+
+    def block(self, read, lo, hi, xp):
+        leaves = [read(i, *self.region(i, lo, hi)) for i in range(len(self.shapes))]
+        with np.errstate(all="ignore"):
+            return evaluate(self.expr, leaves, xp)
+
+
+def _probe(x):
+    """A one-element NumPy stand-in for an argument, for dtype rules."""
+    if isinstance(x, DArray):
+        return np.ones(1, dtype=x.dtype)
+    return x
+
+
+def result_dtype(name: str, args) -> np.dtype:
+    """The dtype NumPy gives ``name`` on these arguments; NumPy's TypeError if it refuses."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return np.asarray(_call(np, name, [_probe(a) for a in args])).dtype
+
+
+def _leaf(a, inputs: list):
+    if isinstance(a, DArray):
+        for i, b in enumerate(inputs):
+            if b is a:
+                return ("in", i)
+        inputs.append(a)
+        return ("in", len(inputs) - 1)
+    if a is None or isinstance(a, (bool, int, float, complex, np.generic)):
+        return ("const", a)
+    raise TypeError(f"dgvm.array: expected a DArray or a Python scalar, got {type(a).__name__}")
+
+
+def out_chunks(arrays, shape, dtype):
+    """Chunks of a broadcast result: per axis, those of an input that spans that axis."""
+    chunks = []
+    for ax, n in enumerate(shape):
+        for a in arrays:
+            d = len(shape) - a.ndim
+            if ax >= d and a.shape[ax - d] == n:
+                chunks.append(a.chunks[ax - d])
+                break
+        else:
+            chunks.append((n,))
+    return tuple(chunks)
+
+
+def apply(name: str, *args, dtype=None, out: DArray | None = None) -> DArray:
+    """``name`` elementwise over ``args`` (DArrays and scalars) into a new DArray (or
+    into ``out``, in place)."""
+    from dgvm.array.creation import empty
+
+    inputs: list = []
+    if not any(isinstance(a, DArray) for a in args):
+        raise TypeError(f"dgvm.array.{name} needs at least one DArray argument")
+    try:
+        shape = tuple(np.broadcast_shapes(*(a.shape for a in args if isinstance(a, DArray))))
+    except ValueError:
+        shapes = [a.shape for a in args if isinstance(a, DArray)]
+        raise ValueError(f"dgvm.array.{name}: shapes {shapes} do not broadcast together") from None
+    dtype = np.dtype(dtype) if dtype is not None else result_dtype(name, args)
+    expr = ("call", name, [_leaf(a, inputs) for a in args], dtype)
+    if out is None:
+        lead = next((a for a in inputs if a.shape == shape), None)
+        chunks = out_chunks(inputs, shape, dtype)
+        same_grid = lead is not None and lead.chunks == chunks
+        out = empty(shape, dtype, chunks=chunks, colocate=lead if same_grid else None)
+    elif out.shape != shape:
+        raise ValueError(f"in-place {name}: the result's shape {shape} is not the array's {out.shape}")
+    else:
+        # In place keeps the array's dtype: the standard's rule for ``x += y``.
+        expr = ("call", "astype", [expr], out.dtype)
+    blockwise.run(Elementwise(expr, [a.shape for a in inputs], shape), out, inputs, name)
+    return out
+
+
+def _unary(name):
+    def f(x, /):
+        return apply(name, x)
+
+    f.__name__ = name
+    f.__doc__ = f"Elementwise ``{name}`` of a DArray (array API)."
+    return f
+
+
+def _binary(name):
+    def f(x1, x2, /):
+        return apply(name, x1, x2)
+
+    f.__name__ = name
+    f.__doc__ = f"Elementwise ``{name}`` of two DArrays or a DArray and a scalar (array API)."
+    return f
+
+
+FUNCTIONS = {n: _unary(n) for n in UNARY} | {n: _binary(n) for n in BINARY}
+
+
+def clip(x, /, min=None, max=None):  # noqa: A002  (the standard's names)
+    """Clamp every element to ``[min, max]`` (either may be None, a scalar or a DArray)."""
+    if min is None and max is None:
+        return astype(x, x.dtype, copy=True)
+    return apply("clip", x, min, max, dtype=x.dtype)
+
+
+def where(condition, x1, x2, /):
+    """Elements of ``x1`` where ``condition`` is true, else of ``x2``."""
+    return apply("where", condition, x1, x2)
+
+
+def astype(x, dtype, /, *, copy: bool = True, device=None):
+    """``x`` cast to ``dtype`` (a new array unless ``copy=False`` and nothing changes)."""
+    from dgvm.array.dtypes import check
+
+    dtype = check(dtype)
+    if not copy and dtype == x.dtype:
+        return x
+    return apply("astype", x, dtype=dtype)
+

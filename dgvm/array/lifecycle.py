@@ -1,0 +1,71 @@
+"""Freeing a DArray's memory when the last reference to it goes away.
+
+NumPy-style loops make a new array per step; without this they would fill device memory.
+The release runs on the client's event loop (a finalizer may run in any thread, even in
+the middle of another request): it waits for the tasks that still use the array, then
+frees the allocation in the GVAT.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+
+class Pending:
+    """Futures of the tasks that write an array and of later tasks that read it."""
+
+    __slots__ = ("writes", "reads")
+
+    def __init__(self):
+        self.writes: list = []
+        self.reads: list = []
+
+
+_lock = threading.Lock()
+_in_flight = 0
+_idle = threading.Condition(_lock)
+
+
+def release_when_unreachable(array, alloc, pending: Pending) -> None:
+    f = weakref.finalize(array, _release, alloc, pending)
+    f.atexit = False  # at interpreter exit the cluster goes away with its memory
+
+
+def _release(alloc, pending: Pending) -> None:
+    global _in_flight
+    if alloc.freed:
+        return
+    alloc.freed = True
+    client = alloc.client
+    if client.status not in ("running", "connecting", "newly-created"):
+        return
+    futures = pending.writes + pending.reads
+    pending.writes, pending.reads = [], []
+    with _lock:
+        _in_flight += 1
+    client.loop.add_callback(_free_later, client, alloc.alloc_id, alloc.owner, futures)
+
+
+async def _free_later(client, alloc_id: int, owner: str, futures) -> None:
+    global _in_flight
+    try:
+        if futures:
+            # Wait for the tasks that use the memory; their errors belong to their callers.
+            await client._gather(futures, errors="skip")
+        await client.scheduler.dgvm_free(alloc_id=alloc_id, owner=owner)
+    except Exception:  # noqa: BLE001  (the client or cluster is closing: nothing to free)
+        pass
+    finally:
+        with _lock:
+            _in_flight -= 1
+            _idle.notify_all()
+
+
+def settle_releases(timeout: float = 30.0) -> bool:
+    """Wait until the releases already started have reached the GVAT (tests, shutdown)."""
+    import gc
+
+    gc.collect()
+    with _lock:
+        return _idle.wait_for(lambda: _in_flight == 0, timeout)
