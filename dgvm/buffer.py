@@ -23,6 +23,10 @@ def _positive_int(name: str, value) -> int:
 
 def placement_request(placement: str | None, colocate) -> dict:
     """Turn ``placement=`` / ``colocate=`` arguments into GVAT request fields."""
+    if isinstance(colocate, tuple):  # (array, picks): chunk i near chunk picks[i] of array
+        other, picks = colocate
+        other = getattr(getattr(other, "alloc", other), "alloc_id", other)
+        return {"placement": "balanced", "colocate": [int(other), [int(i) for i in picks]]}
     if colocate is not None:
         other = getattr(colocate, "alloc", colocate)  # a DArray, a GlobalBuffer or an id
         other = getattr(other, "alloc_id", other)

@@ -16,9 +16,18 @@ from dgvm.array.dtypes import (
     int64, isdtype, result_type, uint8, uint16, uint32, uint64,
 )
 from dgvm.array.elementwise import FUNCTIONS as _ELEMENTWISE, astype, clip, where
+from dgvm.array.indexing import selected_flat as _selected_flat  # noqa: F401
+from dgvm.array.info import __array_namespace_info__
+from dgvm.array.linalg import dot, matmul, outer, tensordot, vecdot
+from dgvm.array.manipulation import (
+    broadcast_arrays, broadcast_to, concat, concatenate, expand_dims, flip, matrix_transpose,
+    moveaxis, permute_dims, rechunk, repeat, reshape, roll, squeeze, stack, take, tile,
+    transpose,
+)
 from dgvm.array.reductions import (
     all, any, argmax, argmin, cumulative_sum, max, mean, min, prod, std, sum, var,
 )
+from dgvm.array import linalg  # noqa: E402  (dgvm.array.linalg.norm, ...)
 
 globals().update(_ELEMENTWISE)
 

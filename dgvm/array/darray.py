@@ -10,14 +10,14 @@ import numpy as np
 from dgvm import chunk_grid
 from dgvm.allocation import Allocation
 from dgvm.array.lifecycle import Pending, release_when_unreachable
-from dgvm.array.operators import ArrayOperators
+from dgvm.array.operators import ArrayMethods, ArrayOperators
 
 
 # Live arrays, so that dgvm.rebalance can let their pending launches finish first.
 live_arrays: "weakref.WeakSet[DArray]" = weakref.WeakSet()
 
 
-class DArray(ArrayOperators):
+class DArray(ArrayOperators, ArrayMethods):
     """A distributed array in global device memory.
 
     Block k (C order over the chunk grid) is chunk k of ``alloc``, stored contiguously

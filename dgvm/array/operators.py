@@ -127,3 +127,75 @@ for _name, _f in _COMPARE.items():
 for _name, _f in _UNARY.items():
     setattr(ArrayOperators, f"__{_name}__", _make_unary(_f))
 del _name, _f, _fw, _rf, _ip
+
+
+def _method(module: str, name: str, ddof: bool = False):
+    def method(self, *args, **kwargs):
+        import importlib
+
+        if ddof and "ddof" in kwargs:
+            kwargs["correction"] = kwargs.pop("ddof")
+        if args and name in _AXIS_FIRST:
+            kwargs["axis"], args = args[0], args[1:]
+        return getattr(importlib.import_module(f"dgvm.array.{module}"), name)(self, *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"``dgvm.array.{name}(self, ...)`` (NumPy's method)."
+    return method
+
+
+_AXIS_FIRST = {"sum", "prod", "mean", "var", "std", "max", "min", "all", "any", "argmax", "argmin"}
+
+
+class ArrayMethods:
+    """NumPy's array methods that programs use most, on the dgvm.array functions."""
+
+    sum = _method("reductions", "sum")
+    prod = _method("reductions", "prod")
+    mean = _method("reductions", "mean")
+    var = _method("reductions", "var", ddof=True)
+    std = _method("reductions", "std", ddof=True)
+    max = _method("reductions", "max")
+    min = _method("reductions", "min")
+    all = _method("reductions", "all")
+    any = _method("reductions", "any")
+    argmax = _method("reductions", "argmax")
+    argmin = _method("reductions", "argmin")
+    astype = _method("elementwise", "astype")
+    clip = _method("elementwise", "clip")
+    dot = _method("linalg", "dot")
+    repeat = _method("manipulation", "repeat")
+    take = _method("manipulation", "take")
+    squeeze = _method("manipulation", "squeeze")
+
+    def reshape(self, *shape, copy=None):
+        from dgvm.array.manipulation import reshape
+
+        return reshape(self, shape[0] if len(shape) == 1 else shape, copy=copy)
+
+    def transpose(self, *axes):
+        from dgvm.array.manipulation import transpose
+
+        return transpose(self, (axes[0] if len(axes) == 1 else axes) if axes else None)
+
+    def copy(self):
+        from dgvm.array.elementwise import astype
+
+        return astype(self, self.dtype, copy=True)
+
+    def flatten(self):
+        return self.reshape(-1, copy=True)
+
+    ravel = flatten
+
+    def cumsum(self, axis=None, dtype=None):
+        from dgvm.array.reductions import cumulative_sum
+
+        x = self if axis is not None or self.ndim == 1 else self.reshape(-1)
+        return cumulative_sum(x, axis=axis, dtype=dtype)
+
+    def fill(self, value) -> None:
+        self[...] = value
+
+    def tolist(self):
+        return self.to_numpy().tolist()

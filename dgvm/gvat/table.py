@@ -67,6 +67,10 @@ def _fmt(n: int) -> str:
     return format_bytes(n)
 
 
+def _partner_id(colocate) -> int:
+    return int(colocate) if isinstance(colocate, (int, np.integer)) else int(colocate[0])
+
+
 class GVAT:
     """Virtual address space, allocations and their chunk tables, worker inventory."""
 
@@ -120,7 +124,7 @@ class GVAT:
             homes=uids[homes_pos],
             versions=np.zeros(len(sizes), dtype=np.int64),
             last_access=np.full(len(sizes), now),
-            placement=placement if colocate is None else f"colocate:{colocate}",
+            placement=placement if colocate is None else f"colocate:{_partner_id(colocate)}",
             created=now,
             dtype=dtype,
             shape=tuple(shape) if shape is not None else None,
@@ -158,9 +162,13 @@ class GVAT:
         policy = policies.POLICIES[placement]
         try:
             if colocate is not None:
-                other = self.get(colocate)
+                # An allocation id (chunk i goes where its chunk i lives), or [id, picks]:
+                # chunk i goes where chunk picks[i] of it lives (-1: no partner).
+                other = self.get(_partner_id(colocate))
                 pos = {r.uid: j for j, r in enumerate(live)}
-                partner = [pos.get(int(u)) for u in other.homes]
+                picks = range(len(other.homes)) if isinstance(colocate, (int, np.integer)) else colocate[1]
+                partner = [pos.get(int(other.homes[i])) if 0 <= i < len(other.homes) else None
+                           for i in picks]
                 return policies.colocate(sizes, cands, partner, policies.POLICIES["balanced"])
             return policy.place(sizes, cands)
         except policies.NoFit:

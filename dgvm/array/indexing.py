@@ -1,0 +1,249 @@
+"""``x[key]`` and ``x[key] = value``: basic slicing, integer arrays along one axis, masks.
+
+Slicing (steps, negatives, ``...``, ``None``) and integer-array indexing are gathers
+(``manipulation.take_along_maps``): each output chunk is cut from the input chunk(s) it
+maps to, on its worker. A boolean mask first counts and locates the selected elements per
+chunk where they live, then gathers them in C order. Assignments run on the chunks of
+``x`` in place, one task per worker.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import numpy as np
+
+from dgvm.array import blockwise
+from dgvm.array.darray import DArray
+
+
+def _expand(key, ndim: int):
+    """The key as a list with one entry per axis of ``x`` (slices, ints, index arrays) and
+    the positions where ``None`` adds an axis in the result."""
+    key = key if isinstance(key, tuple) else (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    used = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if used > ndim:
+        raise IndexError(f"too many indices: {used} for an array of {ndim} dimensions")
+    out = []
+    for k in key:
+        if k is Ellipsis:
+            out.extend([slice(None)] * (ndim - used))
+        else:
+            out.append(k)
+    if Ellipsis not in key:
+        out.extend([slice(None)] * (ndim - used))
+    return out
+
+
+def _as_index_array(k):
+    if isinstance(k, DArray):
+        return k.to_numpy()
+    if isinstance(k, (list, np.ndarray)):
+        return np.asarray(k)
+    return None
+
+
+def _plan(x: DArray, key):
+    """(coordinate maps per axis, axes to drop, where to add axes) for a key without masks."""
+    items = _expand(key, x.ndim)
+    maps, drop, new_axes, axis, result_pos = [], [], [], 0, 0
+    arrays = 0
+    for k in items:
+        if k is None:
+            new_axes.append(result_pos)
+            result_pos += 1
+            continue
+        n = x.shape[axis]
+        idx = _as_index_array(k)
+        if idx is not None:
+            if idx.dtype == bool:
+                raise IndexError("a boolean mask must be the whole key (x[mask])")
+            if idx.ndim != 1 or idx.dtype.kind not in "iu":
+                raise IndexError(f"integer array indices must be 1-d integer arrays, got {idx.dtype} {idx.shape}")
+            arrays += 1
+            if ((idx < -n) | (idx >= n)).any():
+                raise IndexError(f"index out of bounds for axis {axis} of length {n}")
+            maps.append(np.where(idx < 0, idx + n, idx))
+            result_pos += 1
+        elif isinstance(k, slice):
+            r = range(n)[k]
+            maps.append(None if (r.start, r.stop, r.step) == (0, n, 1) else np.asarray(r, dtype=np.int64))
+            result_pos += 1
+        else:
+            try:
+                i = operator.index(k)
+            except TypeError:
+                raise IndexError(f"unsupported index {k!r} for axis {axis}") from None
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis {axis} of length {n}")
+            maps.append(np.asarray([i % n]))
+            drop.append(axis)
+        axis += 1
+    if arrays > 1:
+        raise IndexError("dgvm.array supports integer-array indexing along one axis only")
+    return maps, drop, new_axes
+
+
+def _is_mask(key) -> bool:
+    k = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+    return (isinstance(k, DArray) and k.dtype == bool) or (isinstance(k, np.ndarray) and k.dtype == bool)
+
+
+def getitem(x: DArray, key) -> DArray:
+    from dgvm.array.manipulation import _axis_map, take_along_maps
+
+    if _is_mask(key):
+        return _masked(x, key[0] if isinstance(key, tuple) else key)
+    maps, drop, new_axes = _plan(x, key)
+    out = x if all(m is None for m in maps) else take_along_maps(x, maps, "getitem")
+    if drop or new_axes:
+        src = [a for a in range(x.ndim) if a not in drop]
+        for pos in new_axes:
+            src.insert(pos, None)
+        if not src and out.ndim == 0:
+            return out
+        out = _axis_map(out, tuple(src), "getitem")
+    elif out is x:
+        out = x.astype(x.dtype)  # a new array, as a copy-on-index library must give
+    return out
+
+
+# -- masks -------------------------------------------------------------------------------
+@dataclass
+class _Selected:
+    """Per chunk of a mask: the global flat indices of its true elements."""
+
+    shape: tuple
+
+    def partial(self, chunk, lo, hi, xp):
+        local = xp.nonzero(chunk)
+        local = [v.get() if hasattr(v, "get") else v for v in local]
+        coords = [v + o for v, o in zip(local, lo)]
+        return np.ravel_multi_index(coords, self.shape) if self.shape else np.zeros(int(bool(chunk)), np.int64)
+
+
+def selected_flat(mask: DArray) -> np.ndarray:
+    """Sorted global flat indices where ``mask`` is true (computed where it lives)."""
+    parts = blockwise.collect(_Selected(mask.shape), mask, "mask")
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    return np.sort(np.concatenate([np.asarray(p, dtype=np.int64).reshape(-1) for p in parts.values()]))
+
+
+@dataclass
+class _FlatTake:
+    """Output element j is the input's element at flat index ``flat[j]``; a chunk reads the
+    rows (full trailing axes) that cover its run."""
+
+    flat: np.ndarray
+    shape: tuple
+
+    def block(self, read, lo, hi, xp):
+        f = self.flat[lo[0]:hi[0]]
+        row = int(np.prod(self.shape[1:], dtype=np.int64))
+        r0, r1 = int(f[0]) // row, int(f[-1]) // row + 1
+        slab = read(0, [r0] + [0] * (len(self.shape) - 1), [r1, *self.shape[1:]])
+        return slab.reshape(-1)[xp.asarray(f - r0 * row)]
+
+
+def _masked(x: DArray, mask) -> DArray:
+    from dgvm.array.creation import empty, from_numpy
+
+    if isinstance(mask, np.ndarray):
+        mask = from_numpy(mask, chunks=x.chunks if mask.shape == x.shape else "auto")
+    if mask.shape != x.shape:
+        raise IndexError(f"boolean mask of shape {mask.shape} does not match the array's {x.shape}")
+    flat = selected_flat(mask)
+    if not len(flat):
+        raise ValueError("the mask selects no element; dgvm arrays need at least one")
+    per = max(1, max(x.alloc.offsets[1:] - x.alloc.offsets[:-1]) // x.dtype.itemsize)
+    out = empty((len(flat),), x.dtype, chunks=(int(per),))
+    blockwise.run(_FlatTake(flat, x.shape), out, [x], "mask")
+    return out
+
+
+# -- assignment ------------------------------------------------------------------------------
+@dataclass
+class _Assign:
+    """For a chunk of ``x``: the positions the key selects in it, set from the value (a
+    scalar, or input 1 broadcast over the selection's shape)."""
+
+    maps: tuple  # per axis of x: coordinate list of the selection (None: whole axis)
+    sel_shape: tuple  # shape of the selection (ints dropped), the value broadcasts to it
+    keep: tuple  # axes of x that are axes of the selection
+    value: object
+    value_shape: tuple | None
+
+    def block(self, read, lo, hi, xp):
+        current = read(0, lo, hi)
+        out = current.copy()
+        local, sel = [], []
+        for a, m in enumerate(self.maps):
+            if m is None:
+                local.append(np.arange(hi[a] - lo[a]))
+                sel.append(np.arange(lo[a], hi[a]))
+                continue
+            j = np.flatnonzero((m >= lo[a]) & (m < hi[a]))
+            if not len(j):
+                return current
+            local.append(m[j] - lo[a])
+            sel.append(j)
+        if self.value_shape is None:
+            value = self.value
+        else:
+            vsh = self.value_shape
+            d = len(self.sel_shape) - len(vsh)
+            coords = [sel[self.keep[i + d]] for i in range(len(vsh))]
+            vlo = [0 if n == 1 else int(c.min()) for n, c in zip(vsh, coords)]
+            vhi = [1 if n == 1 else int(c.max()) + 1 for n, c in zip(vsh, coords)]
+            region = read(1, vlo, vhi)
+            picks = [np.zeros(1, np.int64) if n == 1 else c - l for n, c, l in zip(vsh, coords, vlo)]
+            value = region[xp.ix_(*(xp.asarray(p) for p in picks))] if picks else region
+            value = xp.broadcast_to(value, [len(sel[a]) for a in self.keep])
+            value = value.reshape([len(v) for v in local])
+        out[xp.ix_(*(xp.asarray(v) for v in local))] = value
+        return out
+
+
+@dataclass
+class _MaskAssign:
+    value: object
+
+    def block(self, read, lo, hi, xp):
+        return xp.where(read(1, lo, hi), self.value, read(0, lo, hi))
+
+
+def setitem(x: DArray, key, value) -> None:
+    from dgvm.array.creation import from_numpy
+
+    if isinstance(value, (list, np.ndarray)):
+        value = from_numpy(np.asarray(value, dtype=x.dtype))
+    if _is_mask(key):
+        mask = key[0] if isinstance(key, tuple) else key
+        if isinstance(mask, np.ndarray):
+            mask = from_numpy(mask, chunks=x.chunks)
+        if mask.shape != x.shape:
+            raise IndexError(f"boolean mask of shape {mask.shape} does not match the array's {x.shape}")
+        if isinstance(value, DArray):
+            if value.size != 1:
+                raise ValueError("x[mask] = array: dgvm.array supports a scalar or a one-element value")
+            value = value.item()
+        blockwise.run(_MaskAssign(value), x, [x, mask], "setitem-mask")
+        return
+    maps, drop, new_axes = _plan(x, key)
+    keep = tuple(a for a in range(x.ndim) if a not in drop)
+    sel_shape = tuple(x.shape[a] if maps[a] is None else len(maps[a]) for a in keep)
+    if isinstance(value, DArray):
+        vshape = value.shape
+        while len(vshape) > len(sel_shape) and vshape[0] == 1:
+            value, vshape = value.reshape(vshape[1:]), vshape[1:]
+        if tuple(np.broadcast_shapes(vshape, sel_shape)) != sel_shape:
+            raise ValueError(f"cannot assign a value of shape {value.shape} to a selection of shape {sel_shape}")
+        op = _Assign(tuple(maps), sel_shape, keep, None, vshape)
+        blockwise.run(op, x, [x, value], "setitem")
+    else:
+        np.asarray(value).astype(x.dtype, casting="unsafe")  # refuse what cannot be stored
+        blockwise.run(_Assign(tuple(maps), sel_shape, keep, value, None), x, [x], "setitem")
