@@ -1,4 +1,5 @@
-"""The ``dgvm`` command: ``dgvm demo``, ``dgvm info [ADDRESS]`` and ``dgvm config``."""
+"""The ``dgvm`` command: ``dgvm demo``, ``dgvm info [ADDRESS]``, ``dgvm config``, and
+``dgvm scheduler`` / ``dgvm worker`` (Dask's CLI with the dgvm preloads, see ``deploy.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import click
 import numpy as np
 from dask.utils import format_bytes
 
-from dgvm import config
+from dgvm import config, deploy
+from dgvm.errors import DgvmError
 
 
 def print_table(rows: list[list], headers: list[str]) -> None:
@@ -107,6 +109,57 @@ def _show(key: str, value) -> str:
     if key.startswith("address-space.") and isinstance(value, int):
         return f"{value:#x}"
     return str(value)
+
+
+PASS_ON = dict(ignore_unknown_options=True, allow_extra_args=True, allow_interspersed_args=True)
+
+
+def _run(command, dry_run: bool) -> None:
+    if dry_run:
+        click.echo(command.shell())
+        return
+    for note in command.notes:
+        click.echo(f"dgvm: {note}", err=True)
+    click.echo(f"dgvm: running {command.shell()}", err=True)
+    command.exec()
+
+
+@main.command(context_settings=PASS_ON)
+@click.option("--port", default=str(deploy.SCHEDULER_PORT), show_default=True, help="scheduler port")
+@click.option("--dashboard-address", default=deploy.DASHBOARD_ADDRESS, show_default=True,
+              help="dashboard (and dgvm pages) address")
+@click.option("--dry-run", is_flag=True, help="print the dask command instead of running it")
+@click.argument("dask_args", nargs=-1, type=click.UNPROCESSED, metavar="[DASK_SCHEDULER_ARGS]...")
+def scheduler(port, dashboard_address, dry_run, dask_args):
+    """Start a Dask scheduler that keeps the GVAT: runs 'dask scheduler --preload
+    dgvm.scheduler' with these defaults; every other argument goes to 'dask scheduler'
+    (e.g. --host, --scheduler-file, --no-dashboard)."""
+    try:
+        command = deploy.scheduler_command(port, dashboard_address, dask_args)
+    except DgvmError as e:
+        raise click.ClickException(str(e)) from None
+    _run(command, dry_run)
+
+
+@main.command(context_settings=PASS_ON)
+@click.option("--backend", default=None,
+              help="auto (default: cuda when GPUs are visible and dask-cuda is installed), cuda or cpu")
+@click.option("--device-memory", default=None, help="device memory each worker offers, e.g. 2GiB")
+@click.option("--device-speed", default=None, type=float, help="relative device speed (cpu emulation)")
+@click.option("--nworkers", default=None, type=int, help="cpu: worker processes (default 1); cuda: one per GPU")
+@click.option("--nthreads", default=None, type=int, help="threads per worker (default 1)")
+@click.option("--dry-run", is_flag=True, help="print the dask command instead of running it")
+@click.argument("dask_args", nargs=-1, type=click.UNPROCESSED,
+                metavar="[SCHEDULER_ADDRESS] [DASK_WORKER_ARGS]...")
+def worker(backend, device_memory, device_speed, nworkers, nthreads, dry_run, dask_args):
+    """Start workers that hold chunks: runs 'dask worker SCHEDULER_ADDRESS --preload
+    dgvm.worker' on cpu hosts and 'dask cuda worker ...' (one worker per GPU) on GPU hosts;
+    every other argument goes to Dask (e.g. --scheduler-file, --memory-limit, --name)."""
+    try:
+        command = deploy.worker_command(dask_args, backend, device_memory, device_speed, nworkers, nthreads)
+    except DgvmError as e:
+        raise click.ClickException(str(e)) from None
+    _run(command, dry_run)
 
 
 @main.command("config")

@@ -355,6 +355,10 @@ class GVATPlugin(SchedulerPlugin):
 
 
 def dask_setup(scheduler):
-    """Preload entry point: ``dask scheduler --preload dgvm.scheduler``."""
-    config.validate()
+    """Preload entry point: ``dask scheduler --preload dgvm.scheduler``. A bad dgvm
+    configuration closes the scheduler (see ``deploy.close_on_config_error``)."""
+    from dgvm.deploy import close_on_config_error
+
+    with close_on_config_error(scheduler):
+        config.validate()
     scheduler.add_plugin(GVATPlugin(), name=PLUGIN_NAME)

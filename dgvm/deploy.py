@@ -1,0 +1,162 @@
+"""Starting dgvm with Dask's own command line: what ``dgvm scheduler`` and ``dgvm worker`` run.
+
+Both are thin: they check the configuration, then replace themselves with Dask's CLI
+(``python -m dask scheduler|worker``, or ``dask cuda worker`` for GPU hosts) with the dgvm
+preloads and a few defaults added, so that everything else behaves exactly as Dask does.
+Extra arguments go to Dask unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+
+from dgvm import config
+from dgvm.errors import ConfigError, DgvmError
+
+SCHEDULER_PORT = 8786
+DASHBOARD_ADDRESS = ":8787"
+DASHBOARD_PAGES = (
+    "/individual-dgvm, /individual-dgvm-memory, /individual-dgvm-migration; "
+    "JSON /dgvm/api/v1/{allocations,workers,stats}; Prometheus /metrics"
+)
+
+
+@dataclass
+class Command:
+    """A command line to run, the environment variables it adds, and notes for the user."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def shell(self) -> str:
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return (env + " " if env else "") + shlex.join(self.argv)
+
+    def exec(self) -> None:
+        """Become this command (same process id, so signals reach Dask directly)."""
+        env = {**os.environ, **self.env}
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if os.name == "nt":  # no exec that keeps the process on Windows
+            import subprocess
+
+            sys.exit(subprocess.call(self.argv, env=env))
+        os.execve(self.argv[0], self.argv, env)
+
+
+def dask_cli() -> list[str]:
+    """Dask's CLI in this interpreter (so the workers import this very dgvm)."""
+    return [sys.executable, "-m", "dask"]
+
+
+def has_dask_cuda() -> bool:
+    return importlib.util.find_spec("dask_cuda") is not None
+
+
+def scheduler_command(port=SCHEDULER_PORT, dashboard_address=DASHBOARD_ADDRESS, dask_args=()) -> Command:
+    """``dask scheduler`` with the GVAT preload."""
+    config.validate()
+    argv = [*dask_cli(), "scheduler", *dask_args, "--preload", "dgvm.scheduler", "--port", str(port)]
+    if dashboard_address is not None:
+        argv += ["--dashboard-address", str(dashboard_address)]
+    notes = [f"dgvm pages on the dashboard: {DASHBOARD_PAGES}"]
+    return Command(argv, notes=notes)
+
+
+def worker_command(
+    dask_args=(),
+    backend: str | None = None,
+    device_memory: str | None = None,
+    device_speed: float | None = None,
+    nworkers: int | None = None,
+    nthreads: int | None = None,
+    gpus: int | None = None,
+) -> Command:
+    """``dask worker`` (cpu) or ``dask cuda worker`` (one worker per GPU) with the chunk
+    store preload. ``dask_args`` (the scheduler's address among them, or
+    ``--scheduler-file``) come first: Dask's CLI takes its first positional argument as the
+    address and the preload's options after it. ``gpus``: visible GPUs (counted when None)."""
+    backend = backend or config.get("backend")
+    config.validate(
+        {"backend": backend, "device-memory": device_memory, "device-speed": device_speed},
+        source="dgvm worker --{key}",
+    )
+    notes = []
+    if backend in ("auto", "cuda"):
+        if gpus is None:
+            from dgvm.backends.cuda import gpu_count
+
+            gpus = gpu_count()
+        if backend == "cuda" and gpus == 0:
+            raise DgvmError("dgvm worker --backend cuda: no CUDA GPU is visible (CuPy sees 0 devices)")
+        if backend == "cuda" and not has_dask_cuda():
+            raise DgvmError(
+                "dgvm worker --backend cuda starts one worker per GPU with dask-cuda, which is "
+                "not installed: pip install 'dgvm[cuda]' (or use --backend cpu)"
+            )
+        if backend == "auto":
+            if gpus and not has_dask_cuda():
+                notes.append(f"{gpus} GPU(s) visible but dask-cuda is not installed: starting cpu "
+                             "workers (pip install 'dgvm[cuda]' for one worker per GPU)")
+            backend = "cuda" if gpus and has_dask_cuda() else "cpu"
+    preload = ["--preload", "dgvm.worker", "--dgvm-backend", backend]
+    if device_memory is not None:
+        preload += ["--dgvm-device-memory", str(device_memory)]
+    if device_speed is not None:
+        preload += ["--dgvm-device-speed", str(device_speed)]
+    dask_args = list(dask_args)
+    env = {}
+    if backend == "cuda":
+        if nworkers is not None:
+            raise DgvmError(
+                "on cuda, dgvm worker starts one worker per visible GPU: choose the GPUs with "
+                "CUDA_VISIBLE_DEVICES instead of --nworkers"
+            )
+        argv = [*dask_cli(), "cuda", "worker", *dask_args]
+        if nthreads is not None:
+            argv += ["--nthreads", str(nthreads)]
+        notes.append(f"one worker per GPU ({gpus} visible), cuda backend")
+    else:
+        n = nworkers or 1
+        argv = [*dask_cli(), "worker", *dask_args, "--nworkers", str(n), "--nthreads", str(nthreads or 1)]
+        if "NUMBA_NUM_THREADS" not in os.environ:
+            # cpu kernels run parallel over Numba's threads: share the cores among workers.
+            env["NUMBA_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // n))
+        memory = device_memory or config.get("device-memory") or config.get("cpu-default-memory")
+        notes.append(f"{n} cpu worker(s), {memory} of emulated device memory each")
+    return Command(argv + preload, env=env, notes=notes)
+
+
+_closing: set = set()
+
+
+async def _close_once_started(server) -> None:
+    # A server closed while it starts may still register and then die, and a nanny would
+    # restart it: wait for the start (this preload runs inside it) to finish first.
+    await server
+    await server.close(reason="dgvm-config-error")
+
+
+@contextlib.contextmanager
+def close_on_config_error(server):
+    """In a preload: a bad configuration closes ``server`` (a worker takes its nanny with
+    it) and is raised for Dask to log, rather than leaving a scheduler without the GVAT or a
+    worker without its chunk store running on."""
+    try:
+        yield
+    except ConfigError:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # not on the server's event loop: nothing to close from here
+            raise
+        task = asyncio.ensure_future(_close_once_started(server))
+        _closing.add(task)
+        task.add_done_callback(_closing.discard)
+        raise

@@ -1,0 +1,278 @@
+"""Deployment as a user does it: a scheduler and workers started from the command line as
+separate processes on loopback, then ``dgvm.connect(address)``, an allocation and a launch
+through them; both with Dask's CLI and the dgvm preloads, and with ``dgvm scheduler`` /
+``dgvm worker``. The processes are stopped (SIGTERM, as a user's Ctrl-C) whatever happens."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import dgvm
+import dgvm.array as dnp
+from dgvm import deploy
+from dgvm.errors import DgvmError
+from dgvm.session import call_workers
+
+from test_examples import load
+
+MiB = 2**20
+ARENA_RESERVE = 256  # a cpu arena keeps its first 256 bytes: offset 0 names no chunk
+saxpy = load("saxpy").saxpy  # pickled by value: the workers need not import the tests
+# Workers measure their device with a small copy (faster start); the scheduler's headroom
+# checks that DASK_DGVM__ variables reach a scheduler started from the CLI.
+WORKER_ENV = {"DASK_DGVM__PROFILE_BYTES": "2MiB", "NUMBA_NUM_THREADS": "2"}
+SCHEDULER_ENV = {"DASK_DGVM__PLACEMENT__HEADROOM": "0.05"}
+
+
+def cli(name: str) -> list[str]:
+    """The console script ``name`` of this environment, else ``python -m name``."""
+    script = os.path.join(os.path.dirname(sys.executable), name)
+    return [script] if os.path.exists(script) else [sys.executable, "-m", name]
+
+
+class Processes:
+    """Processes started for one test, each logging to a file; ``stop`` ends them all."""
+
+    def __init__(self, tmp_path):
+        self.dir = tmp_path
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.outcome: dict[str, str] = {}
+
+    def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
+        log = open(self.dir / f"{name}.log", "w")
+        p = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})}, start_new_session=True,
+        )
+        log.close()
+        self.procs[name] = p
+        return p
+
+    def log(self, name: str) -> str:
+        return (self.dir / f"{name}.log").read_text()
+
+    def logs(self) -> str:
+        return "\n".join(f"----- {n} -----\n{self.log(n)[-4000:]}" for n in self.procs)
+
+    def wait_exit(self, name: str, timeout: float) -> int:
+        try:
+            return self.procs[name].wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{name} still runs after {timeout} s\n{self.logs()}")
+
+    def stop(self, timeout: float = 30) -> dict[str, str]:
+        """SIGTERM one by one, newest first (workers leave while their scheduler is still
+        there); SIGKILL to the process group of one still there after ``timeout``.
+        Answers how each one ended."""
+        for name, p in reversed(self.procs.items()):
+            if name in self.outcome:
+                continue
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout)
+                self.outcome[name] = f"exit {p.returncode}"
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                self.outcome[name] = "killed"
+        return self.outcome
+
+
+@pytest.fixture
+def procs(tmp_path):
+    p = Processes(tmp_path)
+    try:
+        yield p
+    finally:
+        p.stop()
+        print(p.logs())  # shown when the test failed
+
+
+def scheduler_address(procs: Processes, name: str, path, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if procs.procs[name].poll() is not None:
+            pytest.fail(f"{name} exited with {procs.procs[name].returncode}\n{procs.logs()}")
+        try:
+            return json.loads(path.read_text())["address"]
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            time.sleep(0.1)
+    pytest.fail(f"{name} wrote no scheduler file in {timeout} s\n{procs.logs()}")
+
+
+def wait_for_stores(client, n: int, procs: Processes, timeout: float = 60) -> list:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        workers = dgvm.workers(client=client)
+        if len(workers) >= n:
+            return workers
+        time.sleep(0.2)
+    pytest.fail(f"{n} chunk stores did not report to the GVAT in {timeout} s\n{procs.logs()}")
+
+
+def allocate_launch_free(client, capacities: list[int]) -> None:
+    """What a user does on a fresh cluster, checked at every step against NumPy and the
+    stores themselves."""
+    workers = dgvm.workers(client=client)
+    assert sorted(w.capacity for w in workers) == sorted(c - ARENA_RESERVE for c in capacities)
+    assert {w.address for w in workers} == set(client.scheduler_info()["workers"])
+    assert {w.backend for w in workers} == {"cpu"}
+    headroom = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.extensions["dgvm"].gvat.headroom)
+    assert headroom == 0.05
+
+    hx = np.arange(20_000, dtype=np.float32)
+    hy = np.linspace(0, 1, 20_000, dtype=np.float32)
+    x = dnp.from_numpy(hx, chunks=2_500, client=client)
+    y = dnp.from_numpy(hy, chunks=2_500, placement="round_robin", client=client)
+    out = dnp.empty(20_000, dtype="float32", chunks=2_500, colocate=x, client=client)
+    try:
+        assert len(set(y.locations().values())) == len(workers)  # chunks on every worker
+        dgvm.launch(saxpy, np.float32(2.5), x, y, out=out)
+        np.testing.assert_allclose(dnp.asnumpy(out), np.float32(2.5) * hx + hy, rtol=1e-6)
+        np.testing.assert_array_equal(dnp.asnumpy(y), hy)
+    finally:
+        for a in (x, y, out):
+            a.free()
+    assert dgvm.table(client=client) == []
+    stores = call_workers("dgvm_store_info", {w.address: {} for w in workers}, client)
+    for address, info in stores.items():
+        assert (info["used"], info["chunks"], info["replicas"], info["allocations"]) == (0, 0, 0, 0), address
+
+
+def assert_stopped_cleanly(procs: Processes) -> None:
+    outcome = procs.stop()
+    assert "killed" not in outcome.values(), f"{outcome}\n{procs.logs()}"
+
+
+@pytest.mark.slow
+def test_dask_cli_with_dgvm_preloads(procs, tmp_path):
+    sched_file = tmp_path / "scheduler.json"
+    procs.start("scheduler", [
+        *cli("dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+        "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched_file),
+        "--preload", "dgvm.scheduler",
+    ], env=SCHEDULER_ENV)
+    address = scheduler_address(procs, "scheduler", sched_file)
+    memories = {"worker-a": 32 * MiB, "worker-b": 48 * MiB}
+    for name, memory in memories.items():
+        procs.start(name, [
+            *cli("dask"), "worker", address, "--host", "127.0.0.1", "--nthreads", "1",
+            "--name", name, "--preload", "dgvm.worker",
+            "--dgvm-backend", "cpu", "--dgvm-device-memory", f"{memory // MiB}MiB",
+        ], env=WORKER_ENV)
+    with dgvm.connect(address) as client:
+        workers = wait_for_stores(client, 2, procs)
+        names = {a: w["name"] for a, w in client.scheduler_info()["workers"].items()}
+        assert {names[w.address]: w.capacity + ARENA_RESERVE for w in workers} == memories
+        allocate_launch_free(client, list(memories.values()))
+
+        # A worker whose dgvm options are wrong says why and goes away (Dask alone would
+        # keep it running without a chunk store).
+        procs.start("worker-bad", [
+            *cli("dask"), "worker", address, "--host", "127.0.0.1", "--name", "worker-bad",
+            "--preload", "dgvm.worker", "--dgvm-device-memory", "lots",
+        ], env=WORKER_ENV)
+        procs.wait_exit("worker-bad", 60)
+        assert "dgvm.device-memory = 'lots' (from the preload option --dgvm-device-memory)" in procs.log("worker-bad")
+        assert len(dgvm.workers(client=client)) == 2
+    assert_stopped_cleanly(procs)
+
+
+@pytest.mark.slow
+def test_dgvm_scheduler_and_worker_commands(procs, tmp_path):
+    sched_file = tmp_path / "scheduler.json"
+    procs.start("scheduler", [
+        *cli("dgvm"), "scheduler", "--port", "0", "--dashboard-address", "127.0.0.1:0",
+        "--host", "127.0.0.1", "--scheduler-file", str(sched_file),
+    ], env=SCHEDULER_ENV)
+    address = scheduler_address(procs, "scheduler", sched_file)
+    procs.start("workers", [
+        *cli("dgvm"), "worker", address, "--backend", "cpu", "--device-memory", "40MiB",
+        "--nworkers", "2", "--host", "127.0.0.1",
+    ], env=WORKER_ENV)
+    with dgvm.connect(address) as client:
+        wait_for_stores(client, 2, procs)
+        allocate_launch_free(client, [40 * MiB, 40 * MiB])
+    assert "dgvm: running" in procs.log("workers") and "--preload dgvm.worker" in procs.log("workers")
+    assert "/individual-dgvm" in procs.log("scheduler")
+    assert_stopped_cleanly(procs)
+
+
+def test_scheduler_with_a_bad_config_value_stops_and_says_why(procs):
+    procs.start("scheduler", [
+        *cli("dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+        "--preload", "dgvm.scheduler",
+    ], env={"DASK_DGVM__PLACEMENT__HEADROOM": "2"})
+    procs.wait_exit("scheduler", 60)
+    log = procs.log("scheduler")
+    assert "dgvm.placement.headroom = 2 (from the environment variable DASK_DGVM__PLACEMENT__HEADROOM)" in log
+    assert "Reason: dgvm-config-error" in log
+
+
+def test_wrappers_check_config_before_starting_dask():
+    out = subprocess.run(
+        [*cli("dgvm"), "worker", "tcp://127.0.0.1:1", "--device-memory", "lots"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 1
+    assert "dgvm.device-memory = 'lots' (from dgvm worker --device-memory)" in out.stderr
+    out = subprocess.run(
+        [*cli("dgvm"), "scheduler"], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "DASK_DGVM__PLACEMENT__DEFAULT": "random"},
+    )
+    assert out.returncode == 1 and "one of balanced, packed, round_robin" in out.stderr
+
+
+# -- the commands the wrappers build -------------------------------------------------------
+def after(argv: list[str], *words: str) -> bool:
+    """``words`` appear in ``argv`` one right after the other."""
+    n = len(words)
+    return any(argv[i:i + n] == list(words) for i in range(len(argv) - n + 1))
+
+
+def test_scheduler_command_defaults_and_pass_through():
+    c = deploy.scheduler_command(dask_args=["--host", "10.0.0.1"])
+    assert c.argv[:4] == [sys.executable, "-m", "dask", "scheduler"]
+    assert after(c.argv, "--preload", "dgvm.scheduler")
+    assert after(c.argv, "--port", "8786") and after(c.argv, "--dashboard-address", ":8787")
+    assert after(c.argv, "--host", "10.0.0.1")
+
+
+def test_cpu_worker_command():
+    c = deploy.worker_command(["tcp://h:8786", "--memory-limit", "4GiB"], backend="cpu",
+                              device_memory="2GiB", nworkers=3)
+    assert c.argv[:5] == [sys.executable, "-m", "dask", "worker", "tcp://h:8786"]  # address first
+    assert after(c.argv, "--nworkers", "3") and after(c.argv, "--nthreads", "1")
+    assert after(c.argv, "--memory-limit", "4GiB")
+    # the preload's options come after --preload, as Dask hands them to the preload
+    assert after(c.argv, "--preload", "dgvm.worker", "--dgvm-backend", "cpu", "--dgvm-device-memory", "2GiB")
+
+
+def test_gpu_host_gets_one_dask_cuda_worker_per_gpu(monkeypatch):
+    monkeypatch.setattr(deploy, "has_dask_cuda", lambda: True)
+    c = deploy.worker_command(["tcp://h:8786"], gpus=4)
+    assert c.argv[:6] == [sys.executable, "-m", "dask", "cuda", "worker", "tcp://h:8786"]
+    assert after(c.argv, "--preload", "dgvm.worker", "--dgvm-backend", "cuda")
+    assert "--nworkers" not in c.argv
+    with pytest.raises(DgvmError, match="CUDA_VISIBLE_DEVICES"):
+        deploy.worker_command(["tcp://h:8786"], nworkers=2, gpus=4)
+
+
+def test_gpu_host_without_dask_cuda(monkeypatch):
+    monkeypatch.setattr(deploy, "has_dask_cuda", lambda: False)
+    c = deploy.worker_command(["tcp://h:8786"], gpus=2)  # auto: cpu workers, and a note why
+    assert "worker" in c.argv and "cuda" not in c.argv[:5] and after(c.argv, "--dgvm-backend", "cpu")
+    assert any("dask-cuda is not installed" in n for n in c.notes)
+    with pytest.raises(DgvmError, match="dask-cuda"):
+        deploy.worker_command(["tcp://h:8786"], backend="cuda", gpus=2)
+    with pytest.raises(DgvmError, match="no CUDA GPU"):
+        deploy.worker_command(["tcp://h:8786"], backend="cuda", gpus=0)
