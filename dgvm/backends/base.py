@@ -63,6 +63,11 @@ class Backend(abc.ABC):
         """Bytes of the device used by something other than dgvm."""
         return 0
 
+    def device_memory(self) -> tuple[int, int]:
+        """(total, free) bytes of the whole device, whoever uses it. An emulated device
+        is dgvm's capacity, of which others use ``other_used``."""
+        return self.capacity, self.free
+
     def allocate(self, nbytes: int, zero: bool = True) -> Any:
         """A buffer of ``nbytes``, zero-filled unless ``zero=False`` (the caller overwrites
         it whole); MemoryError when the device is full."""

@@ -71,6 +71,10 @@ class CudaBackend(Backend):
         free, _ = self._cupy.cuda.runtime.memGetInfo()
         return max(0, self.capacity - self.used - free)
 
+    def device_memory(self):
+        free, total = self._cupy.cuda.runtime.memGetInfo()
+        return int(total), int(free)
+
     def synchronize(self):
         self._device.synchronize()
 

@@ -1,0 +1,98 @@
+"""The dashboard's JSON API on the scheduler's HTTP server (schema: docs/dashboard.md).
+
+``GET /dgvm/api/v1/allocations`` (``?alloc_id=3``, ``?chunks=1``), ``/workers``
+(``?include_lost=1``) and ``/stats``. Rows are those of ``dgvm.table()``, ``dgvm.workers()``
+and ``dgvm.stats()`` (built by the same plugin methods), with fields added; every answer
+also carries ``version`` (of this schema) and ``time`` (of the snapshot).
+"""
+
+from __future__ import annotations
+
+import json
+
+from distributed.http.utils import RequestHandler
+
+from dgvm.dashboard.source import DashboardSource
+from dgvm.errors import InvalidAddress
+
+VERSION = 1
+PREFIX = "dgvm/api/v1/"
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").lower() in ("1", "true", "yes", "on")
+
+
+class _JSONHandler(RequestHandler):
+    def source(self) -> DashboardSource | None:
+        source = DashboardSource.of(self.server)
+        if source is None:
+            self.reply({"error": "dgvm is not running on this scheduler "
+                                 "(start it with: dask scheduler --preload dgvm.scheduler)"}, 404)
+        return source
+
+    def reply(self, body: dict, status: int = 200) -> None:
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.write(json.dumps(body))
+
+
+class AllocationsHandler(_JSONHandler):
+    def get(self):
+        source = self.source()
+        if source is None:
+            return
+        snap = source.snapshot()
+        rows = snap.allocations
+        alloc_id = self.get_argument("alloc_id", None)
+        try:
+            if alloc_id is not None:
+                source.plugin.gvat.get(int(alloc_id))  # the error names a freed id as such
+                rows = [r for r in rows if r["alloc_id"] == int(alloc_id)]
+            if _flag(self.get_argument("chunks", None)):
+                rows = [
+                    {**r, "chunks": source.plugin.table(alloc_id=r["alloc_id"], chunks=True)[0]["chunks"]}
+                    for r in rows
+                ]
+        except (InvalidAddress, ValueError) as e:
+            return self.reply({"error": str(e)}, 404)
+        self.reply({"version": VERSION, "time": snap.time, "allocations": rows})
+
+
+class WorkersHandler(_JSONHandler):
+    def get(self):
+        source = self.source()
+        if source is None:
+            return
+        snap = source.snapshot()
+        rows = snap.workers
+        if _flag(self.get_argument("include_lost", None)):
+            live = {w["address"]: w for w in rows}
+            rows = [
+                live.get(r["address"], r) if r["status"] == "running" else r
+                for r in source.plugin.workers(include_lost=True)
+            ]
+        self.reply({"version": VERSION, "time": snap.time, "workers": rows})
+
+
+class StatsHandler(_JSONHandler):
+    def get(self):
+        source = self.source()
+        if source is None:
+            return
+        snap = source.snapshot()
+        self.reply({
+            "version": VERSION,
+            "time": snap.time,
+            "workers": snap.stats["workers"],
+            "allocations": {str(k): v for k, v in snap.stats["allocations"].items()},
+            "totals": snap.totals,
+        })
+
+
+# (url without the dashboard prefix, handler, kwargs), as distributed's route modules list them
+routes: list[tuple] = [
+    (PREFIX + "allocations", AllocationsHandler, {}),
+    (PREFIX + "workers", WorkersHandler, {}),
+    (PREFIX + "stats", StatsHandler, {}),
+]

@@ -1,0 +1,101 @@
+"""dgvm's Prometheus metrics, served on the scheduler's existing ``/metrics``.
+
+distributed's ``/metrics`` handler writes out ``prometheus_client``'s global registry;
+``register`` adds one collector to it (once per process). Each scrape takes a fresh
+snapshot of the running scheduler's GVAT. Labels stay bounded: worker addresses, device
+names, four memory states and the transfer paths. Counters are cluster totals that never
+go down, also when workers leave (``counters.Totals``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from dgvm.dashboard.source import DashboardSource
+
+#: the parts of a device's dgvm capacity; they add up to it
+STATES = ("home", "replica", "other", "free")
+
+_lock = threading.Lock()
+_registered = False
+
+
+def families(source: DashboardSource):
+    """The metric families of one snapshot of ``source``."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    snap = source.snapshot()
+    device = GaugeMetricFamily(
+        "dgvm_device_bytes",
+        "Bytes of each worker's dgvm device capacity: chunks homed there (home), read "
+        "replicas (replica), used by others (other), free",
+        labels=["worker", "device", "state"],
+    )
+    capacity = GaugeMetricFamily(
+        "dgvm_device_capacity_bytes", "Device memory each worker offers to dgvm",
+        labels=["worker", "device"],
+    )
+    total = GaugeMetricFamily(
+        "dgvm_device_total_bytes", "Memory of each worker's whole device",
+        labels=["worker", "device"],
+    )
+    for w in snap.workers:
+        labels = [w["address"], w["device"]]
+        parts = {
+            "home": w["used"] - w["replica_bytes"], "replica": w["replica_bytes"],
+            "other": w["other_used"], "free": w["free"],
+        }
+        for state in STATES:
+            device.add_metric([*labels, state], parts[state])
+        capacity.add_metric(labels, w["capacity"])
+        if w["device_total"] is not None:
+            total.add_metric(labels, w["device_total"])
+    yield device
+    yield capacity
+    yield total
+    yield GaugeMetricFamily("dgvm_workers", "Workers holding a dgvm chunk store", value=len(snap.workers))
+    yield GaugeMetricFamily("dgvm_allocations", "Live allocations in the GVAT", value=len(snap.allocations))
+    yield GaugeMetricFamily(
+        "dgvm_allocated_bytes", "Bytes of all live allocations",
+        value=sum(a["nbytes"] for a in snap.allocations),
+    )
+    t = snap.totals
+    yield CounterMetricFamily("dgvm_chunk_hits", "Chunks kernels found on their worker", value=t["hits"])
+    yield CounterMetricFamily("dgvm_chunk_misses", "Chunks kernels fetched from another worker", value=t["misses"])
+    yield CounterMetricFamily("dgvm_rehomes", "Chunks whose home moved (re-homing, migrate, rebalance)", value=t["rehomes"])
+    yield CounterMetricFamily("dgvm_evictions", "Read replicas dropped to make room", value=t["evicted"])
+    moved = CounterMetricFamily(
+        "dgvm_migrations", "Chunks copied between workers (replicas and moved homes), per path",
+        labels=["path"],
+    )
+    nbytes = CounterMetricFamily(
+        "dgvm_migration_bytes", "Bytes copied between workers, per path", labels=["path"],
+    )
+    for path, p in t["paths"].items():
+        moved.add_metric([path], p["count"])
+        nbytes.add_metric([path], p["bytes"])
+    yield moved
+    yield nbytes
+
+
+class DgvmCollector:
+    """A ``prometheus_client`` collector over the newest running scheduler's GVAT."""
+
+    def collect(self):
+        source = DashboardSource.current()
+        if source is not None:
+            yield from families(source)
+
+
+def register() -> bool:
+    """Add the collector to ``prometheus_client.REGISTRY`` (once); False without it."""
+    global _registered
+    try:
+        import prometheus_client
+    except ImportError:
+        return False
+    with _lock:
+        if not _registered:
+            prometheus_client.REGISTRY.register(DgvmCollector())
+            _registered = True
+    return True

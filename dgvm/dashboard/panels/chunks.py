@@ -1,0 +1,135 @@
+"""The chunk map of one allocation: a cell per chunk, coloured by the worker holding its
+home, with a mark on chunks that have read replicas elsewhere.
+
+Arrays lay out their blocks as their grid (leading axes folded into rows); buffers fill a
+square. The map is recomputed only when the chosen allocation's homes or replicas changed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from bokeh.layouts import column
+from bokeh.models import ColumnDataSource, Div, HoverTool, Select
+from bokeh.plotting import figure
+
+from dgvm.dashboard.panels.common import LOST_COLOR, fmt_bytes, layout_label, set_data, short, worker_colors
+
+#: chunks drawn at most (the rest are counted in the summary)
+MAX_CHUNKS = 10_000
+COLUMNS = ("x", "y", "index", "block", "worker", "color", "size", "version", "replicas")
+
+
+def layout(nchunks: int, grid) -> tuple[np.ndarray, np.ndarray, int]:
+    """(column, row) of each chunk, and the number of columns."""
+    if grid is not None and len(grid) >= 2:
+        cols = len(grid[-1])
+    else:
+        cols = max(1, math.ceil(math.sqrt(nchunks)))
+    k = np.arange(nchunks)
+    return k % cols, k // cols, cols
+
+
+def _label(a: dict) -> str:
+    what = layout_label(a) if a.get("shape") is not None else f"{fmt_bytes(a['nbytes'])} buffer"
+    return f"{a['alloc_id']}: {what}, {a['nchunks']} chunks"
+
+
+class ChunkMapPanel:
+    def __init__(self, gvat, alloc_id: int | None = None, height: int = 360, **kwargs):
+        self.gvat = gvat
+        self.wanted = alloc_id  # asked for in the page's URL (?alloc=3)
+        self.select = Select(title="allocation", options=[], value="", width=320)
+        self.summary = Div(text="no allocation", name="dgvm-chunk-summary")
+        self.source = ColumnDataSource({c: [] for c in COLUMNS}, name="dgvm-chunks")
+        self.replicas = ColumnDataSource({"x": [], "y": [], "holders": []}, name="dgvm-replicas")
+        fig = figure(title="Chunk map", height=height, match_aspect=True, tools="pan,wheel_zoom,reset",
+                     toolbar_location="above", **kwargs)
+        cells = fig.rect("x", "y", width=0.94, height=0.94, color="color", line_color="white",
+                         legend_field="worker", source=self.source)
+        fig.scatter("x", "y", marker="circle_dot", size=9, fill_color="white", line_color="black",
+                    legend_label="has replicas", source=self.replicas)
+        fig.add_tools(HoverTool(renderers=[cells], tooltips=[
+            ("chunk", "@index"), ("block", "@block"), ("home", "@worker"), ("bytes", "@size"),
+            ("version", "@version"), ("replicas on", "@replicas"),
+        ]))
+        fig.y_range.flipped = True
+        fig.axis.visible = False
+        fig.grid.visible = False
+        fig.legend.label_text_font_size = "8pt"
+        fig.add_layout(fig.legend[0], "right")  # beside the map, never over it
+        self.figure = fig
+        self.root = column(self.select, self.summary, fig, **kwargs)
+        self._key = None
+        self._snap = None
+        self.select.on_change("value", lambda attr, old, new: self._redraw())
+
+    def update(self, snap) -> None:
+        self._snap = snap
+        options = [(str(a["alloc_id"]), _label(a)) for a in snap.allocations]
+        if self.select.options != options:
+            self.select.options = options
+        ids = [o[0] for o in options]
+        if self.select.value not in ids:
+            want = str(self.wanted) if self.wanted is not None else None
+            self.select.value = want if want in ids else (ids[-1] if ids else "")
+        self._redraw()
+
+    def _redraw(self) -> None:
+        snap = self._snap
+        alloc = self.gvat.allocations.get(int(self.select.value)) if self.select.value else None
+        if snap is None or alloc is None:
+            self._key = None
+            set_data(self.source, {c: [] for c in COLUMNS})
+            set_data(self.replicas, {"x": [], "y": [], "holders": []})
+            self.summary.text = "no allocation"
+            return
+        inv = self.gvat.inventory
+        key = (alloc.alloc_id, alloc.stats["rehomes"], alloc.stats["migrated"],
+               sum(len(h) for h in alloc.replicas.values()), len(inv.by_address), len(inv.by_uid))
+        if key == self._key:
+            return
+        self._key = key
+        self._draw(alloc, snap)
+
+    def _draw(self, alloc, snap) -> None:
+        inv = self.gvat.inventory
+        n = min(alloc.nchunks, MAX_CHUNKS)
+        x, y, _ = layout(alloc.nchunks, alloc.grid_chunks)
+        homes = alloc.homes[:n]
+        uids, inverse = np.unique(homes, return_inverse=True)
+        recs = [inv.by_uid[u] for u in uids.tolist()]
+        colors = worker_colors(w["address"] for w in snap.workers)
+        names = [short(r.address) if r.alive else f"{short(r.address)} (lost)" for r in recs]
+        fills = [colors.get(r.address, LOST_COLOR) if r.alive else LOST_COLOR for r in recs]
+        sizes = np.diff(alloc.offsets[: n + 1])
+        grid = tuple(len(c) for c in alloc.grid_chunks) if alloc.grid_chunks else None
+        blocks = ([str(tuple(int(i) for i in b)) for b in zip(*np.unravel_index(np.arange(n), grid))]
+                  if grid else [str(i) for i in range(n)])
+        holders = {i: ", ".join(sorted(short(inv.by_uid[u].address) for u in h))
+                   for i, h in alloc.replicas.items() if h and i < n}
+        inv_list = inverse.tolist()
+        set_data(self.source, {
+            "x": x[:n].tolist(), "y": y[:n].tolist(), "index": list(range(n)), "block": blocks,
+            "worker": [names[h] for h in inv_list], "color": [fills[h] for h in inv_list],
+            "size": [fmt_bytes(s) for s in sizes.tolist()], "version": alloc.versions[:n].tolist(),
+            "replicas": [holders.get(i, "") for i in range(n)],
+        })
+        marked = sorted(holders)
+        set_data(self.replicas, {
+            "x": [int(x[i]) for i in marked], "y": [int(y[i]) for i in marked],
+            "holders": [holders[i] for i in marked],
+        })
+        spans = [inv.by_uid[u] for u in np.unique(alloc.homes).tolist()]
+        live = sum(r.alive for r in spans)
+        text = (f"<b>allocation {alloc.alloc_id}</b> of {short(alloc.owner)}: "
+                f"<span id='dgvm-nchunks'>{alloc.nchunks}</span> chunks on "
+                f"<span id='dgvm-nworkers'>{live}</span> workers")
+        if len(spans) > live:
+            text += f" ({len(spans) - live} lost)"
+        if holders:
+            text += f"; {len(holders)} chunks with replicas"
+        if alloc.nchunks > n:
+            text += f"; the first {n} shown"
+        self.summary.text = text

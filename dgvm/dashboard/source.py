@@ -1,0 +1,74 @@
+"""The dashboard's view of one scheduler: snapshots on demand, and a short history.
+
+``install`` makes one ``DashboardSource`` per scheduler (``scheduler.extensions
+["dgvm-dashboard"]``). Pages, the JSON API and the Prometheus collector all read from it.
+Many open pages share one snapshot per refresh period; nobody watching costs nothing.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections import deque
+
+from dask.utils import parse_timedelta
+
+from dgvm import config
+from dgvm.dashboard.snapshot import Snapshot, Spread, build
+from dgvm.dashboard.counters import Totals
+
+EXTENSION = "dgvm-dashboard"
+#: points of history kept (10 minutes at the default refresh of 1s)
+HISTORY = 600
+
+
+def refresh_seconds() -> float:
+    """``dgvm.dashboard.refresh`` in seconds (at least 0.1)."""
+    return max(0.1, float(parse_timedelta(config.get("dashboard.refresh", "1s"), default="s")))
+
+
+class DashboardSource:
+    _live: list[weakref.ref] = []  # every source made in this process, newest last
+
+    def __init__(self, scheduler, plugin):
+        self.scheduler = scheduler
+        self.plugin = plugin
+        self.refresh = refresh_seconds()
+        self._spread = Spread()
+        self._totals = Totals()
+        self._last: Snapshot | None = None
+        # (time, totals) after each snapshot at most twice per refresh period
+        self.history: deque[tuple[float, dict]] = deque(maxlen=HISTORY)
+        DashboardSource._live = [r for r in DashboardSource._live if r() is not None]
+        DashboardSource._live.append(weakref.ref(self))
+
+    def snapshot(self, max_age: float = 0.0) -> Snapshot:
+        """A snapshot no older than ``max_age`` seconds (0: a fresh one)."""
+        now = time.time()
+        if self._last is not None and now - self._last.time <= max_age:
+            return self._last
+        snap = build(self.plugin, self._spread, self._totals)
+        if not self.history or snap.time - self.history[-1][0] >= self.refresh / 2:
+            self.history.append((snap.time, snap.totals))
+        self._last = snap
+        return snap
+
+    @property
+    def running(self) -> bool:
+        return getattr(self.scheduler.status, "name", "") not in (
+            "closing", "closing_gracefully", "closed", "failed", "stopped",
+        )
+
+    @classmethod
+    def of(cls, scheduler) -> DashboardSource | None:
+        return scheduler.extensions.get(EXTENSION)
+
+    @classmethod
+    def current(cls) -> DashboardSource | None:
+        """The newest source of a running scheduler in this process (a process serves
+        one scheduler, except in tests, which run their clusters one at a time)."""
+        for ref in reversed(cls._live):
+            s = ref()
+            if s is not None and s.running:
+                return s
+        return None
