@@ -14,7 +14,7 @@ import logging
 import numpy as np
 from distributed import SchedulerPlugin
 
-from dgvm import config, transfer
+from dgvm import config, dashboard, transfer
 from dgvm.chunk_grid import block_nbytes
 from dgvm.errors import InvalidAddress, OutOfDeviceMemory
 from dgvm.gvat import GVAT, migration
@@ -65,6 +65,7 @@ class GVATPlugin(SchedulerPlugin):
         scheduler.extensions["dgvm"] = self
         for address in scheduler.workers:
             self.add_worker(scheduler, address)
+        dashboard.install(scheduler, self)  # pages, JSON API, Prometheus (dgvm/dashboard)
 
     async def close(self):
         for t in self._background:
@@ -352,6 +353,11 @@ class GVATPlugin(SchedulerPlugin):
         bw = inv.effective_bandwidth(live)
         base = min(bw.values()) if bw else 1.0
         return [inv.info(r, bw.get(r.uid, 0.0) / base).to_dict() for r in recs]
+
+
+# A scheduler imports its preloads before it builds its HTTP server: listing the dashboard's
+# routes now puts its pages into distributed's own dashboard (dgvm/dashboard/mount.py).
+dashboard.register()
 
 
 def dask_setup(scheduler):

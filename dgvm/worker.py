@@ -86,7 +86,9 @@ class ChunkStorePlugin(WorkerPlugin):
             self.store = None
 
     def metrics(self) -> dict:
-        return {"profile": self.profile.to_dict(), **self.store.metrics()}
+        total, free = self.store.backend.device_memory()  # the whole device, for the dashboard
+        return {"profile": self.profile.to_dict(), **self.store.metrics(),
+                "device_total": total, "device_free": free}
 
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
