@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -88,8 +89,10 @@ def dask_transfer(client, a: str, b: str, nbytes: int, backend: str, reps: int) 
     worker ``b`` (the array is made on ``a`` first, untimed)."""
     from distributed import wait
 
+    from dgvm.progress import track
+
     times = []
-    for r in range(reps):
+    for r in track(range(reps), f"Dask {nbytes >> 20} MiB", stream=sys.stderr, transient=True):
         src, dst = (a, b) if r % 2 == 0 else (b, a)
         fut = client.submit(_make, nbytes, backend, workers=[src], pure=False)
         wait(fut)
@@ -109,8 +112,10 @@ def dgvm_migrate(buf, a: str, b: str, reps: int) -> tuple[float, float, float]:
         paths = dgvm.stats()["workers"][dst]["paths"].values()
         return sum(p["copy_seconds"] for p in paths), sum(p["seconds"] for p in paths)
 
+    from dgvm.progress import track
+
     copies, fetches, ends = [], [], []
-    for r in range(reps):
+    for r in track(range(reps), f"dgvm {buf.nbytes >> 20} MiB", stream=sys.stderr, transient=True):
         dst = b if buf.home(0) == a else a
         c0, f0 = totals(dst)
         t0 = time.perf_counter()
