@@ -1,0 +1,413 @@
+"""The dashboard on live clusters: its JSON API agrees with dgvm.table/workers/stats, its
+Prometheus metrics with the GVAT (counters only grow), its pages render with data (in
+Bokeh's own client, and in a real headless Chromium), on a cluster that had dgvm from the
+start and on one that got it late. A gpu test checks both GPUs' memory in the JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import dask
+import numpy as np
+import pytest
+
+import dgvm
+import dgvm.array as dnp
+from dgvm.backends.cuda import gpu_count
+from dgvm.dashboard import mount, pages
+from dgvm.dashboard.panels.common import short
+
+from test_kernels import axpy, copy2d, spread_and_gather
+
+MiB = 2**20
+API = "dgvm/api/v1/"
+CHROMIUM = os.environ.get("DGVM_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("DGVM_CHROMEDRIVER", "/usr/bin/chromedriver")
+
+
+# -- helpers ---------------------------------------------------------------------------
+def http_base(client) -> str:
+    """The scheduler's HTTP server (dashboard, JSON, /metrics), as a URL ending in "/"."""
+    host = client.scheduler.address.split("://")[-1].rsplit(":", 1)[0]
+    return f"http://{host}:{client.scheduler_info()['services']['dashboard']}/"
+
+
+def get(base: str, path: str) -> str:
+    with urllib.request.urlopen(base + path, timeout=10) as r:
+        return r.read().decode()
+
+
+def get_json(base: str, path: str) -> dict:
+    return json.loads(get(base, path))
+
+
+def wait_for(check, timeout: float = 10.0, what: str = "condition"):
+    """Poll ``check`` until it returns something true (heartbeats carry worker counters)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def scrape(base: str) -> dict:
+    """/metrics as {(sample name, frozenset of labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for fam in text_string_to_metric_families(get(base, "metrics"))
+        for s in fam.samples
+    }
+
+
+def metric(samples: dict, name: str, **labels) -> float:
+    return samples[(name, frozenset(labels.items()))]
+
+
+def total(samples: dict, name: str) -> float:
+    return sum(v for (n, _), v in samples.items() if n == name)
+
+
+def stats_as_json(s: dict) -> dict:
+    return json.loads(json.dumps({"workers": s["workers"],
+                                  "allocations": {str(k): v for k, v in s["allocations"].items()}}))
+
+
+def dashboard_cluster():
+    """Three cpu workers of mixed sizes and speeds, as conftest's, with the dashboard on."""
+    return dgvm.LocalCluster(
+        n_workers=3, backend="cpu", device_memory=[64 * MiB, 128 * MiB, 256 * MiB],
+        device_speed=[1.0, 2.0, 4.0], processes=False, dashboard_address="127.0.0.1:0",
+    )
+
+
+def pull_document(base: str, page: str, **arguments):
+    """A session of the page through Bokeh's own client (``.document``: as the server
+    built and filled it); use it as a context manager."""
+    from bokeh.client import pull_session
+
+    return pull_session(url=base + page, arguments={k: str(v) for k, v in arguments.items()})
+
+
+# -- registration ----------------------------------------------------------------------
+def test_pages_and_routes_are_listed_for_distributed():
+    import dgvm.dashboard.routes  # noqa: F401  (what distributed imports for a scheduler)
+    import dgvm.scheduler  # noqa: F401  (its import lists the routes module)
+    from distributed.dashboard.scheduler import applications
+
+    assert mount.ROUTES_MODULE in dask.config.get(mount.ROUTES_KEY)
+    for url in ("/individual-dgvm", "/individual-dgvm-memory", "/individual-dgvm-migration"):
+        assert applications[url] is pages.APPLICATIONS[url]
+    assert pages.menu_entry("/individual-dgvm-memory") == {"url": "individual-dgvm-memory", "name": "Dgvm Memory"}
+
+
+def test_totals_never_go_down_when_workers_leave_or_restart():
+    from dgvm.dashboard.counters import Totals, nest
+
+    t = Totals()
+    a = {"hits": 5, "misses": 2, "paths": {"shm": {"count": 2, "bytes": 100, "seconds": 0.1}}}
+    b = {"hits": 1, "misses": 1, "paths": {}}
+    first = nest(t.update({("A", 1): a, ("B", 2): b}))
+    assert (first["hits"], first["misses"], first["paths"]["shm"]["bytes"]) == (6, 3, 100)
+    gone = nest(t.update({("B", 2): b}))  # A left: what it reported stays counted
+    assert (gone["hits"], gone["paths"]["shm"]["bytes"]) == (6, 100)
+    restarted = nest(t.update({("B", 2): {"hits": 0, "misses": 0, "paths": {}}}))  # counters reset
+    assert (restarted["hits"], restarted["misses"]) == (6, 3)
+    grown = nest(t.update({("B", 2): {"hits": 4, "misses": 0, "paths": {}}}))
+    assert grown["hits"] == 10
+
+
+# -- JSON ------------------------------------------------------------------------------
+def test_json_api_agrees_with_lookup(case):
+    x = dnp.from_numpy(np.arange(4096.0).reshape(64, 64), chunks=(16, 32), placement="round_robin")
+    buf = dgvm.malloc(3 * MiB, chunk_bytes=MiB)
+    base = http_base(case.client)
+    try:
+        body = get_json(base, API + "allocations")
+        assert body["version"] == 1 and body["time"] > 0
+        assert [dgvm.AllocationInfo.from_dict(r) for r in body["allocations"]] == dgvm.table()
+        row = {r["alloc_id"]: r for r in body["allocations"]}[x.alloc_id]
+        chunks = dgvm.table(x.alloc_id, chunks=True)[0].chunks
+        per_worker: dict = {}
+        for c in chunks:
+            per_worker[c.worker] = per_worker.get(c.worker, 0) + c.nbytes
+        assert row["workers"] == sorted(per_worker) and row["by_worker"] == per_worker
+        assert row["replicas"] == 0 and row["lost_chunks"] == 0
+
+        one = get_json(base, API + f"allocations?alloc_id={x.alloc_id}&chunks=1")["allocations"]
+        assert [dgvm.AllocationInfo.from_dict(r) for r in one] == dgvm.table(x.alloc_id, chunks=True)
+
+        rows = get_json(base, API + "workers")["workers"]
+        infos = dgvm.workers()
+        if case.backend == "cuda":  # memGetInfo moves with other processes: compare the rest
+            strip = lambda w: {k: v for k, v in w.to_dict().items() if k not in ("free", "other_used")}  # noqa: E731
+            assert [strip(dgvm.WorkerInfo.from_dict(r)) for r in rows] == [strip(w) for w in infos]
+        else:
+            assert [dgvm.WorkerInfo.from_dict(r) for r in rows] == infos
+        for r in rows:
+            assert r["home_bytes"] + r["replica_bytes"] == r["used"]
+            assert r["home_bytes"] == sum(r["by_allocation"].values()) == sum(r["by_owner"].values())
+            assert r["by_allocation"].get(str(x.alloc_id), 0) == per_worker.get(r["address"], 0)
+            assert r["tier"] == "device" and r["device_total"] >= r["capacity"] and r["device_free"] >= 0
+        assert {r["address"] for r in get_json(base, API + "workers?include_lost=1")["workers"]} >= {
+            r["address"] for r in rows}
+
+        # worker counters arrive with heartbeats: the same as dgvm.stats() once they did
+        def same_stats():
+            body = get_json(base, API + "stats")
+            return {k: body[k] for k in ("workers", "allocations")} == stats_as_json(dgvm.stats()) and body
+        stats = wait_for(same_stats, what="/stats to equal dgvm.stats()")
+        assert set(stats["totals"]["paths"]) >= {"shm", "comm"}
+    finally:
+        x.free()
+        buf.free()
+    with pytest.raises(urllib.error.HTTPError) as e:
+        get(base, API + f"allocations?alloc_id={x.alloc_id}")
+    assert e.value.code == 404 and "already freed" in e.value.read().decode()
+
+
+# -- Prometheus ------------------------------------------------------------------------
+def test_prometheus_metrics_follow_the_gvat(case):
+    n = len(case.capacities)
+    base = http_base(case.client)
+    before = scrape(base)
+    assert ("dask_scheduler_clients", frozenset()) in before  # distributed's own /metrics
+    x, out = spread_and_gather(8 * n, 8)
+    try:
+        m = scrape(base)
+        table = dgvm.table()
+        assert metric(m, "dgvm_allocations") == len(table) == 2
+        assert metric(m, "dgvm_allocated_bytes") == sum(a.nbytes for a in table)
+        assert metric(m, "dgvm_workers") == n
+        for w in dgvm.workers():
+            states = {s: metric(m, "dgvm_device_bytes", worker=w.address, device=w.device, state=s)
+                      for s in ("home", "replica", "other", "free")}
+            assert states["home"] + states["replica"] == w.used
+            assert sum(states.values()) == w.capacity
+            assert metric(m, "dgvm_device_capacity_bytes", worker=w.address, device=w.device) == w.capacity
+
+        for _ in range(3):  # remote reads: misses, replicas over shm; the third re-homes x
+            dgvm.launch(axpy, 1.0, x, x, out=out)
+        dgvm.wait(out)
+        s = dgvm.stats()["allocations"][x.alloc_id]
+        assert s["misses"] > 0 and s["rehomes"] > 0
+
+        def grown():
+            now = scrape(base)
+            return all(total(now, k) > total(before, k) for k in (
+                "dgvm_chunk_misses_total", "dgvm_chunk_hits_total", "dgvm_migrations_total",
+                "dgvm_migration_bytes_total", "dgvm_rehomes_total")) and now
+        after = wait_for(grown, what="counters to grow after remote reads")
+        path = "cuda_ipc" if case.backend == "cuda" else "shm"
+        assert metric(after, "dgvm_migrations_total", path=path) > metric(before, "dgvm_migrations_total", path=path)
+    finally:
+        x.free()
+        out.free()
+    final = scrape(base)
+    assert metric(final, "dgvm_allocations") == 0 and metric(final, "dgvm_allocated_bytes") == 0
+    for (name, labels), v in after.items():  # counters never go down
+        if name.startswith("dgvm_") and name.endswith("_total"):
+            assert final[(name, labels)] >= v
+
+
+# -- pages -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def dashboard():
+    cluster = dashboard_cluster()
+    client = dgvm.connect(cluster)
+    try:
+        yield client, http_base(client)
+    finally:
+        client.close()
+        cluster.close()
+
+
+@pytest.fixture
+def arrays(dashboard):
+    """x: 24 blocks over the workers, 10 with replicas where out (all on one worker) read
+    them; a byte buffer beside them."""
+    client, _ = dashboard
+    x = dnp.from_numpy(np.arange(2048 * 3072.0).reshape(2048, 3072), chunks=(512, 512))
+    out = dnp.zeros(x.shape, chunks=(512, 512), placement="packed")
+    buf = dgvm.malloc(40 * MiB, chunk_bytes=8 * MiB, placement="round_robin")
+    try:
+        dgvm.launch(copy2d, x, out=out)
+        dgvm.wait(out)
+        yield x, out, buf
+    finally:
+        for a in (x, out, buf):
+            a.free()
+
+
+def test_pages_in_the_dashboard_menu_and_documents(dashboard, arrays):
+    client, base = dashboard
+    x, out, buf = arrays
+    status = get(base, "status")
+    for url in pages.APPLICATIONS:
+        assert f'href="{url.strip("/")}"' in status  # the "More..." menu of every page
+    listed = get_json(base, "individual-plots.json")  # JupyterLab's list of panels
+    assert "/individual-dgvm-memory" in listed.values() and "/individual-dgvm-migration" in listed.values()
+
+    homes = {c.worker for c in dgvm.table(x.alloc_id, chunks=True)[0].chunks}
+    with pull_document(base, "individual-dgvm", alloc=x.alloc_id) as session:
+        doc = session.document
+        cells = doc.get_model_by_name("dgvm-chunks").data
+        assert len(cells["index"]) == x.alloc.nchunks == 24
+        assert {w for w in cells["worker"]} == {short(w) for w in homes}
+        replicas = doc.get_model_by_name("dgvm-replicas").data
+        assert len(replicas["x"]) == dgvm.stats()["allocations"][x.alloc_id]["replicas"] > 0
+        assert len(doc.get_model_by_name("dgvm-gvat").data["alloc_id"]) == 3
+        keys = set(doc.get_model_by_name("dgvm-memory").data["key"])
+        assert keys == {f"allocation {a.alloc_id}" for a in (x, out, buf)} | {"replicas"}
+    with pull_document(base, "individual-dgvm-migration") as session:
+        text = session.document.get_model_by_name("dgvm-migration-totals").text
+        assert "misses</b> 10" in text and "shm" in text
+
+
+def test_pages_added_to_a_dashboard_already_serving(monkeypatch):
+    """dgvm.connect to a plain Dask cluster: the plugin arrives after distributed built its
+    dashboard; install adds the JSON routes and the pages (and their menu entries)."""
+    import distributed
+    from distributed.dashboard import scheduler as dashboard
+
+    for url in pages.APPLICATIONS:
+        monkeypatch.delitem(dashboard.applications, url, raising=False)
+    routes = [r for r in dask.config.get(mount.ROUTES_KEY) if r != mount.ROUTES_MODULE]
+    with dask.config.set({mount.ROUTES_KEY: routes}):
+        cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                           dashboard_address="127.0.0.1:0")
+    try:
+        base = f"http://127.0.0.1:{cluster.scheduler.http_server.port}/"
+        assert "individual-dgvm" not in get(base, "status")
+        with dgvm.connect(cluster):
+            x = dnp.zeros((64, 64), chunks=(32, 32))
+            try:
+                assert [w["address"] for w in get_json(base, API + "workers")["workers"]] == list(cluster.scheduler.workers)
+                assert 'href="individual-dgvm"' in get(base, "status")
+                with pull_document(base, "individual-dgvm-chunks") as session:
+                    assert len(session.document.get_model_by_name("dgvm-chunks").data["index"]) == 4
+            finally:
+                x.free()
+    finally:
+        cluster.close()
+
+
+def _browser():
+    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+        pytest.skip(f"no Chromium ({CHROMIUM}) and chromedriver ({CHROMEDRIVER}): "
+                    "apt-get install chromium chromium-driver")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1400,1760"):
+        options.add_argument(arg)
+    profile = tempfile.mkdtemp(prefix="dgvm-chromium-")
+    options.add_argument(f"--user-data-dir={profile}")
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    return driver, profile
+
+
+# Read in the page: the named data sources, and whether every root view has rendered.
+RENDERED = """
+if (!window.Bokeh || !Bokeh.documents || !Bokeh.documents.length) return null;
+const doc = Bokeh.documents[0];
+const data = (name) => { const m = doc.get_model_by_name(name); return m ? m.data : null; };
+const idx = Bokeh.index;
+const views = typeof idx.values === "function" ? [...idx.values()] : Object.values(idx);
+const out = {idle: doc.is_idle, finished: views.length > 0 && views.every(v => v.has_finished())};
+for (const name of arguments[0]) {
+  const d = data(name);
+  out[name] = d ? Object.fromEntries(Object.entries(d).map(([k, v]) => [k, Array.from(v)])) : null;
+}
+return out;
+"""
+
+
+def render(driver, url: str, names: list[str], ready, timeout: float = 30.0) -> dict:
+    driver.get(url)
+    return wait_for(lambda: (lambda s: s if s and s["idle"] and s["finished"] and ready(s) else None)(
+        driver.execute_script(RENDERED, names)), timeout, f"{url} to render with data")
+
+
+def test_dashboard_in_a_browser(dashboard, arrays, tmp_path):
+    """Headless Chromium opens the pages of a live cluster, waits until the plots have
+    rendered with data, checks the chunk map, and saves a screenshot (to
+    $DGVM_SCREENSHOT_DIR/dashboard.png when set, e.g. docs/)."""
+    from selenium.webdriver.common.by import By
+
+    client, base = dashboard
+    x, out, buf = arrays
+    homes = {short(c.worker) for c in dgvm.table(x.alloc_id, chunks=True)[0].chunks}
+    driver, profile = _browser()
+    try:
+        page = render(
+            driver, base + f"individual-dgvm?alloc={x.alloc_id}",
+            ["dgvm-chunks", "dgvm-replicas", "dgvm-memory", "dgvm-gvat", "dgvm-migration"],
+            lambda s: s["dgvm-chunks"] and s["dgvm-chunks"]["index"] and s["dgvm-memory"]["key"]
+            and len(s["dgvm-migration"]["time"]) >= 2,  # two refreshes: a rate to draw
+        )
+        cells = page["dgvm-chunks"]
+        assert len(cells["index"]) == 24 and set(cells["worker"]) == homes
+        assert len(page["dgvm-replicas"]["x"]) == dgvm.stats()["allocations"][x.alloc_id]["replicas"] > 0
+        assert sorted(page["dgvm-gvat"]["alloc_id"]) == sorted(a.alloc_id for a in dgvm.table())
+        summary = driver.execute_script(  # the Div's text as the browser has it
+            "return Bokeh.documents[0].get_model_by_name('dgvm-chunk-summary').text")
+        assert "'dgvm-nchunks'>24</span> chunks on" in summary
+        assert f"'dgvm-nworkers'>{len(homes)}</span> workers" in summary
+        assert driver.find_elements(By.CSS_SELECTOR, ".dropdown-content a[href='individual-dgvm']")
+        time.sleep(0.5)  # let the last refresh paint
+        shots = [tmp_path / "dashboard.png"]
+        if os.environ.get("DGVM_SCREENSHOT_DIR"):
+            shots.append(os.path.join(os.environ["DGVM_SCREENSHOT_DIR"], "dashboard.png"))
+        for shot in shots:
+            assert driver.save_screenshot(str(shot))
+        assert os.path.getsize(shots[0]) > 50_000  # a page of plots, not a blank one
+
+        render(driver, base + "individual-dgvm-memory", ["dgvm-memory", "dgvm-capacity"],
+               lambda s: len(s["dgvm-capacity"]["worker"]) == 3 and s["dgvm-memory"]["key"])
+        render(driver, base + "individual-dgvm-migration", ["dgvm-migration"],
+               lambda s: len(s["dgvm-migration"]["time"]) >= 1)
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+# -- gpu -------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("dgvm_cluster", [pytest.param("cuda", marks=pytest.mark.gpu)], indirect=True)
+def test_both_gpus_memory_in_dashboard_json(case):
+    if gpu_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    base = http_base(case.client)
+    x = dnp.zeros((4096, 4096), chunks=(1024, 4096), placement="round_robin")  # 4 x 32 MiB
+    try:
+        rows = get_json(base, API + "workers")["workers"]
+        devices = {r["device"] for r in rows}
+        assert len(rows) == len(devices) == 2 and all(d.startswith("cuda:") for d in devices)
+        for r in rows:
+            mine = r["by_allocation"][str(x.alloc_id)]
+            assert mine == r["home_bytes"] == 64 * MiB
+            assert r["device_total"] >= r["capacity"] > 0
+            # the GPU really holds the chunks: used device memory covers them
+            assert r["device_total"] - r["device_free"] >= mine
+        m = scrape(base)
+        for r in rows:
+            assert metric(m, "dgvm_device_bytes", worker=r["address"], device=r["device"], state="home") == 64 * MiB
+            assert metric(m, "dgvm_device_total_bytes", worker=r["address"], device=r["device"]) == r["device_total"]
+    finally:
+        x.free()
