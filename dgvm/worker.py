@@ -101,7 +101,15 @@ class ChunkStorePlugin(WorkerPlugin):
             return {"oom": str(e)}
 
     async def free(self, alloc_id: int):
-        return await self._run(self.store.free, alloc_id)
+        store = self.store
+        if store is None:
+            return 0  # the store closed with the worker: its memory is gone already
+        try:
+            return await self._run(store.free, alloc_id)
+        except RuntimeError:
+            if self.store is None or self._executor._shutdown:
+                return 0  # closing while asked: same as above
+            raise
 
     async def write(self, alloc_id: int, owner: str, pieces: list):
         n = await self._run(self.store.write, alloc_id, owner, pieces)

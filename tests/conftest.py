@@ -74,6 +74,10 @@ def dgvm_cluster(request):
 def case(dgvm_cluster):
     """A cluster case that must be left as found: no allocation, no chunk in any store."""
     yield dgvm_cluster
+    # DArrays free themselves when unreachable: let those releases reach the GVAT first.
+    from dgvm.array.lifecycle import settle_releases
+
+    settle_releases()
     leftover = dgvm.table(client=dgvm_cluster.client)
     for a in leftover:
         dgvm_cluster.client.sync(dgvm_cluster.client.scheduler.dgvm_free, alloc_id=a.alloc_id)

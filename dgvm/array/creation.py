@@ -28,9 +28,28 @@ def _client(client=None):
     try:
         return default_client()
     except ValueError:
+        from dgvm import config
+        from dgvm.backends.cuda import gpu_count
         from dgvm.session import connect
 
-        return connect()
+        import atexit
+
+        backend = config.get("backend")
+        # In-process cpu workers: a script with no ``if __name__ == "__main__":`` guard
+        # would otherwise be run again by every spawned worker process.
+        local = backend == "cpu" or (backend == "auto" and gpu_count() == 0)
+        client = connect(processes=False) if local else connect()
+        atexit.register(_close_quietly, client)
+        return client
+
+
+def _close_quietly(client) -> None:
+    """At exit, the implicit cluster goes away with its memory: close it before Dask's
+    own exit handlers, so no worker is asked to free chunks while it shuts down."""
+    cluster = client.cluster
+    client.close()
+    if cluster is not None:
+        cluster.close()
 
 
 def _shape(shape) -> tuple[int, ...]:

@@ -100,7 +100,10 @@ def result_dtype(name: str, args) -> np.dtype:
     """The dtype NumPy gives ``name`` on these arguments; NumPy's TypeError if it refuses."""
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        return np.asarray(_call(np, name, [_probe(a) for a in args])).dtype
+        dtype = np.asarray(_call(np, name, [_probe(a) for a in args])).dtype
+    # NumPy answers float16 for some functions of small integers and bools; dgvm.array
+    # has no float16 (the standard does not either), so those results are float32.
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
 def _leaf(a, inputs: list):

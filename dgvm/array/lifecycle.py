@@ -8,6 +8,7 @@ frees the allocation in the GVAT.
 
 from __future__ import annotations
 
+import atexit
 import threading
 import weakref
 
@@ -25,6 +26,14 @@ class Pending:
 _lock = threading.Lock()
 _in_flight = 0
 _idle = threading.Condition(_lock)
+_exiting = False
+
+
+@atexit.register
+def _stop_releasing() -> None:
+    # At exit the cluster and its memory go away together: nothing to free one by one.
+    global _exiting
+    _exiting = True
 
 
 def release_when_unreachable(array, alloc, pending: Pending) -> None:
@@ -34,7 +43,7 @@ def release_when_unreachable(array, alloc, pending: Pending) -> None:
 
 def _release(alloc, pending: Pending) -> None:
     global _in_flight
-    if alloc.freed:
+    if alloc.freed or _exiting:
         return
     alloc.freed = True
     client = alloc.client

@@ -357,6 +357,8 @@ class _Reshape:
     out_shape: tuple
 
     def block(self, read, lo, hi, xp):
+        if not self.out_shape:  # one element
+            return read(0, [0] * len(self.in_shape), list(self.in_shape)).reshape(())
         out_row = int(np.prod(self.out_shape[1:], dtype=np.int64))
         in_row = int(np.prod(self.in_shape[1:], dtype=np.int64)) if self.in_shape else 1
         f0, f1 = lo[0] * out_row, hi[0] * out_row
