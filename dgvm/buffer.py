@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from distributed import Client
 
-from dgvm import config
+from dgvm import config, progress
 from dgvm.allocation import Allocation
 from dgvm.errors import InvalidAddress
 
@@ -61,18 +61,21 @@ class GlobalBuffer(Allocation):
             k += 1
 
     def write(self, offset: int, data) -> None:
-        """Copy ``data`` (bytes-like or ndarray) to global bytes ``[offset, offset + len)``."""
+        """Copy ``data`` (bytes-like or ndarray) to global bytes ``[offset, offset + len)``.
+        (A large write on a terminal goes in batches behind a progress bar.)"""
         raw = np.frombuffer(memoryview(np.ascontiguousarray(data)).cast("B"), dtype=np.uint8)
         pieces = [(k, o, raw[r : r + n]) for k, o, n, r in self._span(offset, raw.size)]
-        if pieces:
-            self.put(pieces)
+        for batch in progress.batches(pieces, "write", raw.size):
+            self.put(batch)
 
     def read(self, offset: int, nbytes: int) -> np.ndarray:
-        """A new host uint8 array with global bytes ``[offset, offset + nbytes)``."""
+        """A new host uint8 array with global bytes ``[offset, offset + nbytes)``.
+        (A large read on a terminal goes in batches behind a progress bar.)"""
         spans = list(self._span(offset, nbytes))
         out = np.empty(nbytes, dtype=np.uint8)
-        for (k, o, n, r), a in zip(spans, self.get([(k, o, n) for k, o, n, _ in spans])):
-            out[r : r + n] = a
+        for batch in progress.batches(spans, "read", nbytes):
+            for (k, o, n, r), a in zip(batch, self.get([(k, o, n) for k, o, n, _ in batch])):
+                out[r : r + n] = a
         return out
 
     def __enter__(self):

@@ -97,11 +97,12 @@ def track(items: Iterable, label: str, total: int | None = None, **kwargs) -> It
 
 
 def batches(items: Sequence, label: str, nbytes: int, n: int = 20,
-            min_bytes: int = BATCH_MIN_BYTES, stream=None) -> Iterator[list]:
+            min_bytes: int | None = None, stream=None) -> Iterator[list]:
     """``items`` (e.g. the pieces of a host write) in about ``n`` batches with a bar, when
-    ``nbytes`` is at least ``min_bytes`` and ``stream`` (stdout) is a terminal; otherwise
-    all of them as one batch."""
+    ``nbytes`` is at least ``min_bytes`` (``BATCH_MIN_BYTES``) and ``stream`` (stdout) is
+    a terminal; otherwise all of them as one batch."""
     items = list(items)
+    min_bytes = BATCH_MIN_BYTES if min_bytes is None else min_bytes
     if nbytes < min_bytes or len(items) < 2 or not on_terminal(stream):
         if items:
             yield items

@@ -78,3 +78,23 @@ def test_batches_split_large_transfers_on_a_terminal_only():
     assert len(got) == 10 and [i for b in got for i in b] == items
     assert "write" in out.getvalue() and "\n" not in out.getvalue()
     assert list(batches([], "write", nbytes=big, stream=out)) == []
+
+
+def test_large_buffer_write_and_read_show_a_bar_on_a_terminal(case, monkeypatch):
+    import sys
+
+    import numpy as np
+
+    import dgvm
+    from dgvm import progress
+
+    monkeypatch.setattr(progress, "BATCH_MIN_BYTES", 2**20)
+    data = np.random.default_rng(0).integers(0, 256, 6 * 2**20, dtype=np.uint8)
+    with dgvm.malloc(data.size, chunk_bytes=2**19) as buf:
+        monkeypatch.setattr(sys, "stdout", FakeTerminal())
+        buf.write(0, data)
+        got = buf.read(0, data.size)
+        shown = sys.stdout.getvalue()
+        monkeypatch.undo()
+    assert np.array_equal(got, data)
+    assert "write" in shown and "read" in shown and "100.0%" in shown
