@@ -1,0 +1,182 @@
+"""Set functions: ``unique_values``, ``unique_counts``, ``unique_inverse``, ``unique_all``.
+
+Partials on each worker, combined once on the caller: every chunk finds its own distinct
+values (sorted, in the order of ``dgvm.array.sorting``), how often each occurs there and
+the flat index (C order of the whole array) of its first occurrence, plus the flat
+indices of its NaNs. The caller merges them: counts add, first indices take the least.
+Every NaN is distinct, as the standard asks and NumPy 2's ``unique_*`` do: each is an
+entry of its own, with count 1, after the numbers, in flat-index order. -0.0 and +0.0
+are one value. The results (values, counts, first indices) are new 1-d DArrays; the
+whole set of distinct values passes through the caller, so a set as large as the array
+costs what gathering the array does.
+
+``inverse_indices`` is made back on the workers, with the input's shape and chunks: each
+chunk binary-searches its values among the distinct values it can hold (only the range
+between its own least and greatest ones is read, from the ``values`` result).
+
+Complex arrays have no order here: TypeError (sort their parts yourself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from dgvm.array import blockwise
+from dgvm.array.darray import DArray
+from dgvm.array.sorting import argsort_lines, block_of, check_real, count_before, sort_key
+
+
+class UniqueAllResult(NamedTuple):
+    values: DArray
+    indices: DArray
+    inverse_indices: DArray
+    counts: DArray
+
+
+class UniqueCountsResult(NamedTuple):
+    values: DArray
+    counts: DArray
+
+
+class UniqueInverseResult(NamedTuple):
+    values: DArray
+    inverse_indices: DArray
+
+
+def _flat_index(local, chunk_shape, lo, shape, xp):
+    """Flat indices in the whole array of flat indices ``local`` within a chunk."""
+    out = xp.zeros(local.shape, dtype=np.int64)
+    rest = local
+    for a in reversed(range(len(shape))):
+        coord = rest % chunk_shape[a] + lo[a]
+        rest = rest // chunk_shape[a]
+        stride = int(np.prod(shape[a + 1:], dtype=np.int64))
+        out = out + coord * stride
+    return out
+
+
+@dataclass
+class _LocalUnique:
+    """Partial: (distinct values, their counts, first flat indices, NaNs' flat indices)."""
+
+    shape: tuple
+
+    def partial(self, chunk, lo, hi, xp):
+        flat = chunk.reshape(-1)
+        keys = sort_key(flat, xp)
+        order = argsort_lines(keys.reshape(1, -1), False, xp)[0]
+        ordered = keys[order]
+        n = int(ordered.shape[0])
+        if flat.dtype.kind == "f":
+            n = int(xp.count_nonzero(~xp.isnan(ordered)))  # NaNs sort last
+        new = xp.ones(n, dtype=bool)
+        if n > 1:
+            new[1:] = ordered[1:n] != ordered[: n - 1]
+        at = xp.nonzero(new)[0]
+        counts = xp.diff(xp.concatenate([at, xp.asarray([n], dtype=at.dtype)])).astype(np.int64)
+        first = order[at]  # stable: the earliest of equal values
+        to_flat = lambda i: _flat_index(i, chunk.shape, lo, self.shape, xp)  # noqa: E731
+        return flat[first], counts, to_flat(first), to_flat(order[n:])
+
+
+@dataclass
+class _Inverse:
+    """Blockwise: each element's index among the distinct values (input 1)."""
+
+    starts: list
+    ranges: dict  # block -> (first, last + 1) of the distinct values the chunk holds
+    nan_ranks: dict  # block -> the entries of the chunk's NaNs (C order), or absent
+    shape: tuple
+
+    def block(self, read, lo, hi, xp):
+        block = block_of(self.starts, lo)
+        x = read(0, lo, hi)
+        q = sort_key(x.reshape(1, -1), xp)
+        first, last = self.ranges[block]
+        if last > first:
+            values = sort_key(read(1, [first], [last]).reshape(1, -1), xp)
+            out = count_before(values, q, False, False, xp)[0] + first
+        else:
+            out = xp.zeros(q.shape[1], dtype=np.int64)
+        nans = self.nan_ranks.get(block)
+        if nans is not None:
+            out[xp.isnan(q[0])] = xp.asarray(nans)
+        return out.reshape(x.shape)
+
+
+def _unique(x, name: str, inverse: bool):
+    """values, counts, first indices (NumPy) and, with ``inverse``, the inverse DArray."""
+    from dgvm.array.creation import empty, from_numpy
+
+    check_real(x, name)
+    parts = blockwise.collect(_LocalUnique(x.shape), x, name)
+    blocks = sorted(parts)
+    values = np.concatenate([parts[b][0] for b in blocks])
+    counts = np.concatenate([parts[b][1] for b in blocks])
+    firsts = np.concatenate([parts[b][2] for b in blocks])
+    nans = np.sort(np.concatenate([parts[b][3] for b in blocks]))
+    keys = sort_key(values, np)
+    order = np.argsort(keys, kind="stable")
+    keys, values, counts, firsts = keys[order], values[order], counts[order], firsts[order]
+    new = np.ones(len(keys), bool)
+    new[1:] = keys[1:] != keys[:-1]
+    at = np.flatnonzero(new)
+    distinct = keys[at]
+    if len(at):
+        values = values[at]
+        counts = np.add.reduceat(counts, at)
+        firsts = np.minimum.reduceat(firsts, at)
+    values = np.concatenate([values, np.full(len(nans), np.nan, x.dtype)])
+    counts = np.concatenate([counts, np.ones(len(nans), np.int64)])
+    firsts = np.concatenate([firsts, nans])
+    client = x.alloc.client
+    result = from_numpy(values, client=client)
+    if not inverse:
+        return result, counts, firsts, None
+    ranges, nan_ranks = {}, {}
+    for b in blocks:
+        own = sort_key(parts[b][0], np)
+        if len(own):
+            ranges[b] = (int(np.searchsorted(distinct, own[0], side="left")),
+                         int(np.searchsorted(distinct, own[-1], side="right")))
+        else:
+            ranges[b] = (0, 0)
+        if len(parts[b][3]):
+            nan_ranks[b] = len(distinct) + np.searchsorted(nans, parts[b][3])
+    starts = [np.concatenate([[0], np.cumsum(c)]).astype(np.int64) for c in x.chunks]
+    inv = empty(x.shape, np.int64, x.chunks, colocate=x, client=client)
+    blockwise.run(_Inverse(starts, ranges, nan_ranks, x.shape), inv, [x, result], f"{name}-inverse")
+    return result, counts, firsts, inv
+
+
+def _array(a, like: DArray) -> DArray:
+    from dgvm.array.creation import from_numpy
+
+    return from_numpy(a, client=like.alloc.client)
+
+
+def unique_values(x, /) -> DArray:
+    """The distinct values of ``x`` (flattened), sorted; each NaN is one of them."""
+    return _unique(x, "unique_values", False)[0]
+
+
+def unique_counts(x, /) -> UniqueCountsResult:
+    """The distinct values and how often each occurs."""
+    values, counts, _, _ = _unique(x, "unique_counts", False)
+    return UniqueCountsResult(values, _array(counts, x))
+
+
+def unique_inverse(x, /) -> UniqueInverseResult:
+    """The distinct values and, per element of ``x`` (its shape), the index of its value."""
+    values, _, _, inv = _unique(x, "unique_inverse", True)
+    return UniqueInverseResult(values, inv)
+
+
+def unique_all(x, /) -> UniqueAllResult:
+    """Distinct values, the flat index of each one's first occurrence, the inverse
+    indices (``x``'s shape) and the counts."""
+    values, counts, firsts, inv = _unique(x, "unique_all", True)
+    return UniqueAllResult(values, _array(firsts, x), inv, _array(counts, x))
