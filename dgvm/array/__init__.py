@@ -27,6 +27,10 @@ from dgvm.array.manipulation import (
 from dgvm.array.reductions import (
     all, any, argmax, argmin, cumulative_sum, max, mean, min, prod, std, sum, var,
 )
+from dgvm.array.searching import count_nonzero, nonzero, searchsorted
+from dgvm.array.sets import unique_all, unique_counts, unique_inverse, unique_values
+from dgvm.array.sorting import argsort, sort
+from dgvm.array import random  # noqa: E402  (dgvm.array.random.default_rng, seed, ...)
 from dgvm.array import linalg  # noqa: E402  (dgvm.array.linalg.norm, ...)
 
 globals().update(_ELEMENTWISE)
