@@ -359,7 +359,7 @@ def test_dashboard_in_a_browser(dashboard, arrays, tmp_path):
             driver, base + f"individual-dgvm?alloc={x.alloc_id}",
             ["dgvm-chunks", "dgvm-replicas", "dgvm-memory", "dgvm-gvat", "dgvm-migration"],
             lambda s: s["dgvm-chunks"] and s["dgvm-chunks"]["index"] and s["dgvm-memory"]["key"]
-            and len(s["dgvm-migration"]["time"]) >= 2,  # two refreshes: a rate to draw
+            and len(s["dgvm-migration"]["time"]) >= 3,  # a few refreshes: rates to draw
         )
         cells = page["dgvm-chunks"]
         assert len(cells["index"]) == 24 and set(cells["worker"]) == homes

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 from bokeh.layouts import column, row
-from bokeh.models import ColumnDataSource, DataRange1d, Div, LinearAxis, NumeralTickFormatter
+from bokeh.models import (
+    ColumnDataSource, DataRange1d, DatetimeTickFormatter, Div, LinearAxis, NumeralTickFormatter,
+)
 from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
@@ -65,6 +67,11 @@ class MigrationPanel:
                   alpha=0.6, y_range_name="rehomes", legend_label="re-homes (chunks)")
         hits.legend.location = "bottom_left"
         hits.legend.label_text_font_size = "8pt"
+        clock = DatetimeTickFormatter(milliseconds="%H:%M:%S.%3N", seconds="%H:%M:%S",
+                                      minsec="%H:%M:%S", minutes="%H:%M", hourmin="%H:%M",
+                                      hours="%H:%M", context=None)
+        for fig in (rate, hits):
+            fig.xaxis.formatter = clock
         self.figures = (rate, hits)
         self.root = column(self.totals, row(rate, hits, **kwargs), **kwargs)
 
