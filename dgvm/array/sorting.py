@@ -19,10 +19,12 @@ Several blocks: an exact distributed merge, and the result keeps the input's chu
    sampled from its candidate interval of c; every block counts, by binary search of its
    sorted lines, how many of its elements come before each pivot; the caller adds the
    counts into each pivot's exact global rank and narrows every interval to the pivots
-   just below and above r. An interval shrinks about ``SAMPLES + 1`` times per round; one of
-   at most ``WINDOW`` positions is sampled whole, which pins it exactly. Ties between
-   blocks go to the earlier block, ties within one to the earlier position: the original
-   order, so the sort is stable.
+   just below and above r. An interval shrinks about ``SAMPLES + 1`` times per round. When
+   all of a boundary's intervals are at most ``WINDOW`` wide they are sampled whole and
+   the caller pins the split from those values alone (no counting round): blocks of up
+   to ``WINDOW`` elements per line need a single ``collect``. Ties between blocks go to
+   the earlier block, ties within one to the earlier position: the original order, so
+   the sort is stable.
 3. Every output chunk reads from each input block exactly the sorted run it takes (only
    its own elements move) and merges the runs with one stable sort.
 """
@@ -282,7 +284,42 @@ def _candidates(lo, hi) -> np.ndarray:
     pos[dup] = _NONE
     pos.sort(axis=-1)
     q = max(1, int((pos != _NONE).sum(axis=-1).max()))
-    return pos[..., :q]
+    return pos[..., :q], window
+
+
+def _resolve(lo, hi, pos, values, window, bounds, descending) -> None:
+    """Pin, in place, the splits of the boundaries whose intervals were all sampled whole
+    (``pos``/``values``: the picked positions (m, B, Q) and values (m, B * Q)): of the
+    elements inside the intervals, the first ``r - sum(lo)`` in the order are taken."""
+    m, _, nb = lo.shape
+    width = hi - lo
+    whole = (width <= window).all(axis=2) & (width > 0).any(axis=2)
+    if not whole.any():
+        return
+    line, bound = np.nonzero(whole)
+    first, w = lo[line, bound], width[line, bound]  # (k, B)
+    i = np.arange(window)
+    ok = i < w[..., None]
+    # Where each wanted position was picked: rows (line, block) of ``pos`` are sorted.
+    q = pos.shape[2]
+    stride = int(pos[pos != _NONE].max(initial=0)) + 2
+    keys = (np.arange(m * nb)[:, None] * stride + np.minimum(pos.reshape(m * nb, q), stride - 1)).ravel()
+    rows = line[:, None] * nb + np.arange(nb)
+    want = rows[..., None] * stride + np.where(ok, first[..., None] + i, 0)
+    at = np.minimum(np.searchsorted(keys, want), keys.size - 1)
+    if not (keys[at] == want)[ok].all():
+        raise RuntimeError("dgvm.array.sort: a window position was not picked (a bug; please report it)")
+    v = values.reshape(-1)[at].reshape(len(line), nb * window)
+    ok = ok.reshape(len(line), nb * window)
+    order = argsort_lines(sort_key(v, np), descending, np)
+    last = _stable_argsort(~np.take_along_axis(ok, order, axis=1), np)  # unused slots last
+    order = np.take_along_axis(order, last, axis=1)
+    taken = np.zeros(ok.shape, bool)
+    need = bounds[bound] - first.sum(axis=1)
+    np.put_along_axis(taken, order, np.arange(ok.shape[1])[None, :] < need[:, None], axis=1)
+    pinned = first + taken.reshape(len(line), nb, window).sum(axis=2)
+    lo[line, bound] = pinned
+    hi[line, bound] = pinned
 
 
 def _narrow(lo, hi, pos, lt, le, bounds, sizes) -> None:
@@ -331,18 +368,25 @@ def splits(s: DArray, axis: int, descending: bool) -> dict:
         lo = np.zeros((m, nb - 1, nb), np.int64)
         state[cross] = (lo, np.broadcast_to(sizes, lo.shape).copy())
     while True:
-        positions = {c: _candidates(lo, hi) for c, (lo, hi) in state.items()
-                     if (lo < hi).any()}
-        if not positions:
+        sampled = {c: _candidates(lo, hi) for c, (lo, hi) in state.items() if (lo < hi).any()}
+        if not sampled:
             break
+        positions = {c: pos for c, (pos, _) in sampled.items()}
         picked = blockwise.collect(_Pick(axis, starts, positions), s, "sort-pivots")
-        pivots = {c: np.stack([picked[_full(c, b, axis)] for b in range(nb)], axis=1)
-                  .reshape(pos.shape[0], -1) for c, pos in positions.items()}
+        pivots = {}
+        for c, (pos, window) in sampled.items():
+            values = np.stack([picked[_full(c, b, axis)] for b in range(nb)], axis=1)
+            values = values.reshape(pos.shape[0], -1)
+            _resolve(*state[c], pos, values, window, bounds, descending)
+            if (state[c][0] < state[c][1]).any():  # some intervals still to narrow
+                pivots[c] = values
+        if not pivots:
+            break
         counted = blockwise.collect(_Count(axis, starts, descending, pivots), s, "sort-ranks")
-        for c, pos in positions.items():
+        for c in pivots:
             lt = np.stack([counted[_full(c, b, axis)][0] for b in range(nb)], axis=1)
             le = np.stack([counted[_full(c, b, axis)][1] for b in range(nb)], axis=1)
-            _narrow(*state[c], pos, lt, le, bounds, sizes)
+            _narrow(*state[c], positions[c], lt, le, bounds, sizes)
     out = {}
     for c, (lo, _) in state.items():
         m = lo.shape[0]
