@@ -125,7 +125,8 @@ class Generator:
         self._calls = 0
 
     def __repr__(self):
-        return f"dgvm.array.random.Generator(Philox4x32, key={self._key[0]:08x}{self._key[1]:08x}, calls={self._calls})"
+        key = f"{self._key[0]:08x}{self._key[1]:08x}"
+        return f"dgvm.array.random.Generator(Philox4x32, key={key}, calls={self._calls})"
 
     def _draw(self, kind, size, dtype, params, chunks, client):
         from dgvm.array.creation import empty
