@@ -1,6 +1,7 @@
 """Configuration: defaults, schema and docs agree; bad values stop dgvm with a clear error;
 ``DASK_DGVM__…`` environment variables reach ``dgvm.config.get``."""
 
+import copy
 import os
 import pathlib
 import re
@@ -51,16 +52,22 @@ def doc_sections() -> dict[str, str]:
 
 @pytest.fixture
 def env(monkeypatch):
-    """Set DASK_* variables and make dask.config read them again; restore afterwards."""
+    """Set DASK_* variables and make dask.config read them again, as a new process would;
+    afterwards put back the config exactly as it was (a refresh alone would also drop what
+    modules set at import, e.g. the dashboard's routes)."""
+    saved = copy.deepcopy(dask.config.config)
 
     def set_env(**variables):
         for k, v in variables.items():
             monkeypatch.setenv(k, v)
         dask.config.refresh()
 
-    yield set_env
-    monkeypatch.undo()
-    dask.config.refresh()
+    try:
+        yield set_env
+    finally:
+        monkeypatch.undo()
+        dask.config.config.clear()
+        dask.config.config.update(saved)
 
 
 def test_defaults_validate():
