@@ -45,9 +45,14 @@ def _blockwise_here(op, out: ArraySpec, specs, indices, deps):
     for k in indices:
         lo, hi = chunk_bounds(out, k)
         with access.output_chunk():
-            result = op.block(read, lo, hi, xp)
             target = access.chunk(out, k)
-            if store.is_home(out.alloc_id, k):
+            home = store.is_home(out.alloc_id, k)
+            # Ops that can write in place (elementwise) skip the temporary and its copy.
+            if home and getattr(op, "block_into", None) and op.block_into(read, lo, hi, xp, target):
+                backend.synchronize()
+                continue
+            result = op.block(read, lo, hi, xp)
+            if home:
                 target[...] = result
             else:  # the home moved after this task was placed: send it the result
                 moved = xp.empty(target.shape, dtype=target.dtype)

@@ -88,6 +88,21 @@ class Elementwise:
         with np.errstate(all="ignore"):
             return evaluate(self.expr, leaves, xp)
 
+    def block_into(self, read, lo, hi, xp, target) -> bool:
+        """Write the chunk straight into ``target`` (no temporary, one pass less) when the
+        last operation is a ufunc whose result has the target's dtype; False otherwise."""
+        kind, *rest = self.expr
+        if kind != "call" or rest[0] in ("where", "clip", "astype") or rest[2] != target.dtype:
+            return False
+        ufunc = getattr(xp, CLASSIC.get(rest[0], rest[0]), None)
+        if ufunc is None or not hasattr(ufunc, "nin"):
+            return False
+        leaves = [read(i, *self.region(i, lo, hi)) for i in range(len(self.shapes))]
+        with np.errstate(all="ignore"):
+            args = [evaluate(a, leaves, xp) for a in rest[1]]
+            ufunc(*args, out=target)
+        return True
+
 
 def _probe(x):
     """A one-element NumPy stand-in for an argument, for dtype rules."""

@@ -1,0 +1,172 @@
+"""dgvm.array beside dask.array (and single-GPU CuPy) on the same cluster.
+
+    python benchmarks/array_ops.py [--backend auto|cuda|cpu] [--n 40000] [--reps 3]
+
+Operations on an ``n x n`` float64 array ``x`` (and ``y``), each timed as the median of
+``--reps`` runs after a warm-up, result brought to completion:
+
+- ``(x + x.T).sum()``
+- an elementwise chain ``((2 * x + 1) * x - 3) / (x + 2)`` (5 operations)
+- ``x @ y`` (at ``--n-matmul``, default n/4)
+- ``x.mean(axis=0)``
+- ``x[::3]``
+
+dgvm runs owner-computes on the GVAT; dask.array runs the same expression with NumPy
+chunks on ``cpu`` and CuPy chunks on ``cuda`` (dask-cuda's LocalCUDACluster under
+``dgvm.LocalCluster``), on the same workers, with its inputs persisted there first. On
+``cuda`` single-GPU CuPy runs the same expressions first, where they fit. The chain's
+GB/s counts each operation's reads and writes, beside the bandwidth the workers measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import dgvm
+import dgvm.array as dnp
+
+
+def median_time(fn, reps: int) -> float:
+    fn()  # warm-up: compiles, fills caches
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def chain(np_, x):
+    return ((2.0 * x + 1.0) * x - 3.0) / (x + 2.0)
+
+
+CHAIN_OPS = 5  # 2*x, +1, *x, -3, x+2, / : six passes, five of them binary on arrays
+CHAIN_BYTES = 6 * 2 + 2  # per element, in units of one array's bytes: reads + writes
+
+
+def cupy_times(n, nm, reps):
+    import cupy
+
+    x = cupy.random.random((n, n))
+    y = cupy.random.random((nm, nm))
+    xm = x[:nm, :nm].copy()
+
+    def sync(v):
+        cupy.cuda.Device().synchronize()
+        return v
+
+    out = {
+        "(x + x.T).sum()": median_time(lambda: sync(float((x + x.T).sum())), reps),
+        "elementwise chain": median_time(lambda: sync(chain(cupy, x)), reps),
+        "x @ y": median_time(lambda: sync(xm @ y), reps),
+        "x.mean(axis=0)": median_time(lambda: sync(x.mean(axis=0)), reps),
+        "x[::3]": median_time(lambda: sync(x[::3].copy()), reps),
+    }
+    del x, y, xm
+    cupy.get_default_memory_pool().free_all_blocks()
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--n", type=int, default=None, help="default: 40000 on cuda, 3000 on cpu")
+    p.add_argument("--n-matmul", type=int, default=None)
+    p.add_argument("--chunk", type=int, default=None, help="block side (default: n/4)")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--workers", type=int, default=2)
+    args = p.parse_args(argv)
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+
+    import dask.array as da
+    from distributed import wait
+
+    from dgvm import backends
+
+    backend = backends.resolve(args.backend)
+    n = args.n or (40000 if backend == "cuda" else 3000)
+    nm = args.n_matmul or n // 4
+    c = args.chunk or -(-n // 4)
+    cm = -(-nm // 2)
+    nbytes = 8 * n * n
+    print(f"backend {backend}: x is {n}x{n} float64 ({nbytes / 2**30:.1f} GiB) in blocks of {c}; "
+          f"x @ y at {nm}x{nm}")
+    peer = cupy_times(n, nm, args.reps) if backend == "cuda" else {}
+    kw = {} if backend == "cuda" else {"device_memory": f"{int(3.5 * nbytes / args.workers) // 2**20 + 256}MiB"}
+    client = dgvm.connect(n_workers=args.workers, backend=backend, dashboard_address=None, **kw)
+    rows = []
+    try:
+        ws = dgvm.workers()
+        bw = sum(w.bandwidth for w in ws)
+        x = dnp.random.random((n, n), chunks=c)
+        xm = dnp.random.random((nm, nm), chunks=cm)
+        ym = dnp.random.random((nm, nm), chunks=cm)
+        x.wait(), xm.wait(), ym.wait()
+        mine = {
+            "(x + x.T).sum()": median_time(lambda: float((x + x.T).sum()), args.reps),
+            "elementwise chain": median_time(lambda: chain(dnp, x).wait(), args.reps),
+            "x @ y": median_time(lambda: (xm @ ym).wait(), args.reps),
+            "x.mean(axis=0)": median_time(lambda: x.mean(axis=0).wait(), args.reps),
+            "x[::3]": median_time(lambda: x[::3].wait(), args.reps),
+        }
+        check = dnp.asnumpy(xm @ ym)
+        host_x, host_y = dnp.asnumpy(xm), dnp.asnumpy(ym)
+        assert np.allclose(check, host_x @ host_y)
+        del x, xm, ym
+        from dgvm.array.lifecycle import settle_releases
+
+        settle_releases()
+
+        def on_device(block):
+            if backend == "cuda":
+                import cupy
+
+                return cupy.asarray(block)
+            return block
+
+        dx = da.random.random((n, n), chunks=c).map_blocks(on_device).persist()
+        dxm = da.random.random((nm, nm), chunks=cm).map_blocks(on_device).persist()
+        dym = da.random.random((nm, nm), chunks=cm).map_blocks(on_device).persist()
+        wait([dx, dxm, dym])
+
+        def done(v):
+            v = v.persist()
+            wait(v)
+
+        theirs = {
+            "(x + x.T).sum()": median_time(lambda: float((dx + dx.T).sum().compute()), args.reps),
+            "elementwise chain": median_time(lambda: done(chain(da, dx)), args.reps),
+            "x @ y": median_time(lambda: done(dxm @ dym), args.reps),
+            "x.mean(axis=0)": median_time(lambda: done(dx.mean(axis=0)), args.reps),
+            "x[::3]": median_time(lambda: done(dx[::3]), args.reps),
+        }
+        head = f"{'operation':<20} {'dgvm s':>9} {'dask s':>9} {'dask/dgvm':>10}"
+        if peer:
+            head += f" {'1-GPU CuPy s':>13} {'CuPy/dgvm':>10}"
+        print(head)
+        for op in mine:
+            line = f"{op:<20} {mine[op]:>9.4f} {theirs[op]:>9.4f} {theirs[op] / mine[op]:>9.1f}x"
+            if peer:
+                line += f" {peer[op]:>13.4f} {peer[op] / mine[op]:>9.2f}x"
+            print(line)
+            rows.append((op, mine[op], theirs[op]))
+        moved = CHAIN_BYTES * nbytes
+        print(f"elementwise chain: dgvm {moved / mine['elementwise chain'] / 1e9:.0f} GB/s, "
+              f"dask.array {moved / theirs['elementwise chain'] / 1e9:.0f} GB/s; the workers "
+              f"measured {bw / 1e9:.0f} GB/s of device bandwidth in all: dgvm at "
+              f"{moved / mine['elementwise chain'] / bw:.0%} (target >= 80% on cuda)")
+        print(f"(x + x.T).sum(): dgvm {theirs['(x + x.T).sum()'] / mine['(x + x.T).sum()']:.1f}x "
+              "faster than dask.array (target >= 10x on cuda)")
+    finally:
+        client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
