@@ -81,17 +81,25 @@ def _before(a, q, descending: bool, xp):
     return out
 
 
-def count_before(lines, queries, inclusive: bool, descending: bool, xp):
+def count_before(lines, queries, inclusive, descending: bool, xp):
     """Per row: how many keys of ``lines`` (m, n), sorted in the order, come before each
-    of ``queries`` (m, k) (or before or level with it, ``inclusive``): a binary search,
-    vectorized over rows and queries (NumPy's searchsorted is one row at a time)."""
-    n = lines.shape[1]
+    of ``queries`` (m, k) (or before or level with it, where ``inclusive``: a bool, or
+    bools broadcasting to the queries): a binary search, vectorized over rows and
+    queries (NumPy's searchsorted is one row at a time), the same on every backend."""
+    m, n = lines.shape
+    flat = lines.reshape(-1)
+    rows = (xp.arange(m, dtype=np.int64) * n).reshape(m, 1)
     lo = xp.zeros(queries.shape, dtype=np.int64)
     hi = xp.full(queries.shape, n, dtype=np.int64)
     for _ in range(int(n).bit_length()):
         mid = (lo + hi) // 2
-        a = xp.take_along_axis(lines, xp.minimum(mid, n - 1), axis=1)
-        go = ~_before(queries, a, descending, xp) if inclusive else _before(a, queries, descending, xp)
+        a = xp.take(flat, rows + xp.minimum(mid, n - 1))
+        if inclusive is True or inclusive is False:
+            go = ~_before(queries, a, descending, xp) if inclusive else \
+                _before(a, queries, descending, xp)
+        else:
+            go = xp.where(inclusive, ~_before(queries, a, descending, xp),
+                          _before(a, queries, descending, xp))
         go = go & (lo < hi)
         lo = xp.where(go, mid + 1, lo)
         hi = xp.where(go, hi, mid)
@@ -193,22 +201,24 @@ class _Pick:
 
 @dataclass
 class _Count:
-    """Partial: per pivot, how many elements of the chunk's lines come before it, and
-    before or level with it."""
+    """Partial: per pivot, how many elements of the chunk's lines come before it in the
+    global order: those level with it too when the pivot is from a later block."""
 
     axis: int
     starts: list
     descending: bool
-    pivots: dict  # cross block -> (m, P) pivot values
+    pivots: dict  # cross block -> (m, B, Q) pivot values, by the block they come from
 
     def partial(self, chunk, lo, hi, xp):
-        pivots = self.pivots.get(_cross(block_of(self.starts, lo), self.axis))
+        block = block_of(self.starts, lo)
+        pivots = self.pivots.get(_cross(block, self.axis))
         if pivots is None:
             return None
+        m, nb, q = pivots.shape
         lines = sort_key(to_lines(chunk, self.axis, xp), xp)
-        q = sort_key(xp.asarray(pivots), xp)
-        return (count_before(lines, q, False, self.descending, xp),
-                count_before(lines, q, True, self.descending, xp))
+        later = xp.asarray(np.repeat(np.arange(nb) > block[self.axis], q)[None, :])
+        return count_before(lines, sort_key(xp.asarray(pivots.reshape(m, nb * q)), xp),
+                            later, self.descending, xp)
 
 
 @dataclass
@@ -322,14 +332,14 @@ def _resolve(lo, hi, pos, values, window, bounds, descending) -> None:
     hi[line, bound] = pinned
 
 
-def _narrow(lo, hi, pos, lt, le, bounds, sizes) -> None:
+def _narrow(lo, hi, pos, before, bounds, sizes) -> None:
     """Shrink the intervals ``[lo, hi]`` (m, R, B) of the splits, in place, from the
-    pivots at ``pos`` (m, B, Q) and their counts ``lt``/``le`` (m, B counting, B * Q)."""
+    pivots at ``pos`` (m, B, Q) and the counts ``before`` (m, B counting, B * Q) of the
+    elements of each block that come before each pivot (see ``_Count``)."""
     m, nb, q = pos.shape
     valid = (pos < sizes[None, :, None]).reshape(m, nb * q)
     own = np.repeat(np.arange(nb), q)[None, None, :]  # the block each pivot comes from
     blk = np.arange(nb)[None, :, None]
-    before = np.where(blk < own, le, lt)  # earlier blocks win ties
     before = np.where(blk == own, pos.reshape(m, 1, nb * q), before)
     through = before + (blk == own)
     rank = np.where(valid, before.sum(axis=1), _NONE)  # exact global rank of each pivot
@@ -376,17 +386,15 @@ def splits(s: DArray, axis: int, descending: bool) -> dict:
         pivots = {}
         for c, (pos, window) in sampled.items():
             values = np.stack([picked[_full(c, b, axis)] for b in range(nb)], axis=1)
-            values = values.reshape(pos.shape[0], -1)
-            _resolve(*state[c], pos, values, window, bounds, descending)
+            _resolve(*state[c], pos, values.reshape(pos.shape[0], -1), window, bounds, descending)
             if (state[c][0] < state[c][1]).any():  # some intervals still to narrow
                 pivots[c] = values
         if not pivots:
             break
         counted = blockwise.collect(_Count(axis, starts, descending, pivots), s, "sort-ranks")
         for c in pivots:
-            lt = np.stack([counted[_full(c, b, axis)][0] for b in range(nb)], axis=1)
-            le = np.stack([counted[_full(c, b, axis)][1] for b in range(nb)], axis=1)
-            _narrow(*state[c], positions[c], lt, le, bounds, sizes)
+            before = np.stack([counted[_full(c, b, axis)] for b in range(nb)], axis=1)
+            _narrow(*state[c], positions[c], before, bounds, sizes)
     out = {}
     for c, (lo, _) in state.items():
         m = lo.shape[0]
