@@ -7,7 +7,7 @@ import weakref
 
 import numpy as np
 
-from dgvm import chunk_grid
+from dgvm import chunk_grid, progress
 from dgvm.allocation import Allocation
 from dgvm.array.lifecycle import Pending, release_when_unreachable
 from dgvm.array.operators import ArrayMethods, ArrayOperators
@@ -156,7 +156,8 @@ class DArray(ArrayOperators, ArrayMethods):
         for k, sl in enumerate(chunk_grid.block_slices(self.chunks)):
             block = np.ascontiguousarray(source[sl], dtype=self.dtype)
             pieces.append((k, 0, block.reshape(-1).view(np.uint8)))
-        self.alloc.put(pieces)
+        for batch in progress.batches(pieces, "write", self.nbytes):  # a bar on a terminal
+            self.alloc.put(batch)
 
     def __array__(self, dtype=None, copy=None):
         if copy is False:
@@ -239,8 +240,9 @@ class DArray(ArrayOperators, ArrayMethods):
         out = np.empty(self.shape, dtype=self.dtype)
         slices = chunk_grid.block_slices(self.chunks)
         sizes = np.diff(self.alloc.offsets)
-        blocks = self.alloc.get([(k, 0, int(n)) for k, n in enumerate(sizes)])
-        for sl, raw in zip(slices, blocks):
-            shape = tuple(s.stop - s.start for s in sl)
-            out[sl] = raw.view(self.dtype).reshape(shape)
+        wanted = list(zip(slices, [(k, 0, int(n)) for k, n in enumerate(sizes)]))
+        for batch in progress.batches(wanted, "read", self.nbytes):  # a bar on a terminal
+            for (sl, _), raw in zip(batch, self.alloc.get([piece for _, piece in batch])):
+                shape = tuple(s.stop - s.start for s in sl)
+                out[sl] = raw.view(self.dtype).reshape(shape)
         return out

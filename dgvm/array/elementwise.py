@@ -50,6 +50,10 @@ def _call(xp, name: str, args):
         return x
     if name == "astype":
         return args[0]  # the cast happens in evaluate
+    if name.startswith("logical_"):
+        # NumPy takes complex numbers here (true when non-zero); CuPy does not.
+        args = [a != 0 if getattr(a, "dtype", None) is not None and a.dtype.kind == "c" else a
+                for a in args]
     return getattr(xp, CLASSIC.get(name, name))(*args)
 
 
@@ -92,7 +96,8 @@ class Elementwise:
         """Write the chunk straight into ``target`` (no temporary, one pass less) when the
         last operation is a ufunc whose result has the target's dtype; False otherwise."""
         kind, *rest = self.expr
-        if kind != "call" or rest[0] in ("where", "clip", "astype") or rest[2] != target.dtype:
+        if (kind != "call" or rest[0] in ("where", "clip", "astype") or rest[2] != target.dtype
+                or rest[0].startswith("logical_")):
             return False
         ufunc = getattr(xp, CLASSIC.get(rest[0], rest[0]), None)
         if ufunc is None or not hasattr(ufunc, "nin"):
