@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -100,15 +103,60 @@ def pull_document(base: str, page: str, **arguments):
 
 
 # -- registration ----------------------------------------------------------------------
-def test_pages_and_routes_are_listed_for_distributed():
-    import dgvm.dashboard.routes  # noqa: F401  (what distributed imports for a scheduler)
-    import dgvm.scheduler  # noqa: F401  (its import lists the routes module)
-    from distributed.dashboard.scheduler import applications
+def test_register_lists_routes_and_pages_for_distributed(monkeypatch):
+    from distributed.dashboard import scheduler as dashboard
 
-    assert mount.ROUTES_MODULE in dask.config.get(mount.ROUTES_KEY)
+    for url in pages.APPLICATIONS:
+        monkeypatch.delitem(dashboard.applications, url, raising=False)
+    routes = [r for r in dask.config.get(mount.ROUTES_KEY) if r != mount.ROUTES_MODULE]
+    with dask.config.set({mount.ROUTES_KEY: routes}):
+        mount.register()
+        mount.register()  # idempotent
+        assert dask.config.get(mount.ROUTES_KEY) == [*routes, mount.ROUTES_MODULE]
     for url in ("/individual-dgvm", "/individual-dgvm-memory", "/individual-dgvm-migration"):
-        assert applications[url] is pages.APPLICATIONS[url]
+        assert dashboard.applications[url] is pages.APPLICATIONS[url]
     assert pages.menu_entry("/individual-dgvm-memory") == {"url": "individual-dgvm-memory", "name": "Dgvm Memory"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_scheduler_preload_serves_pages_and_json(tmp_path):
+    """``dask scheduler --preload dgvm.scheduler`` in a fresh process (with a dashboard
+    prefix): distributed builds the pages into its own dashboard (so JupyterLab lists
+    them) and mounts the JSON API and metrics under the prefix."""
+    port = free_port()
+    log = open(tmp_path / "scheduler.log", "w")
+    proc = subprocess.Popen(
+        [os.path.join(os.path.dirname(sys.executable), "dask"), "scheduler", "--preload", "dgvm.scheduler",
+         "--host", "127.0.0.1", "--port", "0", "--dashboard-address", f"127.0.0.1:{port}",
+         "--dashboard-prefix", "/pre"],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}/pre/"
+    try:
+        def up():
+            assert proc.poll() is None, (tmp_path / "scheduler.log").read_text()
+            try:
+                return get_json(base, API + "workers")
+            except (urllib.error.URLError, ConnectionError):
+                return None
+        body = wait_for(up, 30, "the scheduler's HTTP server")
+        assert body["version"] == 1 and body["workers"] == []
+        listed = get_json(base, "individual-plots.json")
+        assert {"/individual-dgvm", "/individual-dgvm-memory", "/individual-dgvm-migration"} <= set(listed.values())
+        assert 'href="individual-dgvm"' in get(base, "status")
+        assert "dgvm_allocations 0.0" in get(base, "metrics")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
 
 
 def test_totals_never_go_down_when_workers_leave_or_restart():

@@ -17,6 +17,7 @@ Two moments, because distributed builds its dashboard once, while the scheduler 
 from __future__ import annotations
 
 import logging
+import sys
 
 import dask.config
 
@@ -27,10 +28,16 @@ ROUTES_KEY = "distributed.scheduler.http.routes"
 
 
 def register() -> None:
-    """List the dashboard's routes module for schedulers this process starts from now."""
+    """List the dashboard's routes module for schedulers this process starts from now.
+    Idempotent. When distributed's dashboard is imported already, list the pages there
+    too: that survives a later reset of dask.config, which would drop the route."""
     routes = list(dask.config.get(ROUTES_KEY, default=[]) or [])
     if ROUTES_MODULE not in routes:
         dask.config.set({ROUTES_KEY: [*routes, ROUTES_MODULE]})
+    if "distributed.dashboard.scheduler" in sys.modules:
+        from dgvm.dashboard import pages
+
+        pages.add_to_distributed()
 
 
 def install(scheduler, plugin):
@@ -41,6 +48,7 @@ def install(scheduler, plugin):
     source = DashboardSource(scheduler, plugin)
     scheduler.extensions[EXTENSION] = source
     metrics.register()
+    register()  # again, for schedulers this process starts later (a config reset drops it)
     http = getattr(scheduler, "http_application", None)
     if http is not None:
         try:
