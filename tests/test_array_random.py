@@ -60,7 +60,12 @@ def test_same_values_on_another_cluster(case):
         client.close()
         cluster.close()
     for x, y in zip(here, there):
-        np.testing.assert_array_equal(x, y)
+        if case.backend == "cuda" and x.dtype.kind == "f":
+            # The other cluster is cpu: the same bits go through CuPy's and NumPy's log
+            # and cos (normal), which may differ in the last place.
+            np.testing.assert_allclose(x, y, rtol=1e-13, atol=1e-15)
+        else:
+            np.testing.assert_array_equal(x, y)
 
 
 def test_calls_advance_and_seed_resets(case):
