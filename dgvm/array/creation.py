@@ -173,15 +173,18 @@ def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True, chu
     return x
 
 
+def _diagonals(lo, hi, xp):
+    """For a block of the last two axes: column index minus row index of every element."""
+    return xp.arange(lo[-1], hi[-1])[None, :] - xp.arange(lo[-2], hi[-2])[:, None]
+
+
 @dataclass
 class _Eye:
     k: int
     dtype: object
 
     def block(self, read, lo, hi, xp):
-        rows = xp.arange(lo[0], hi[0])[:, None]
-        cols = xp.arange(lo[1], hi[1])[None, :]
-        return (cols - rows == self.k).astype(self.dtype)
+        return (_diagonals(lo, hi, xp) == self.k).astype(self.dtype)
 
 
 def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None, chunks="auto") -> DArray:
@@ -198,9 +201,8 @@ class _Triangle:
 
     def block(self, read, lo, hi, xp):
         x = read(0, lo, hi)
-        rows = xp.arange(lo[-2], hi[-2])[:, None]
-        cols = xp.arange(lo[-1], hi[-1])[None, :]
-        keep = (cols - rows >= self.k) if self.upper else (cols - rows <= self.k)
+        d = _diagonals(lo, hi, xp)
+        keep = (d >= self.k) if self.upper else (d <= self.k)
         return xp.where(keep, x, xp.zeros((), dtype=x.dtype))
 
 
