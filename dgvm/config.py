@@ -10,6 +10,7 @@ All options: docs/configuration.md.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import dask.config
@@ -45,35 +46,32 @@ def to_bytes(value) -> int:
 
 
 # -- validation against dgvm-schema.yaml -------------------------------------------------
-_validator = None
-
-
+@functools.cache
 def schema() -> dict:
-    """The JSON schema of the whole config (``{"properties": {"dgvm": ...}}``)."""
+    """The JSON schema of the whole config (``{"properties": {"dgvm": ...}}``), read once;
+    callers share it and must not change it."""
     with open(_schema_path) as f:
         return yaml.safe_load(f)
 
 
-def _get_validator():
-    global _validator
-    if _validator is None:
-        import jsonschema
+@functools.cache
+def _validator():
+    import jsonschema
 
-        checker = jsonschema.FormatChecker()
+    checker = jsonschema.FormatChecker()
 
-        @checker.checks("bytes", raises=(ValueError, TypeError))
-        def _bytes(value):
-            return not isinstance(value, str) or parse_bytes(value) > 0
+    @checker.checks("bytes", raises=(ValueError, TypeError))
+    def _bytes(value):
+        return not isinstance(value, str) or parse_bytes(value) > 0
 
-        @checker.checks("timedelta", raises=(ValueError, TypeError, KeyError))
-        def _timedelta(value):
-            return not isinstance(value, str) or parse_timedelta(value) > 0
+    @checker.checks("timedelta", raises=(ValueError, TypeError, KeyError))
+    def _timedelta(value):
+        return not isinstance(value, str) or parse_timedelta(value) > 0
 
-        s = schema()
-        cls = jsonschema.validators.validator_for(s)
-        cls.check_schema(s)
-        _validator = cls(s, format_checker=checker)
-    return _validator
+    s = schema()
+    cls = jsonschema.validators.validator_for(s)
+    cls.check_schema(s)
+    return cls(s, format_checker=checker)
 
 
 def _canonical(section, sub: dict):
@@ -167,7 +165,6 @@ def validate(overrides: dict | None = None, source: str | None = None) -> dict:
     the schema. Answer the checked section; raise ``ConfigError`` naming each bad key, its
     value, where it came from and what is allowed."""
     section = _canonical(dask.config.get("dgvm", default={}), schema()["properties"]["dgvm"])
-    errors = []
     for key, value in (overrides or {}).items():
         if value is not None:
             *parents, leaf = key.split(".")
@@ -175,8 +172,8 @@ def validate(overrides: dict | None = None, source: str | None = None) -> dict:
             for p in parents:
                 d = d.setdefault(p, {})
             d[leaf] = value
-    validator = _get_validator()
-    for e in sorted(validator.iter_errors({"dgvm": section}), key=lambda e: list(map(str, e.path))):
+    errors = []
+    for e in sorted(_validator().iter_errors({"dgvm": section}), key=lambda e: list(map(str, e.path))):
         key = ".".join(str(p) for p in list(e.absolute_path)[1:])
         errors.append(_explain(e, source if overrides and key in overrides else None))
     if errors:
