@@ -165,17 +165,18 @@ def validate(overrides: dict | None = None, source: str | None = None) -> dict:
     the schema. Answer the checked section; raise ``ConfigError`` naming each bad key, its
     value, where it came from and what is allowed."""
     section = _canonical(dask.config.get("dgvm", default={}), schema()["properties"]["dgvm"])
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            *parents, leaf = key.split(".")
-            d = section
-            for p in parents:
-                d = d.setdefault(p, {})
-            d[leaf] = value
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    for key, value in overrides.items():
+        *parents, leaf = key.split(".")
+        d = section
+        for p in parents:
+            d = d.setdefault(p, {})
+        d[leaf] = value
     errors = []
     for e in sorted(_validator().iter_errors({"dgvm": section}), key=lambda e: list(map(str, e.path))):
         key = ".".join(str(p) for p in list(e.absolute_path)[1:])
-        errors.append(_explain(e, source if overrides and key in overrides else None))
+        # a value not overridden is blamed on its own source (environment, file, set)
+        errors.append(_explain(e, source if key in overrides else None))
     if errors:
         raise ConfigError("invalid dgvm configuration:\n  " + "\n  ".join(errors))
     return section
