@@ -11,7 +11,7 @@ import os
 
 from distributed import Nanny, Scheduler, SpecCluster, Worker
 
-from dgvm import backends, config
+from dgvm import backends, config, deploy
 from dgvm.backends.cuda import gpu_count
 
 
@@ -103,10 +103,7 @@ class LocalCluster(SpecCluster):
                 order = gpus[i:] + gpus[:i]
                 options["env"] = {"CUDA_VISIBLE_DEVICES": ",".join(order)}
             elif processes:
-                # cpu kernels run parallel over Numba's threads: share the cores among
-                # the worker processes rather than oversubscribe them.
-                cores = max(1, (os.cpu_count() or 1) // n_workers)
-                options["env"] = {"NUMBA_NUM_THREADS": str(cores)}
+                options["env"] = deploy.cpu_worker_env(n_workers)
             if not processes:
                 options.pop("silence_logs", None)
             workers[f"dgvm-{i}"] = {"cls": Nanny if processes else Worker, "options": options}

@@ -9,7 +9,6 @@ Extra arguments go to Dask unchanged.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import os
 import shlex
@@ -21,10 +20,6 @@ from dgvm.errors import ConfigError, DgvmError
 
 SCHEDULER_PORT = 8786
 DASHBOARD_ADDRESS = ":8787"
-DASHBOARD_PAGES = (
-    "/individual-dgvm, /individual-dgvm-memory, /individual-dgvm-migration; "
-    "JSON /dgvm/api/v1/{allocations,workers,stats}; Prometheus /metrics"
-)
 
 
 @dataclass
@@ -51,6 +46,15 @@ class Command:
         os.execve(self.argv[0], self.argv, env)
 
 
+def cpu_worker_env(nworkers: int) -> dict[str, str]:
+    """Environment of ``nworkers`` cpu worker processes on this host: cpu kernels run
+    parallel over Numba's threads, so the cores are shared among the workers rather than
+    oversubscribed (a NUMBA_NUM_THREADS already set is left as it is)."""
+    if "NUMBA_NUM_THREADS" in os.environ:
+        return {}
+    return {"NUMBA_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nworkers))}
+
+
 def dask_cli() -> list[str]:
     """Dask's CLI in this interpreter (so the workers import this very dgvm)."""
     return [sys.executable, "-m", "dask"]
@@ -66,8 +70,15 @@ def scheduler_command(port=SCHEDULER_PORT, dashboard_address=DASHBOARD_ADDRESS, 
     argv = [*dask_cli(), "scheduler", *dask_args, "--preload", "dgvm.scheduler", "--port", str(port)]
     if dashboard_address is not None:
         argv += ["--dashboard-address", str(dashboard_address)]
-    notes = [f"dgvm pages on the dashboard: {DASHBOARD_PAGES}"]
-    return Command(argv, notes=notes)
+    return Command(argv, notes=[f"dgvm on the dashboard: {dashboard_urls()}"])
+
+
+def dashboard_urls() -> str:
+    """dgvm's pages and JSON API on the scheduler's dashboard, as dgvm.dashboard lists them."""
+    from dgvm.dashboard import api, pages
+
+    json_urls = ["/" + url.lstrip("/") for url, *_ in api.routes]
+    return f"pages {', '.join(pages.APPLICATIONS)}; JSON {', '.join(json_urls)}; Prometheus /metrics"
 
 
 def worker_command(
@@ -83,29 +94,32 @@ def worker_command(
     store preload. ``dask_args`` (the scheduler's address among them, or
     ``--scheduler-file``) come first: Dask's CLI takes its first positional argument as the
     address and the preload's options after it. ``gpus``: visible GPUs (counted when None)."""
-    backend = backend or config.get("backend")
+    # The flags as given (None: not given), so that a bad dgvm.backend is blamed on where
+    # it was set rather than on --backend.
     config.validate(
         {"backend": backend, "device-memory": device_memory, "device-speed": device_speed},
         source="dgvm worker --{key}",
     )
+    backend = backend or config.get("backend")
     notes = []
     if backend in ("auto", "cuda"):
         if gpus is None:
             from dgvm.backends.cuda import gpu_count
 
             gpus = gpu_count()
+        dask_cuda = has_dask_cuda()
         if backend == "cuda" and gpus == 0:
             raise DgvmError("dgvm worker --backend cuda: no CUDA GPU is visible (CuPy sees 0 devices)")
-        if backend == "cuda" and not has_dask_cuda():
+        if backend == "cuda" and not dask_cuda:
             raise DgvmError(
                 "dgvm worker --backend cuda starts one worker per GPU with dask-cuda, which is "
                 "not installed: pip install 'dgvm[cuda]' (or use --backend cpu)"
             )
         if backend == "auto":
-            if gpus and not has_dask_cuda():
+            if gpus and not dask_cuda:
                 notes.append(f"{gpus} GPU(s) visible but dask-cuda is not installed: starting cpu "
                              "workers (pip install 'dgvm[cuda]' for one worker per GPU)")
-            backend = "cuda" if gpus and has_dask_cuda() else "cpu"
+            backend = "cuda" if gpus and dask_cuda else "cpu"
     preload = ["--preload", "dgvm.worker", "--dgvm-backend", backend]
     if device_memory is not None:
         preload += ["--dgvm-device-memory", str(device_memory)]
@@ -126,9 +140,7 @@ def worker_command(
     else:
         n = nworkers or 1
         argv = [*dask_cli(), "worker", *dask_args, "--nworkers", str(n), "--nthreads", str(nthreads or 1)]
-        if "NUMBA_NUM_THREADS" not in os.environ:
-            # cpu kernels run parallel over Numba's threads: share the cores among workers.
-            env["NUMBA_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // n))
+        env = cpu_worker_env(n)
         memory = device_memory or config.get("device-memory") or config.get("cpu-default-memory")
         notes.append(f"{n} cpu worker(s), {memory} of emulated device memory each")
     return Command(argv + preload, env=env, notes=notes)
@@ -144,19 +156,19 @@ async def _close_once_started(server) -> None:
     await server.close(reason="dgvm-config-error")
 
 
-@contextlib.contextmanager
-def close_on_config_error(server):
-    """In a preload: a bad configuration closes ``server`` (a worker takes its nanny with
-    it) and is raised for Dask to log, rather than leaving a scheduler without the GVAT or a
-    worker without its chunk store running on."""
+def check_config(server, overrides: dict | None = None, source: str | None = None) -> None:
+    """In a preload: ``config.validate(overrides, source)``. A bad configuration closes
+    ``server`` (a worker takes its nanny with it) and is raised for Dask to log, rather than
+    leaving a scheduler without the GVAT or a worker without its chunk store running on."""
     try:
-        yield
+        config.validate(overrides, source)
     except ConfigError:
         try:
-            asyncio.get_running_loop()
+            loop = asyncio.get_running_loop()
         except RuntimeError:  # not on the server's event loop: nothing to close from here
-            raise
-        task = asyncio.ensure_future(_close_once_started(server))
-        _closing.add(task)
-        task.add_done_callback(_closing.discard)
+            loop = None
+        if loop is not None:
+            task = loop.create_task(_close_once_started(server))
+            _closing.add(task)
+            task.add_done_callback(_closing.discard)
         raise

@@ -362,9 +362,8 @@ dashboard.register()
 
 def dask_setup(scheduler):
     """Preload entry point: ``dask scheduler --preload dgvm.scheduler``. A bad dgvm
-    configuration closes the scheduler (see ``deploy.close_on_config_error``)."""
-    from dgvm.deploy import close_on_config_error
+    configuration closes the scheduler (see ``deploy.check_config``)."""
+    from dgvm.deploy import check_config
 
-    with close_on_config_error(scheduler):
-        config.validate()
+    check_config(scheduler)
     scheduler.add_plugin(GVATPlugin(), name=PLUGIN_NAME)

@@ -198,14 +198,14 @@ class ChunkStorePlugin(WorkerPlugin):
 @click.option("--dgvm-device-speed", default=None, type=float, help="relative speed (cpu emulation)")
 def dask_setup(worker, dgvm_backend, dgvm_device_memory, dgvm_device_speed):
     """Preload entry point: ``dask worker ADDR --preload dgvm.worker``. A bad dgvm
-    configuration closes the worker (see ``deploy.close_on_config_error``)."""
-    from dgvm.deploy import close_on_config_error
+    configuration closes the worker (see ``deploy.check_config``)."""
+    from dgvm.deploy import check_config
 
-    with close_on_config_error(worker):
-        config.validate(
-            {"backend": dgvm_backend, "device-memory": dgvm_device_memory, "device-speed": dgvm_device_speed},
-            source="the preload option --dgvm-{key}",
-        )
+    check_config(
+        worker,
+        {"backend": dgvm_backend, "device-memory": dgvm_device_memory, "device-speed": dgvm_device_speed},
+        source="the preload option --dgvm-{key}",
+    )
     plugin = ChunkStorePlugin(dgvm_backend, dgvm_device_memory, dgvm_device_speed)
     plugin.setup(worker)
     worker.plugins[plugin.name] = plugin  # so that the worker tears it down on close
