@@ -23,15 +23,15 @@ def connect(address=None, **cluster_kwargs) -> Client:
     - ``connect("tcp://host:8786")`` attaches to a running scheduler. If it was started
       without the dgvm preloads, the plugins are installed on it and its workers now.
     """
-    config.validate()
     if address is None:
         from dgvm.cluster import LocalCluster
 
-        cluster = LocalCluster(**cluster_kwargs)
+        cluster = LocalCluster(**cluster_kwargs)  # checks the configuration first
         client = Client(cluster, set_as_default=True)
         # Close the cluster with the client, as Client() does for a cluster it started.
         client._start_arg = None
     else:
+        config.validate()
         client = Client(address, set_as_default=True)
     ensure_plugins(client)
     return client
