@@ -7,7 +7,6 @@ import sys
 from collections import defaultdict
 
 import click
-import numpy as np
 from dask.utils import format_bytes
 
 from dgvm import config, deploy
@@ -86,8 +85,8 @@ def info(address, chunks):
         allocs = lookup.table(chunks=chunks, client=client)
         click.echo(f"\nallocations ({len(allocs)}):")
         print_allocations(allocs)
-        for a in allocs:
-            if chunks:
+        if chunks:
+            for a in allocs:
                 click.echo(f"\nallocation {a.alloc_id}:")
                 print_chunk_homes(a.chunks)
 
@@ -114,6 +113,15 @@ def _show(key: str, value) -> str:
 PASS_ON = dict(ignore_unknown_options=True, allow_extra_args=True, allow_interspersed_args=True)
 
 
+def _checked(fn, *args):
+    """``fn(*args)``; a ``DgvmError`` (a value the schema does not allow, no GPU, no
+    dask-cuda) ends the command with its message on stderr and exit status 1."""
+    try:
+        return fn(*args)
+    except DgvmError as e:
+        raise click.ClickException(str(e)) from None
+
+
 def _run(command, dry_run: bool) -> None:
     if dry_run:
         click.echo(command.shell())
@@ -134,11 +142,7 @@ def scheduler(port, dashboard_address, dry_run, dask_args):
     """Start a Dask scheduler that keeps the GVAT: runs 'dask scheduler --preload
     dgvm.scheduler' with these defaults; every other argument goes to 'dask scheduler'
     (e.g. --host, --scheduler-file, --no-dashboard)."""
-    try:
-        command = deploy.scheduler_command(port, dashboard_address, dask_args)
-    except DgvmError as e:
-        raise click.ClickException(str(e)) from None
-    _run(command, dry_run)
+    _run(_checked(deploy.scheduler_command, port, dashboard_address, dask_args), dry_run)
 
 
 @main.command(context_settings=PASS_ON)
@@ -155,10 +159,7 @@ def worker(backend, device_memory, device_speed, nworkers, nthreads, dry_run, da
     """Start workers that hold chunks: runs 'dask worker SCHEDULER_ADDRESS --preload
     dgvm.worker' on cpu hosts and 'dask cuda worker ...' (one worker per GPU) on GPU hosts;
     every other argument goes to Dask (e.g. --scheduler-file, --memory-limit, --name)."""
-    try:
-        command = deploy.worker_command(dask_args, backend, device_memory, device_speed, nworkers, nthreads)
-    except DgvmError as e:
-        raise click.ClickException(str(e)) from None
+    command = _checked(deploy.worker_command, dask_args, backend, device_memory, device_speed, nworkers, nthreads)
     _run(command, dry_run)
 
 
@@ -166,13 +167,7 @@ def worker(backend, device_memory, device_speed, nworkers, nthreads, dry_run, da
 def show_config():
     """Check this process's dgvm configuration against the schema and print it (key,
     value, environment variable). Exits 1 with the reasons when a value is not allowed."""
-    from dgvm.errors import ConfigError
-
-    try:
-        section = config.validate()
-    except ConfigError as e:
-        click.echo(str(e), err=True)
-        sys.exit(1)
+    section = _checked(config.validate)
     rows = []
     for key in _schema_keys(config.schema()["properties"]["dgvm"]):
         value = section
