@@ -107,8 +107,6 @@ def batches(items: Sequence, label: str, nbytes: int, n: int = 20,
         if items:
             yield items
         return
-    step = max(1, -(-len(items) // n))
-    with Progress(len(items), label, stream=stream, summary=False, transient=True) as bar:
-        for i in range(0, len(items), step):
-            yield items[i:i + step]
-            bar.update(min(step, len(items) - i))
+    step = -(-len(items) // n)
+    for i in track(range(0, len(items), step), label, stream=stream, transient=True):
+        yield items[i:i + step]
