@@ -358,3 +358,18 @@ def test_a_numpy_program_needs_only_the_import(tmp_path):
                          timeout=120, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "90.0"
+
+
+def test_a_result_that_does_not_fit_raises_and_leaves_the_input(case):
+    total = sum(case.capacities)
+    n = int(0.55 * total) // 8  # one such array fits the cluster, two do not
+    x = dnp.full((n,), 2.0, chunks=n // 16)
+    before = dgvm.table(client=case.client)
+    with pytest.raises(dgvm.OutOfDeviceMemory, match="cannot place .* free device memory per worker"):
+        x + 1
+    from dgvm.array.lifecycle import settle_releases
+
+    settle_releases()
+    assert [a.alloc_id for a in dgvm.table(client=case.client)] == [a.alloc_id for a in before]
+    assert float(x[:3].sum()) == 6.0
+    del x

@@ -16,7 +16,6 @@ from dgvm.array.dtypes import (
     int64, isdtype, result_type, uint8, uint16, uint32, uint64,
 )
 from dgvm.array.elementwise import FUNCTIONS as _ELEMENTWISE, astype, clip, where
-from dgvm.array.indexing import selected_flat as _selected_flat  # noqa: F401
 from dgvm.array.info import __array_namespace_info__
 from dgvm.array.linalg import dot, matmul, outer, tensordot, vecdot
 from dgvm.array.manipulation import (

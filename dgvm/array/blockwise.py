@@ -10,7 +10,9 @@ launches that wrote the inputs (``dgvm.kernels.launch.dispatch``).
 
 from __future__ import annotations
 
-from distributed import get_worker
+import uuid
+
+import numpy as np
 
 from dgvm import chunk_grid
 from dgvm.kernels.access import Access, ArraySpec
@@ -32,12 +34,9 @@ def chunk_bounds(spec: ArraySpec, k: int) -> tuple[list[int], list[int]]:
 
 
 def _blockwise_here(op, out: ArraySpec, specs, indices, deps):
-    worker = get_worker()
-    store = worker.extensions["dgvm"]
-    backend = store.backend
+    access = Access.here()
+    backend = access.store.backend
     xp = backend.xp
-    access = Access(worker, store)
-    forwarded = []
 
     def read(i, lo, hi):
         return access.read(specs[i], lo, hi, xp)
@@ -46,20 +45,12 @@ def _blockwise_here(op, out: ArraySpec, specs, indices, deps):
         lo, hi = chunk_bounds(out, k)
         with access.output_chunk():
             target = access.chunk(out, k)
-            home = store.is_home(out.alloc_id, k)
-            # Ops that can write in place (elementwise) skip the temporary and its copy.
-            if home and getattr(op, "block_into", None) and op.block_into(read, lo, hi, xp, target):
-                backend.synchronize()
-                continue
-            result = op.block(read, lo, hi, xp)
-            if home:
-                target[...] = result
-            else:  # the home moved after this task was placed: send it the result
-                moved = xp.empty(target.shape, dtype=target.dtype)
-                moved[...] = result
-                forwarded.append((k, moved))
+            # Ops that can write in place (elementwise, assignment) skip the temporary.
+            into = getattr(op, "block_into", None)
+            if not (into and access.store.is_home(out.alloc_id, k) and into(read, lo, hi, xp, target)):
+                access.put_result(out, k, target, op.block(read, lo, hi, xp))
             backend.synchronize()
-    report(worker, out, indices, access, forwarded)
+    report(out, indices, access)
     return len(indices)
 
 
@@ -67,10 +58,8 @@ def collect(op, x, name: str) -> dict[tuple, object]:
     """Run ``op.partial(chunk, lo, hi, xp)`` on every chunk of ``x`` where it lives (one
     task per worker, after the launches that write ``x``) and bring the small results
     back: block index -> host value (NumPy arrays, or tuples of them)."""
-    import uuid
-
     client = x.alloc.client
-    deps = list(x._writes)
+    deps = list(x._pending.writes)
     futures = [
         client.submit(
             _collect_here, op, ArraySpec.of(x), idx, deps, workers=[w],
@@ -78,7 +67,7 @@ def collect(op, x, name: str) -> dict[tuple, object]:
         )
         for w, idx in x.alloc.by_home().items()
     ]
-    x._reads = x._reads + futures
+    x._pending.reads = x._pending.reads + futures
     out = {}
     for part in client.gather(futures):
         out.update(part)
@@ -92,22 +81,19 @@ def _host(value):
 
 
 def _collect_here(op, spec: ArraySpec, indices, deps):
-    worker = get_worker()
-    store = worker.extensions["dgvm"]
-    access = Access(worker, store)
+    access = Access.here()
+    xp = access.store.backend.xp
     out = {}
     for k in indices:
         lo, hi = chunk_bounds(spec, k)
         with access.output_chunk():
-            value = op.partial(access.chunk(spec, k), lo, hi, store.backend.xp)
+            value = op.partial(access.chunk(spec, k), lo, hi, xp)
             out[chunk_grid.block_index(k, spec.grid)] = _host(value)
     return out
 
 
-def assemble(parts: dict[tuple, "np.ndarray"], grid: tuple):
+def assemble(parts: dict[tuple, np.ndarray], grid: tuple):
     """Host arrays per block -> one array, blocks placed by their grid position."""
-    import numpy as np
-
     if not grid:
         return np.asarray(parts[()])
 

@@ -37,22 +37,6 @@ class DArray(ArrayOperators, ArrayMethods):
         self.chunks = tuple(tuple(int(b) for b in axis) for axis in chunks)
         live_arrays.add(self)
 
-    @property
-    def _writes(self) -> list:
-        return self._pending.writes
-
-    @_writes.setter
-    def _writes(self, futures) -> None:
-        self._pending.writes = list(futures)
-
-    @property
-    def _reads(self) -> list:
-        return self._pending.reads
-
-    @_reads.setter
-    def _reads(self, futures) -> None:
-        self._pending.reads = list(futures)
-
     # -- metadata ------------------------------------------------------------------------
     @property
     def ndim(self) -> int:
@@ -115,7 +99,7 @@ class DArray(ArrayOperators, ArrayMethods):
         """Let every pending launch that writes or reads this array finish."""
         from distributed import wait as dask_wait
 
-        pending = self._writes + self._reads
+        pending = self._pending.writes + self._pending.reads
         if pending:
             dask_wait(pending)
 
@@ -123,14 +107,14 @@ class DArray(ArrayOperators, ArrayMethods):
         """Block until every launch writing this array has finished."""
         from dgvm.kernels.launch import settle
 
-        settle(self._writes)
+        settle(self._pending.writes)
         return self
 
     def free(self) -> None:
         """Give the array's device memory back now (also done when it becomes unreachable)."""
         # Launches that use the memory finish first (their errors belong to wait).
         self.settle()
-        self._writes, self._reads = [], []
+        self._pending.writes, self._pending.reads = [], []
         self.alloc.free()
 
     def __enter__(self):
@@ -151,7 +135,7 @@ class DArray(ArrayOperators, ArrayMethods):
         """Copy a host array of this shape into the blocks, one request per worker."""
         from dgvm.kernels.launch import settle
 
-        settle(self._writes + self._reads)
+        settle(self._pending.writes + self._pending.reads)
         pieces = []
         for k, sl in enumerate(chunk_grid.block_slices(self.chunks)):
             block = np.ascontiguousarray(source[sl], dtype=self.dtype)

@@ -177,9 +177,16 @@ class _Assign:
     value: object
     value_shape: tuple | None
 
-    def block(self, read, lo, hi, xp):
-        current = read(0, lo, hi)
-        out = current.copy()
+    def block_into(self, read, lo, hi, xp, target) -> bool:
+        self._assign(read, lo, hi, xp, target)  # only the selected positions are written
+        return True
+
+    def block(self, read, lo, hi, xp):  # the chunk's home moved: assign into a copy
+        out = read(0, lo, hi).copy()
+        self._assign(read, lo, hi, xp, out)
+        return out
+
+    def _assign(self, read, lo, hi, xp, dst) -> None:
         local, sel = [], []
         for a, m in enumerate(self.maps):
             if m is None:
@@ -188,7 +195,7 @@ class _Assign:
                 continue
             j = np.flatnonzero((m >= lo[a]) & (m < hi[a]))
             if not len(j):
-                return current
+                return  # the key selects nothing in this chunk
             local.append(m[j] - lo[a])
             sel.append(j)
         if self.value_shape is None:
@@ -204,15 +211,20 @@ class _Assign:
             value = region[xp.ix_(*(xp.asarray(p) for p in picks))] if picks else region
             value = xp.broadcast_to(value, [len(sel[a]) for a in self.keep])
             value = value.reshape([len(v) for v in local])
-        out[xp.ix_(*(xp.asarray(v) for v in local))] = value
-        return out
+        dst[xp.ix_(*(xp.asarray(v) for v in local))] = value
+
+
 
 
 @dataclass
 class _MaskAssign:
     value: object
 
-    def block(self, read, lo, hi, xp):
+    def block_into(self, read, lo, hi, xp, target) -> bool:
+        target[read(1, lo, hi)] = self.value
+        return True
+
+    def block(self, read, lo, hi, xp):  # the chunk's home moved: a new array
         return xp.where(read(1, lo, hi), self.value, read(0, lo, hi))
 
 

@@ -27,23 +27,21 @@ def _empty(shape, dtype, chunks, source: DArray | None = None, first_in=None):
 
     colocate = None
     if source is not None and first_in is not None:
-        picks = []
-        for sl in chunk_grid.block_slices(chunks):
-            src = first_in([s.start for s in sl])
-            picks.append(chunk_of(source, src))
+        starts = [np.cumsum((0,) + c) for c in source.chunks]
+        picks = [_chunk_at(source.numblocks, starts, first_in([s.start for s in sl]))
+                 for sl in chunk_grid.block_slices(chunks)]
         colocate = (source, picks)
     return empty(shape, dtype, chunks, colocate=colocate)
 
 
-def chunk_of(x: DArray, coords) -> int:
-    """Chunk index of ``x`` that holds the element at global ``coords`` (-1: outside)."""
+def _chunk_at(grid, starts, coords) -> int:
+    """Chunk index that holds the element at global ``coords`` (-1: outside the array)."""
     block = []
-    for a, c in enumerate(coords):
-        st = np.cumsum((0,) + x.chunks[a])
+    for st, c in zip(starts, coords):
         if not 0 <= c < st[-1]:
             return -1
         block.append(int(np.searchsorted(st, c, side="right")) - 1)
-    return int(np.ravel_multi_index(block, x.numblocks)) if block else 0
+    return int(np.ravel_multi_index(block, grid)) if block else 0
 
 
 # -- axis maps: permute_dims, expand_dims, squeeze, moveaxis ------------------------------

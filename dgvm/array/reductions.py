@@ -46,15 +46,19 @@ class _Partial:
     dtype: object
 
     def partial(self, chunk, lo, hi, xp):
+        kw = {} if self.dtype is None else {"dtype": self.dtype}
         with np.errstate(all="ignore"):
-            return getattr(xp, self.fn)(chunk, axis=self.axes, keepdims=True, dtype=self.dtype) \
-                if self.dtype is not None else getattr(xp, self.fn)(chunk, axis=self.axes, keepdims=True)
+            return getattr(xp, self.fn)(chunk, axis=self.axes, keepdims=True, **kw)
+
+
+def _partials(x: DArray, op, name: str) -> np.ndarray:
+    """Every chunk's partial (computed where it lives), assembled in block order."""
+    return blockwise.assemble(blockwise.collect(op, x, name), x.numblocks)
 
 
 def _reduce(x: DArray, fn: str, axis, keepdims: bool, dtype=None) -> DArray:
     axes = normalize_axis(axis, x.ndim)
-    parts = blockwise.collect(_Partial(fn, axes, dtype), x, fn)
-    whole = blockwise.assemble(parts, x.numblocks)
+    whole = _partials(x, _Partial(fn, axes, dtype), fn)
     with np.errstate(all="ignore"):
         kw = {"dtype": dtype} if dtype is not None else {}
         value = getattr(np, fn)(whole, axis=axes, keepdims=keepdims, **kw)
@@ -107,8 +111,7 @@ def mean(x, /, *, axis=None, keepdims=False):
     """Arithmetic mean over ``axis``."""
     axes = normalize_axis(axis, x.ndim)
     dt = _float_dtype(x)
-    parts = blockwise.collect(_Partial("sum", axes, dt), x, "mean")
-    total = np.sum(blockwise.assemble(parts, x.numblocks), axis=axes, keepdims=keepdims, dtype=dt)
+    total = np.sum(_partials(x, _Partial("sum", axes, dt), "mean"), axis=axes, keepdims=keepdims, dtype=dt)
     with np.errstate(all="ignore"):
         return _result((total / _count(x, axes)).astype(dt), x)
 
@@ -132,10 +135,8 @@ def var(x, /, *, axis=None, correction=0.0, keepdims=False):
     axes = normalize_axis(axis, x.ndim)
     dt = _float_dtype(x)
     n = _count(x, axes)
-    parts = blockwise.collect(_Partial("sum", axes, dt), x, "var-mean")
-    m = np.sum(blockwise.assemble(parts, x.numblocks), axis=axes, keepdims=True, dtype=dt) / n
-    parts = blockwise.collect(_SquaredDeviation(m, axes, dt), x, "var")
-    ss = np.sum(blockwise.assemble(parts, x.numblocks), axis=axes, keepdims=keepdims)
+    m = np.sum(_partials(x, _Partial("sum", axes, dt), "var-mean"), axis=axes, keepdims=True, dtype=dt) / n
+    ss = np.sum(_partials(x, _SquaredDeviation(m, axes, dt), "var"), axis=axes, keepdims=keepdims)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         out = ss / np.maximum(n - correction, 0)
@@ -251,8 +252,7 @@ def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
         axis = 0
     axis = normalize_axis(axis, x.ndim)[0]
     dt = _sum_dtype(x, dtype)
-    parts = blockwise.collect(_Partial("sum", (axis,), dt), x, "cumsum-totals")
-    totals = blockwise.assemble(parts, x.numblocks)  # nblocks along axis
+    totals = _partials(x, _Partial("sum", (axis,), dt), "cumsum-totals")  # nblocks along axis
     nb = x.numblocks[axis]
     t = np.moveaxis(totals, axis, 0)
     before = np.concatenate([np.zeros_like(t[:1]), np.cumsum(t, axis=0, dtype=dt)[:-1]], axis=0)

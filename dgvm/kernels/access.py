@@ -41,7 +41,11 @@ class ArraySpec:
         return tuple(len(c) for c in self.chunks)
 
     def starts(self, axis: int) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum(self.chunks[axis])]).astype(np.int64)
+        """Block start offsets along ``axis`` (and the axis length last); cached."""
+        cache = self.__dict__.setdefault("_starts", {})
+        if axis not in cache:
+            cache[axis] = np.concatenate([[0], np.cumsum(self.chunks[axis])]).astype(np.int64)
+        return cache[axis]
 
     def block_shape(self, block: tuple) -> tuple:
         return tuple(self.chunks[a][b] for a, b in enumerate(block))
@@ -60,6 +64,27 @@ class Access:
     transient: dict = field(default_factory=dict)
     # (alloc id, index) of the chunks the current output chunk uses: never evicted for it
     current: set = field(default_factory=set)
+    # (index, device array) of output chunks whose home moved after the task was placed:
+    # ``report`` sends them to the new home.
+    forwarded: list = field(default_factory=list)
+
+    @classmethod
+    def here(cls) -> "Access":
+        """The access of a task running on this worker."""
+        from distributed import get_worker
+
+        w = get_worker()
+        return cls(w, w.extensions["dgvm"])
+
+    def put_result(self, out: "ArraySpec", index: int, target, value) -> None:
+        """Store an output chunk's new value: in place at its home, or, when the home
+        moved after this task was placed, as a copy that ``report`` forwards there."""
+        if self.store.is_home(out.alloc_id, index):
+            target[...] = value
+            return
+        moved = self.store.backend.xp.empty(target.shape, dtype=target.dtype)
+        moved[...] = value
+        self.forwarded.append((index, moved))
 
     @contextlib.contextmanager
     def output_chunk(self):

@@ -12,7 +12,7 @@ import traceback
 import uuid
 
 import numpy as np
-from distributed import get_worker, wait as dask_wait
+from distributed import wait as dask_wait
 from distributed.protocol import to_serialize
 from distributed.utils import sync
 
@@ -81,9 +81,9 @@ def dispatch(fn, out, inputs, name: str, *task_args) -> None:
     chunks, ordered after earlier launches: after those that wrote ``inputs`` or ``out``,
     and after those that read ``out``. Record the new tasks as writers of ``out`` and
     readers of ``inputs``."""
-    deps = list(out._writes) + list(out._reads)
+    deps = out._pending.writes + out._pending.reads
     for a in inputs:
-        deps += a._writes
+        deps += a._pending.writes
     client = out.alloc.client
     futures = [
         client.submit(
@@ -92,24 +92,25 @@ def dispatch(fn, out, inputs, name: str, *task_args) -> None:
         )
         for w, idx in out.alloc.by_home().items()
     ]
-    out._writes, out._reads = futures, []
+    out._pending.writes, out._pending.reads = futures, []
     for a in inputs:
         if a is not out:
-            a._reads = a._reads + futures
+            a._pending.reads = a._pending.reads + futures
 
 
-def report(worker, out: ArraySpec, indices, access: Access, forwarded=()) -> None:
+def report(out: ArraySpec, indices, access: Access) -> None:
     """Tell the GVAT what a task wrote and read: it counts hits and misses, bumps the
     written chunks' versions and drops their replicas before this returns, and may move
-    chunks read here often enough. ``forwarded``: (index, device array) of output chunks
-    whose home moved away after the launch was placed; their results go to the home."""
-    for k, result in forwarded:
+    chunks read here often enough. Output chunks whose home moved away after the task
+    was placed (``access.forwarded``) go to their new home first."""
+    worker = access.worker
+    for k, result in access.forwarded:
         where = access.locate(out.alloc_id, k)
         data = to_serialize(access.store.backend.to_host(result))
         # The home's write handler bumps the version and drops replicas itself.
         sync(worker.loop, worker.rpc(where["home"]).dgvm_write, alloc_id=out.alloc_id,
              owner=out.owner, pieces=[[k, 0, data]])
-    done = {k for k, _ in forwarded}
+    done = {k for k, _ in access.forwarded}
     reads = {
         str(a): {**r, "home": sorted(r["home"]), "remote": sorted(r["remote"])}
         for a, r in access.reads.items()
@@ -126,12 +127,10 @@ def wait(*arrays) -> None:
 
 
 def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices, deps):
-    worker = get_worker()
-    store = worker.extensions["dgvm"]
+    access = Access.here()
+    worker, store = access.worker, access.store
     backend = store.backend
     xp = backend.xp
-    access = Access(worker, store)
-    forwarded = []
     for k in indices:
         block = tuple(int(b) for b in np.unravel_index(k, out.grid))
         try:
@@ -156,10 +155,7 @@ def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices,
                     origin = tuple(int(out.starts(a)[b]) for a, b in enumerate(block))
                     args.insert(0, origin)
                 kernel.run(backend.name, griddim, blockdim, [*args, scratch])
-                if store.is_home(out.alloc_id, k):
-                    target[...] = scratch
-                else:  # the home moved after this launch was placed: send it the result
-                    forwarded.append((k, scratch))
+                access.put_result(out, k, target, scratch)
                 backend.synchronize()
         except DgvmError:
             raise
@@ -169,7 +165,7 @@ def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices,
                 f"{out.alloc_id} on worker {worker.address}: {type(e).__name__}: {e}\n"
                 f"{traceback.format_exc()}"
             ) from None
-    report(worker, out, indices, access, forwarded)
+    report(out, indices, access)
     return len(indices)
 
 

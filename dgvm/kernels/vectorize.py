@@ -7,12 +7,12 @@ with the first array argument; scalars broadcast.
 
 from __future__ import annotations
 
-import numpy as np
-from distributed import get_worker
+from dataclasses import dataclass
 
-from dgvm.kernels.access import Access, ArraySpec
+import numpy as np
+
 from dgvm.kernels.cache import compiled_once, new_key
-from dgvm.kernels.launch import _check_args, _is_array, _spec, dispatch, report
+from dgvm.kernels.launch import _check_args, _is_array
 from dgvm.kernels.numba_compat import patch_numpy_for_numba_cuda
 
 
@@ -46,7 +46,8 @@ class Vectorized:
         return self.ufunc("cpu")(*samples).dtype
 
     def __call__(self, *args):
-        from dgvm.array import empty
+        from dgvm.array import blockwise
+        from dgvm.array.creation import empty
 
         arrays = [a for a in args if _is_array(a)]
         if not arrays:
@@ -54,24 +55,25 @@ class Vectorized:
         first = arrays[0]
         _check_args(args, first)
         out = empty(first.shape, self.result_dtype(args), chunks=first.chunks, colocate=first)
-        specs = [_spec(a) for a in args]
-        dispatch(_vectorize_here, out, arrays, f"vectorize-{self.name}", self, ArraySpec.of(out), specs)
+        layout, n = [], 0
+        for a in args:  # array arguments by their position in ``arrays``, scalars as they are
+            layout.append(("array", n) if _is_array(a) else ("scalar", a))
+            n += _is_array(a)
+        blockwise.run(_UfuncOp(self, layout), out, arrays, f"vectorize-{self.name}")
         return out
 
 
-def _vectorize_here(vec, out: ArraySpec, specs, indices, deps):
-    worker = get_worker()
-    store = worker.extensions["dgvm"]
-    access = Access(worker, store)
-    ufunc = vec.ufunc(store.backend.name)
-    for k in indices:
-        with access.output_chunk():
-            args = [access.chunk(v, k) if kind == "array" else v for kind, v in specs]
-            target = access.chunk(out, k)
-            target[...] = ufunc(*args)
-        store.backend.synchronize()
-    report(worker, out, indices, access)
-    return len(indices)
+@dataclass
+class _UfuncOp:
+    """Blockwise op of a vectorized function: every argument has the output's chunks."""
+
+    vec: Vectorized
+    layout: list
+
+    def block(self, read, lo, hi, xp):
+        backend = "cuda" if xp.__name__.startswith("cupy") else "cpu"
+        args = [read(v, lo, hi) if kind == "array" else v for kind, v in self.layout]
+        return self.vec.ufunc(backend)(*args)
 
 
 def vectorize(signatures):
