@@ -12,6 +12,7 @@ import json
 
 from distributed.http.utils import RequestHandler
 
+from dgvm.dashboard.snapshot import Snapshot
 from dgvm.dashboard.source import DashboardSource
 from dgvm.errors import InvalidAddress
 
@@ -24,12 +25,23 @@ def _flag(value: str | None) -> bool:
 
 
 class _JSONHandler(RequestHandler):
-    def source(self) -> DashboardSource | None:
+    """GET answers ``answer(source, snapshot)`` with the schema's version and the
+    snapshot's time; 404 when dgvm is not running or the request names no allocation."""
+
+    def get(self):
         source = DashboardSource.of(self.server)
         if source is None:
-            self.reply({"error": "dgvm is not running on this scheduler "
-                                 "(start it with: dask scheduler --preload dgvm.scheduler)"}, 404)
-        return source
+            return self.reply({"error": "dgvm is not running on this scheduler "
+                                        "(start it with: dask scheduler --preload dgvm.scheduler)"}, 404)
+        snap = source.snapshot()
+        try:
+            body = self.answer(source, snap)
+        except (InvalidAddress, ValueError) as e:
+            return self.reply({"error": str(e)}, 404)
+        self.reply({"version": VERSION, "time": snap.time, **body})
+
+    def answer(self, source: DashboardSource, snap: Snapshot) -> dict:
+        raise NotImplementedError
 
     def reply(self, body: dict, status: int = 200) -> None:
         self.set_status(status)
@@ -38,33 +50,22 @@ class _JSONHandler(RequestHandler):
 
 
 class AllocationsHandler(_JSONHandler):
-    def get(self):
-        source = self.source()
-        if source is None:
-            return
-        snap = source.snapshot()
+    def answer(self, source, snap):
         rows = snap.allocations
         alloc_id = self.get_argument("alloc_id", None)
-        try:
-            if alloc_id is not None:
-                source.plugin.gvat.get(int(alloc_id))  # the error names a freed id as such
-                rows = [r for r in rows if r["alloc_id"] == int(alloc_id)]
-            if _flag(self.get_argument("chunks", None)):
-                rows = [
-                    {**r, "chunks": source.plugin.table(alloc_id=r["alloc_id"], chunks=True)[0]["chunks"]}
-                    for r in rows
-                ]
-        except (InvalidAddress, ValueError) as e:
-            return self.reply({"error": str(e)}, 404)
-        self.reply({"version": VERSION, "time": snap.time, "allocations": rows})
+        if alloc_id is not None:
+            source.plugin.gvat.get(int(alloc_id))  # the error names a freed id as such
+            rows = [r for r in rows if r["alloc_id"] == int(alloc_id)]
+        if _flag(self.get_argument("chunks", None)):
+            rows = [
+                {**r, "chunks": source.plugin.table(alloc_id=r["alloc_id"], chunks=True)[0]["chunks"]}
+                for r in rows
+            ]
+        return {"allocations": rows}
 
 
 class WorkersHandler(_JSONHandler):
-    def get(self):
-        source = self.source()
-        if source is None:
-            return
-        snap = source.snapshot()
+    def answer(self, source, snap):
         rows = snap.workers
         if _flag(self.get_argument("include_lost", None)):
             live = {w["address"]: w for w in rows}
@@ -72,22 +73,12 @@ class WorkersHandler(_JSONHandler):
                 live.get(r["address"], r) if r["status"] == "running" else r
                 for r in source.plugin.workers(include_lost=True)
             ]
-        self.reply({"version": VERSION, "time": snap.time, "workers": rows})
+        return {"workers": rows}
 
 
 class StatsHandler(_JSONHandler):
-    def get(self):
-        source = self.source()
-        if source is None:
-            return
-        snap = source.snapshot()
-        self.reply({
-            "version": VERSION,
-            "time": snap.time,
-            "workers": snap.stats["workers"],
-            "allocations": {str(k): v for k, v in snap.stats["allocations"].items()},
-            "totals": snap.totals,
-        })
+    def answer(self, source, snap):  # JSON writes the allocation ids as strings
+        return {**snap.stats, "totals": snap.totals}
 
 
 # (url without the dashboard prefix, handler, kwargs), as distributed's route modules list them

@@ -11,7 +11,7 @@ once, and where its chunks live is counted once and kept until one of its homes 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -55,11 +55,10 @@ class Spread:
 
     def get(self, gvat, alloc) -> Placed:
         p = self._placed.get(alloc.alloc_id)
-        if p is None:
-            info = gvat.info(alloc)  # the row dgvm.table() answers, made once
-            p = self._placed[alloc.alloc_id] = Placed({f.name: getattr(info, f.name) for f in fields(info)})
+        if p is None:  # the row dgvm.table() answers, made once
+            p = self._placed[alloc.alloc_id] = Placed(gvat.info(alloc).to_dict())
         key = (alloc.stats["rehomes"], alloc.stats["migrated"])
-        if not p.homes or p.key != key:
+        if p.key != key:
             uids, inverse = np.unique(alloc.homes, return_inverse=True)
             nbytes = np.bincount(inverse, weights=np.diff(alloc.offsets)).astype(np.int64)
             p.key = key
@@ -76,8 +75,9 @@ class Spread:
             del self._placed[a]
 
 
-def _worker_extras(row: dict, rec, ws) -> None:
-    m = (ws.metrics.get("dgvm") if ws is not None else None) or {}
+def _worker_row(row: dict, rec, m: dict) -> None:
+    """Add to a ``dgvm.workers()`` row what the dashboard shows beside it; ``m`` is the
+    worker's last heartbeat (``ChunkStorePlugin.metrics``)."""
     total, free = m.get("device_total"), m.get("device_free")
     row.update(
         host=rec.profile.host,
@@ -103,11 +103,18 @@ def build(plugin, spread: Spread, totals: Totals) -> Snapshot:
     gvat, scheduler = plugin.gvat, plugin.scheduler
     inv = gvat.inventory
     workers = plugin.workers()  # syncs the inventory from heartbeats, as dgvm.workers()
+    live, per_worker, current = {}, {}, {}  # uid -> row; dgvm.stats() rows; counters
     for w in workers:
-        _worker_extras(w, inv.by_address[w["address"]], scheduler.workers.get(w["address"]))
+        rec = inv.by_address[w["address"]]
+        ws = scheduler.workers.get(rec.address)
+        m = (ws.metrics.get("dgvm") if ws is not None else None) or {}
+        _worker_row(w, rec, m)
+        live[rec.uid] = w
+        if "stats" in m:
+            per_worker[rec.address] = {**m["stats"], "replicas": m.get("replicas", 0)}
+            current[(rec.address, rec.uid)] = m["stats"]
 
-    live = {inv.by_address[w["address"]].uid: w for w in workers}
-    allocations = []
+    allocations, alloc_stats = [], {}
     for alloc in gvat.allocations.values():
         p = spread.get(gvat, alloc)
         key, owner, lost = str(alloc.alloc_id), alloc.owner, 0
@@ -129,30 +136,16 @@ def build(plugin, spread: Spread, totals: Totals) -> Snapshot:
                     w["replica_bytes"] += int(alloc.offsets[i + 1] - alloc.offsets[i])
         allocations.append({**p.row, "workers": p.workers, "by_worker": p.by_worker,
                             "replicas": nreplicas, "lost_chunks": lost})
+        # the dgvm.stats() row, its counters copied as they are now
+        alloc_stats[alloc.alloc_id] = {
+            **alloc.stats, "paths": {k: dict(v) for k, v in alloc.stats["paths"].items()},
+            "replicas": nreplicas,
+        }
     spread.keep_only(gvat.allocations)
-
-    per_worker, current = {}, {}
-    for rec in inv.live():
-        ws = scheduler.workers.get(rec.address)
-        m = ws.metrics.get("dgvm") if ws is not None else None
-        if m and "stats" in m:
-            per_worker[rec.address] = {**m["stats"], "replicas": m.get("replicas", 0)}
-            current[(rec.address, rec.uid)] = m["stats"]
-    stats = {
-        "workers": per_worker,
-        "allocations": {
-            a.alloc_id: {
-                **a.stats,
-                "paths": {p: dict(v) for p, v in a.stats["paths"].items()},
-                "replicas": sum(len(h) for h in a.replicas.values()),
-            }
-            for a in gvat.allocations.values()
-        },
-    }
     return Snapshot(
         time=time.time(),
         allocations=allocations,
         workers=workers,
-        stats=stats,
+        stats={"workers": per_worker, "allocations": alloc_stats},
         totals=nest(totals.update(current), paths=transfer.PATHS),
     )

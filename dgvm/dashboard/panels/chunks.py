@@ -21,14 +21,14 @@ MAX_CHUNKS = 10_000
 COLUMNS = ("x", "y", "index", "block", "worker", "color", "size", "version", "replicas")
 
 
-def layout(nchunks: int, grid) -> tuple[np.ndarray, np.ndarray, int]:
-    """(column, row) of each chunk, and the number of columns."""
+def layout(nchunks: int, grid) -> tuple[np.ndarray, np.ndarray]:
+    """(column, row) of each chunk."""
     if grid is not None and len(grid) >= 2:
         cols = len(grid[-1])
     else:
         cols = max(1, math.ceil(math.sqrt(nchunks)))
     k = np.arange(nchunks)
-    return k % cols, k // cols, cols
+    return k % cols, k // cols
 
 
 def _label(a: dict) -> str:
@@ -79,15 +79,18 @@ class ChunkMapPanel:
     def _redraw(self) -> None:
         snap = self._snap
         alloc = self.gvat.allocations.get(int(self.select.value)) if self.select.value else None
-        if snap is None or alloc is None:
+        row = snap.allocation(alloc.alloc_id) if snap is not None and alloc is not None else None
+        if row is None:
             self._key = None
             set_data(self.source, {c: [] for c in COLUMNS})
             set_data(self.replicas, {"x": [], "y": [], "holders": []})
             self.summary.text = "no allocation"
             return
         inv = self.gvat.inventory
-        key = (alloc.alloc_id, alloc.stats["rehomes"], alloc.stats["migrated"],
-               sum(len(h) for h in alloc.replicas.values()), len(inv.by_address), len(inv.by_uid))
+        # what the map shows changes with homes (every move is counted), replicas, versions
+        # (they only grow: their sum moves with every write) and workers coming and going
+        key = (alloc.alloc_id, alloc.stats["rehomes"], alloc.stats["migrated"], row["replicas"],
+               int(alloc.versions.sum()), len(inv.by_address), len(inv.by_uid))
         if key == self._key:
             return
         self._key = key
@@ -96,7 +99,7 @@ class ChunkMapPanel:
     def _draw(self, alloc, snap) -> None:
         inv = self.gvat.inventory
         n = min(alloc.nchunks, MAX_CHUNKS)
-        x, y, _ = layout(alloc.nchunks, alloc.grid_chunks)
+        x, y = layout(alloc.nchunks, alloc.grid_chunks)
         homes = alloc.homes[:n]
         uids, inverse = np.unique(homes, return_inverse=True)
         recs = [inv.by_uid[u] for u in uids.tolist()]
