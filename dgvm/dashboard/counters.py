@@ -4,11 +4,14 @@ Each worker's chunk store counts hits, misses, home moves, evictions and bytes p
 transfer path since it started, and reports them in its heartbeat. Summed over the live
 workers these totals would drop whenever a worker leaves, so ``Totals`` keeps what every
 worker that left (or registered again under a new uid) had reported last: the sum it
-answers only grows, as Prometheus counters must.
+answers only grows, as Prometheus counters must. ``Rates`` turns successive totals into
+the rows of the migration plot, once for every open page.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from itertools import islice
 from typing import Hashable
 
 #: per-worker counters (``StoreStats``) that the totals add up
@@ -61,3 +64,38 @@ class Totals:
             for f, v in counters.items():
                 total[f] = total.get(f, 0) + v
         return total
+
+
+class Rates:
+    """One row per interval between (time, ``nest``ed totals) points at least ``every``
+    seconds apart: time (ms), bytes/s per transfer path, the hit rate of kernel reads (NaN
+    with no reads), re-homes. Each row is made once, when its point is added; a reader
+    asks for the rows it has not seen (``since``), so every open page streams the same rows."""
+
+    def __init__(self, maxlen: int, every: float):
+        self.rows: deque[dict] = deque(maxlen=maxlen)
+        self.every = every
+        self.added = 0  # rows ever added
+        self.last: tuple[float, dict] | None = None  # the newest point
+
+    def add(self, t: float, totals: dict) -> None:
+        """Take the totals at time ``t`` unless the newest point is less than ``every`` old."""
+        if self.last is not None:
+            if t - self.last[0] < self.every:
+                return
+            t0, before = self.last
+            dt = t - t0
+            row = {"time": t * 1000}
+            for path, p in totals["paths"].items():
+                row[path] = (p["bytes"] - before["paths"].get(path, {}).get("bytes", 0)) / dt
+            hits, misses = totals["hits"] - before["hits"], totals["misses"] - before["misses"]
+            row["hit_rate"] = hits / (hits + misses) if hits + misses else float("nan")
+            row["rehomes"] = totals["rehomes"] - before["rehomes"]
+            self.rows.append(row)
+            self.added += 1
+        self.last = (t, totals)
+
+    def since(self, added: int) -> list[dict]:
+        """The rows added after the first ``added`` (those still kept)."""
+        n = min(self.added - added, len(self.rows))
+        return list(islice(self.rows, len(self.rows) - n, None))

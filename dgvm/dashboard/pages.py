@@ -93,7 +93,7 @@ def dgvm_doc(scheduler, extra, doc):
     memory = MemoryPanel(**stretch)
     chunks = ChunkMapPanel(source.plugin.gvat, _alloc_arg(doc), **stretch)
     gvat = GVATPanel(height=360, **stretch)
-    migration = MigrationPanel(source.history, source.refresh, **stretch)
+    migration = MigrationPanel(source.rates, source.refresh, **stretch)
     devices = DevicesPanel(**stretch)
     doc.add_root(column(
         Div(text="<h2>dgvm: device memory, the GVAT and data movement</h2>"),
@@ -107,39 +107,31 @@ def dgvm_doc(scheduler, extra, doc):
     _start(doc, Page(source, [memory, chunks, gvat, migration, devices]))
 
 
-def memory_doc(scheduler, extra, doc):
-    _style(doc, "dgvm memory")
-    source = _source(scheduler, doc)
-    if source is not None:
-        memory = MemoryPanel(sizing_mode="stretch_both")
-        doc.add_root(memory.root)
-        _start(doc, Page(source, [memory]))
+def one_panel_doc(title: str, make):
+    """A page function of one panel, ``make(source, doc)``, for docking in JupyterLab."""
 
+    def panel_doc(scheduler, extra, doc):
+        _style(doc, title)
+        source = _source(scheduler, doc)
+        if source is not None:
+            panel = make(source, doc)
+            doc.add_root(panel.root)
+            _start(doc, Page(source, [panel]))
 
-def migration_doc(scheduler, extra, doc):
-    _style(doc, "dgvm migration")
-    source = _source(scheduler, doc)
-    if source is not None:
-        migration = MigrationPanel(source.history, source.refresh, sizing_mode="stretch_width")
-        doc.add_root(migration.root)
-        _start(doc, Page(source, [migration]))
-
-
-def chunks_doc(scheduler, extra, doc):
-    _style(doc, "dgvm chunks")
-    source = _source(scheduler, doc)
-    if source is not None:
-        chunks = ChunkMapPanel(source.plugin.gvat, _alloc_arg(doc), sizing_mode="stretch_both")
-        doc.add_root(chunks.root)
-        _start(doc, Page(source, [chunks]))
+    return panel_doc
 
 
 #: url -> page function (scheduler, extra, doc), as in distributed.dashboard.scheduler
 APPLICATIONS = {
     "/individual-dgvm": dgvm_doc,
-    "/individual-dgvm-memory": memory_doc,
-    "/individual-dgvm-migration": migration_doc,
-    "/individual-dgvm-chunks": chunks_doc,
+    "/individual-dgvm-memory": one_panel_doc(
+        "dgvm memory", lambda source, doc: MemoryPanel(sizing_mode="stretch_both")),
+    "/individual-dgvm-migration": one_panel_doc(
+        "dgvm migration",
+        lambda source, doc: MigrationPanel(source.rates, source.refresh, sizing_mode="stretch_width")),
+    "/individual-dgvm-chunks": one_panel_doc(
+        "dgvm chunks",
+        lambda source, doc: ChunkMapPanel(source.plugin.gvat, _alloc_arg(doc), sizing_mode="stretch_both")),
 }
 
 

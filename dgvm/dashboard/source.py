@@ -1,4 +1,5 @@
-"""The dashboard's view of one scheduler: snapshots on demand, and a short history.
+"""The dashboard's view of one scheduler: snapshots on demand, and a short history of
+transfer rates.
 
 ``install`` makes one ``DashboardSource`` per scheduler (``scheduler.extensions
 ["dgvm-dashboard"]``). Pages, the JSON API and the Prometheus collector all read from it.
@@ -9,16 +10,15 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections import deque
 
 from dask.utils import parse_timedelta
 
 from dgvm import config
+from dgvm.dashboard.counters import Rates, Totals
 from dgvm.dashboard.snapshot import Snapshot, Spread, build
-from dgvm.dashboard.counters import Totals
 
 EXTENSION = "dgvm-dashboard"
-#: points of history kept (10 minutes at the default refresh of 1s)
+#: rows of rate history kept (10 minutes at the default refresh of 1s)
 HISTORY = 600
 
 
@@ -37,8 +37,8 @@ class DashboardSource:
         self._spread = Spread()
         self._totals = Totals()
         self._last: Snapshot | None = None
-        # (time, totals) after each snapshot at most twice per refresh period
-        self.history: deque[tuple[float, dict]] = deque(maxlen=HISTORY)
+        # rates between the totals of snapshots at least half a refresh period apart
+        self.rates = Rates(HISTORY, every=self.refresh / 2)
         DashboardSource._live = [r for r in DashboardSource._live if r() is not None]
         DashboardSource._live.append(weakref.ref(self))
 
@@ -48,8 +48,7 @@ class DashboardSource:
         if self._last is not None and now - self._last.time <= max_age:
             return self._last
         snap = build(self.plugin, self._spread, self._totals)
-        if not self.history or snap.time - self.history[-1][0] >= self.refresh / 2:
-            self.history.append((snap.time, snap.totals))
+        self.rates.add(snap.time, snap.totals)
         self._last = snap
         return snap
 

@@ -1,12 +1,11 @@
 """Data moving between workers: bytes/s per transfer path over time, the hit rate of
 kernel reads, and the totals (hits, misses, re-homes, evictions, bytes per path).
 
-It reads the shared history of cluster totals (``DashboardSource.history``), so every
-open page shows the same curves."""
+It streams the rows of the shared rate history (``DashboardSource.rates``, made once per
+point for every open page), so every page shows the same curves and sends only new points."""
 
 from __future__ import annotations
 
-import numpy as np
 from bokeh.layouts import column, row
 from bokeh.models import (
     ColumnDataSource, DataRange1d, DatetimeTickFormatter, Div, LinearAxis, NumeralTickFormatter,
@@ -15,38 +14,18 @@ from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
 from dgvm import transfer
-from dgvm.dashboard.panels.common import fmt_bytes, set_data
+from dgvm.dashboard.panels.common import fmt_bytes
 
 PATHS = tuple(transfer.PATHS)
-
-
-def rates(history) -> dict:
-    """Columns per interval between history points: time (ms), bytes/s per path, the
-    hit rate (NaN with no reads), re-homes."""
-    if len(history) < 2:
-        return {"time": [], **{p: [] for p in PATHS}, "hit_rate": [], "rehomes": []}
-    t = np.array([h[0] for h in history])
-    dt = np.maximum(np.diff(t), 1e-9)
-
-    def diff(get):
-        return np.diff(np.array([get(h[1]) for h in history], dtype=float))
-
-    out = {"time": (t[1:] * 1000).tolist()}
-    for p in PATHS:
-        out[p] = (diff(lambda s: s["paths"].get(p, {}).get("bytes", 0)) / dt).tolist()
-    hits, misses = diff(lambda s: s["hits"]), diff(lambda s: s["misses"])
-    reads = hits + misses
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out["hit_rate"] = np.where(reads > 0, hits / reads, np.nan).tolist()
-    out["rehomes"] = diff(lambda s: s["rehomes"]).tolist()
-    return out
+COLUMNS = ("time", *PATHS, "hit_rate", "rehomes")
 
 
 class MigrationPanel:
-    def __init__(self, history, refresh: float = 1.0, height: int = 240, **kwargs):
-        self.history = history
+    def __init__(self, rates, refresh: float = 1.0, height: int = 240, **kwargs):
+        self.rates = rates  # counters.Rates
+        self._seen = 0  # rows of it streamed to the browser
         bar_ms = 800 * refresh
-        self.source = ColumnDataSource(rates([]), name="dgvm-migration")
+        self.source = ColumnDataSource({c: [] for c in COLUMNS}, name="dgvm-migration")
         self.totals = Div(text="", name="dgvm-migration-totals")
         rate = figure(title="Bytes/s between workers, per path", x_axis_type="datetime",
                       height=height, tools="", toolbar_location=None, **kwargs)
@@ -76,7 +55,11 @@ class MigrationPanel:
         self.root = column(self.totals, row(rate, hits, **kwargs), **kwargs)
 
     def update(self, snap) -> None:
-        set_data(self.source, rates(list(self.history)))
+        new = self.rates.since(self._seen)
+        if new:
+            self.source.stream({c: [r[c] for r in new] for c in COLUMNS},
+                               rollover=self.rates.rows.maxlen)
+            self._seen = self.rates.added
         t = snap.totals
         reads = t["hits"] + t["misses"]
         rate = f"{t['hits'] / reads:.1%}" if reads else "–"
