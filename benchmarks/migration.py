@@ -31,6 +31,8 @@ import time
 
 import numpy as np
 
+from dgvm.progress import track
+
 MiB = 2**20
 
 
@@ -89,8 +91,6 @@ def dask_transfer(client, a: str, b: str, nbytes: int, backend: str, reps: int) 
     worker ``b`` (the array is made on ``a`` first, untimed)."""
     from distributed import wait
 
-    from dgvm.progress import track
-
     times = []
     for r in track(range(reps), f"Dask {nbytes >> 20} MiB", stream=sys.stderr, transient=True):
         src, dst = (a, b) if r % 2 == 0 else (b, a)
@@ -111,8 +111,6 @@ def dgvm_migrate(buf, a: str, b: str, reps: int) -> tuple[float, float, float]:
     def totals(dst):
         paths = dgvm.stats()["workers"][dst]["paths"].values()
         return sum(p["copy_seconds"] for p in paths), sum(p["seconds"] for p in paths)
-
-    from dgvm.progress import track
 
     copies, fetches, ends = [], [], []
     for r in track(range(reps), f"dgvm {buf.nbytes >> 20} MiB", stream=sys.stderr, transient=True):
