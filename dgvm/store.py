@@ -231,10 +231,13 @@ class ChunkStore:
         return sorted(self._allocs.get(alloc_id, {}))
 
     def metrics(self) -> dict:
+        other, total, free = self.backend.memory_state()
         return {
             "capacity": self.backend.capacity,
             "used": self.backend.used,
-            "other_used": self.backend.other_used(),
+            "other_used": other,
+            "device_total": total,  # the whole device, whoever uses it (dashboard)
+            "device_free": free,
             "allocations": len(self._allocs),
             "chunks": sum(len(c) for c in self._allocs.values()),
             "replicas": sum(len(c) for c in self._replicas.values()),

@@ -86,9 +86,7 @@ class ChunkStorePlugin(WorkerPlugin):
             self.store = None
 
     def metrics(self) -> dict:
-        total, free = self.store.backend.device_memory()  # the whole device, for the dashboard
-        return {"profile": self.profile.to_dict(), **self.store.metrics(),
-                "device_total": total, "device_free": free}
+        return {"profile": self.profile.to_dict(), **self.store.metrics()}
 
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)

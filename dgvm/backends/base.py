@@ -63,6 +63,10 @@ class Backend(abc.ABC):
         """Bytes of the device used by something other than dgvm."""
         return 0
 
+    def memory_state(self) -> tuple[int, int, int]:
+        """(other_used, device total, device free) for a heartbeat, read once."""
+        return (self.other_used(), *self.device_memory())
+
     def device_memory(self) -> tuple[int, int]:
         """(total, free) bytes of the whole device, whoever uses it. An emulated device
         is dgvm's capacity, of which others use ``other_used``."""

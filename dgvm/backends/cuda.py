@@ -75,6 +75,10 @@ class CudaBackend(Backend):
         free, total = self._cupy.cuda.runtime.memGetInfo()
         return int(total), int(free)
 
+    def memory_state(self):
+        total, free = self.device_memory()  # one memGetInfo per heartbeat
+        return max(0, self.capacity - self.used - free), total, free
+
     def synchronize(self):
         self._device.synchronize()
 
