@@ -1,18 +1,31 @@
 """``dgvm.LocalCluster``: a Dask cluster on this machine with the dgvm plugins installed.
 
-On ``cuda`` it starts one worker process per visible GPU, each pinned to its GPU through
-``CUDA_VISIBLE_DEVICES`` (as dask-cuda does); on ``cpu`` it starts ``n_workers`` workers,
-each with an emulated device of the capacity and relative speed given per worker.
+It is Dask's own local cluster with two preloads added, so everything a Dask user knows
+(``scale``, the dashboard, ``Client(cluster)``) works as usual:
+
+- on ``cuda``, dask-cuda's ``LocalCUDACluster``: one worker process per visible GPU,
+  each pinned to its GPU through ``CUDA_VISIBLE_DEVICES``;
+- on ``cpu``, ``distributed.LocalCluster``: ``n_workers`` workers, each with an emulated
+  device of the capacity and relative speed given for it.
+
+``dgvm.LocalCluster(...)`` returns one of the two; both are instances of ``LocalCluster``.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
+from abc import ABCMeta
 
-from distributed import Nanny, Scheduler, SpecCluster, Worker
+import distributed
 
 from dgvm import backends, config, deploy
 from dgvm.backends.cuda import gpu_count
+from dgvm.errors import DgvmError
+
+WORKER_PRELOAD = "dgvm.worker"
+SCHEDULER_PRELOAD = "dgvm.scheduler"
 
 
 def _per_worker(value, n: int, what: str) -> list:
@@ -30,7 +43,16 @@ def _visible_gpus() -> list[str]:
     return [str(i) for i in range(gpu_count())]
 
 
-class LocalCluster(SpecCluster):
+def _preload_argv(backend: str, memory, speed) -> list[str]:
+    argv = ["--dgvm-backend", backend]
+    if memory is not None:
+        argv += ["--dgvm-device-memory", str(config.to_bytes(memory))]
+    if speed is not None:
+        argv += ["--dgvm-device-speed", str(float(speed))]
+    return argv
+
+
+class LocalCluster(metaclass=ABCMeta):
     """A local Dask cluster whose scheduler keeps the GVAT and whose workers hold chunks.
 
     Parameters
@@ -43,10 +65,14 @@ class LocalCluster(SpecCluster):
     device_speed : relative device speed per worker for placement (cpu emulation of mixed
         devices, e.g. ``[1, 2, 4]``); default: measured
     processes : workers in their own processes (True) or threads of this one (cpu only)
+
+    Other keyword arguments go to the Dask cluster underneath (``LocalCUDACluster`` on
+    cuda, ``distributed.LocalCluster`` on cpu), e.g. ``protocol="ucx"`` or
+    ``rmm_pool_size``.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         n_workers: int | None = None,
         backend: str | None = None,
         device_memory=None,
@@ -55,64 +81,134 @@ class LocalCluster(SpecCluster):
         processes: bool = True,
         dashboard_address: str | None = ":8787",
         host: str = "127.0.0.1",
-        asynchronous: bool = False,
         silence_logs=True,
-        **worker_kwargs,
+        **kwargs,
     ):
         config.validate({"backend": backend}, source="LocalCluster({key}=...)")
-        self.backend = backends.resolve(backend or config.get("backend"))
-        gpus = _visible_gpus() if self.backend == "cuda" else []
+        backend = backends.resolve(backend or config.get("backend"))
+        gpus = _visible_gpus() if backend == "cuda" else []
         if n_workers is None:
             n_workers = len(gpus) if gpus else 2
-        if self.backend == "cuda" and n_workers > len(gpus):
+        if backend == "cuda" and n_workers > len(gpus):
             raise ValueError(f"{n_workers} cuda workers asked but {len(gpus)} GPUs are visible")
-        if self.backend == "cuda" and not processes:
+        if backend == "cuda" and not processes:
             raise ValueError("cuda workers need processes=True (one process per GPU)")
-        memories = _per_worker(device_memory, n_workers, "device_memory")
-        speeds = _per_worker(device_speed, n_workers, "device_speed")
-
-        scheduler = {
-            "cls": Scheduler,
-            "options": {
-                "host": host,
-                "dashboard_address": dashboard_address,
-                "dashboard": dashboard_address is not None,
-                "preload": ["dgvm.scheduler"],
-            },
-        }
-        if silence_logs:
-            import logging
-
-            worker_kwargs.setdefault("silence_logs", logging.WARN)
-        workers = {}
-        for i in range(n_workers):
-            argv = ["--dgvm-backend", self.backend]
-            if memories[i] is not None:
-                argv += ["--dgvm-device-memory", str(config.to_bytes(memories[i]))]
-            if speeds[i] is not None:
-                argv += ["--dgvm-device-speed", str(float(speeds[i]))]
-            options = {
-                "host": host,
-                "nthreads": threads_per_worker,
-                "preload": ["dgvm.worker"],
-                "preload_argv": argv,
-                **worker_kwargs,
-            }
-            if self.backend == "cuda":
-                # Worker i sees GPU i first, as dask-cuda arranges it.
-                order = gpus[i:] + gpus[:i]
-                options["env"] = {"CUDA_VISIBLE_DEVICES": ",".join(order)}
-            elif processes:
-                options["env"] = deploy.cpu_worker_env(n_workers)
-            if not processes:
-                options.pop("silence_logs", None)
-            workers[f"dgvm-{i}"] = {"cls": Nanny if processes else Worker, "options": options}
-        super().__init__(
-            workers=workers,
-            scheduler=scheduler,
-            asynchronous=asynchronous,
-            name="dgvm.LocalCluster",
+        argvs = [
+            _preload_argv(backend, memory, speed)
+            for memory, speed in zip(
+                _per_worker(device_memory, n_workers, "device_memory"),
+                _per_worker(device_speed, n_workers, "device_speed"),
+            )
+        ]
+        if silence_logs is True:
+            silence_logs = logging.WARN
+        common = dict(
+            n_workers=n_workers, argvs=argvs, threads_per_worker=threads_per_worker,
+            dashboard_address=dashboard_address, host=host, silence_logs=silence_logs, **kwargs,
         )
+        if backend == "cuda":
+            return CUDACluster(gpus=gpus, **common)
+        return CPUCluster(processes=processes, **common)
 
     def __repr__(self):
         return f"<dgvm.LocalCluster backend={self.backend} workers={len(self.worker_spec)} {self.scheduler_address}>"
+
+
+def _scheduler_kwargs(kwargs: dict) -> dict:
+    options = dict(kwargs.pop("scheduler_kwargs", None) or {})
+    options["preload"] = [*options.get("preload", []), SCHEDULER_PRELOAD]
+    return options
+
+
+class CPUCluster(distributed.LocalCluster):
+    """``dgvm.LocalCluster`` on cpu: Dask's ``LocalCluster`` whose workers hold emulated
+    devices (made by ``LocalCluster(backend="cpu", ...)``)."""
+
+    backend = "cpu"
+    __repr__ = LocalCluster.__repr__
+
+    def __init__(self, n_workers: int, argvs: list, processes: bool, **kwargs):
+        self._argvs = argvs
+        self._processes = processes
+        # TCP even for workers in threads (Dask would pick inproc): dgvm's cross-host
+        # transfer path is Dask's comm, and tests of it need a real one.
+        kwargs.setdefault("protocol", "tcp://")
+        super().__init__(
+            n_workers=0, processes=processes, name="dgvm.LocalCluster",
+            scheduler_kwargs=_scheduler_kwargs(kwargs), preload=[WORKER_PRELOAD], **kwargs,
+        )
+        # Started with no workers so that each gets its own preload arguments from
+        # new_worker_spec (as LocalCUDACluster does; awaiting the cluster starts them
+        # when asynchronous).
+        self.scale(n_workers)
+        if not self.asynchronous:
+            self.sync(self._correct_state)
+
+    def new_worker_spec(self):
+        # Worker i gets the i-th device_memory / device_speed (the first free index, so a
+        # worker replaced after a scale-down takes the settings of the one it replaces).
+        i = next(i for i in range(len(self.worker_spec) + 1) if i not in self.worker_spec)
+        spec = {**self.new_spec, "options": dict(self.new_spec["options"])}
+        argv = self._argvs[i] if i < len(self._argvs) else _preload_argv("cpu", None, None)
+        spec["options"]["preload_argv"] = argv
+        if self._processes:
+            spec["options"]["env"] = {**spec["options"].get("env", {}), **deploy.cpu_worker_env(len(self._argvs))}
+        return {i: spec}
+
+
+def _local_cuda_cluster():
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError as e:
+        raise DgvmError(
+            "dgvm.LocalCluster on cuda runs dask-cuda's LocalCUDACluster, which is not "
+            f"installed ({e}): pip install 'dgvm[cuda]', or pass backend='cpu'"
+        ) from None
+    return LocalCUDACluster
+
+
+@functools.cache
+def _cuda_cluster_class():
+    base = _local_cuda_cluster()
+
+    class CUDACluster(base):
+        """``dgvm.LocalCluster`` on cuda: dask-cuda's ``LocalCUDACluster`` (one worker per
+        GPU) with the GVAT and chunk store preloads."""
+
+        backend = "cuda"
+        __repr__ = LocalCluster.__repr__
+
+        def __init__(self, n_workers: int, argvs: list, gpus: list, **kwargs):
+            self._argvs = argvs  # read by new_worker_spec, which the parent's __init__ calls
+            super().__init__(
+                CUDA_VISIBLE_DEVICES=gpus, n_workers=n_workers, name="dgvm.LocalCluster",
+                scheduler_kwargs=_scheduler_kwargs(kwargs), preload=[WORKER_PRELOAD], **kwargs,
+            )
+
+        def new_worker_spec(self):
+            specs = super().new_worker_spec()
+            for name, spec in specs.items():
+                options = spec["options"]
+                i = self.cuda_visible_devices.index(name)
+                argv = self._argvs[i] if i < len(self._argvs) else _preload_argv("cuda", None, None)
+                # One argument list per preload: dask-cuda's own preload takes only its
+                # --create-cuda-context, and ours only the --dgvm-* options.
+                own = options.get("preload_argv") or []
+                # dask-cuda's first, so that it makes the CUDA context (ours opens the device).
+                options["preload"] = sorted(options["preload"], key=lambda p: p != "dask_cuda.initialize")
+                options["preload_argv"] = [
+                    argv if p == WORKER_PRELOAD else own if p == "dask_cuda.initialize" else []
+                    for p in options["preload"]
+                ]
+            return specs
+
+    LocalCluster.register(CUDACluster)
+    return CUDACluster
+
+
+def CUDACluster(**kwargs):
+    """Build the cuda ``dgvm.LocalCluster`` (its class exists only where dask-cuda does)."""
+    return _cuda_cluster_class()(**kwargs)
+
+
+LocalCluster.register(CPUCluster)

@@ -120,13 +120,9 @@ def worker_command(
                 notes.append(f"{gpus} GPU(s) visible but dask-cuda is not installed: starting cpu "
                              "workers (pip install 'dgvm[cuda]' for one worker per GPU)")
             backend = "cuda" if gpus and dask_cuda else "cpu"
-    preload = ["--preload", "dgvm.worker", "--dgvm-backend", backend]
-    if device_memory is not None:
-        preload += ["--dgvm-device-memory", str(device_memory)]
-    if device_speed is not None:
-        preload += ["--dgvm-device-speed", str(device_speed)]
+    settings = {"backend": backend, "device-memory": device_memory, "device-speed": device_speed}
+    settings = {k: str(v) for k, v in settings.items() if v is not None}
     dask_args = list(dask_args)
-    env = {}
     if backend == "cuda":
         if nworkers is not None:
             raise DgvmError(
@@ -136,10 +132,18 @@ def worker_command(
         argv = [*dask_cli(), "cuda", "worker", *dask_args]
         if nthreads is not None:
             argv += ["--nthreads", str(nthreads)]
+        # dask cuda worker hands one argument list to every preload, and its own
+        # (dask_cuda.initialize) rejects --dgvm-* options: the settings travel as the
+        # DASK_DGVM__* variables instead, which every worker process reads.
+        preload = ["--preload", "dgvm.worker"]
+        env = {config.env_var(key): value for key, value in settings.items()}
         notes.append(f"one worker per GPU ({gpus} visible), cuda backend")
     else:
         n = nworkers or 1
         argv = [*dask_cli(), "worker", *dask_args, "--nworkers", str(n), "--nthreads", str(nthreads or 1)]
+        preload = ["--preload", "dgvm.worker"]
+        for key, value in settings.items():
+            preload += [f"--dgvm-{key}", value]
         env = cpu_worker_env(n)
         memory = device_memory or config.get("device-memory") or config.get("cpu-default-memory")
         notes.append(f"{n} cpu worker(s), {memory} of emulated device memory each")

@@ -190,11 +190,14 @@ class ChunkStorePlugin(WorkerPlugin):
         return {"address": self.worker.address, **self.metrics()}
 
 
-@click.command()
+# Dask gives one argument list to every preload of a worker, and ``dask cuda worker`` adds
+# its own ``--create-cuda-context``: arguments that are not dgvm's are left to their owners.
+@click.command(context_settings=dict(ignore_unknown_options=True))
+@click.argument("others", nargs=-1, type=click.UNPROCESSED)
 @click.option("--dgvm-backend", default=None, help="auto, cuda or cpu (default: dgvm.backend)")
 @click.option("--dgvm-device-memory", default=None, help="device memory to offer, e.g. 4GiB")
 @click.option("--dgvm-device-speed", default=None, type=float, help="relative speed (cpu emulation)")
-def dask_setup(worker, dgvm_backend, dgvm_device_memory, dgvm_device_speed):
+def dask_setup(worker, others, dgvm_backend, dgvm_device_memory, dgvm_device_speed):
     """Preload entry point: ``dask worker ADDR --preload dgvm.worker``. A bad dgvm
     configuration closes the worker (see ``deploy.check_config``)."""
     from dgvm.deploy import check_config

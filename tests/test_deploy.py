@@ -68,12 +68,12 @@ class Processes:
         except subprocess.TimeoutExpired:
             pytest.fail(f"{name} still runs after {timeout} s\n{self.logs()}")
 
-    def stop(self, timeout: float = 30) -> dict[str, str]:
-        """SIGTERM one by one, newest first (workers leave while their scheduler is still
-        there); SIGKILL to the process group of one still there after ``timeout``.
-        Answers how each one ended."""
+    def stop(self, timeout: float = 30, names=None) -> dict[str, str]:
+        """SIGTERM one by one (``names``, or all), newest first (workers leave while their
+        scheduler is still there); SIGKILL to the process group of one still there after
+        ``timeout``. Answers how each one ended."""
         for name, p in reversed(self.procs.items()):
-            if name in self.outcome:
+            if name in self.outcome or (names is not None and name not in names):
                 continue
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -119,13 +119,15 @@ def wait_for_stores(client, n: int, procs: Processes, timeout: float = 60) -> li
     pytest.fail(f"{n} chunk stores did not report to the GVAT in {timeout} s\n{procs.logs()}")
 
 
-def allocate_launch_free(client, capacities: list[int]) -> None:
+def allocate_launch_free(client, capacities: list[int] | None, backend: str = "cpu") -> None:
     """What a user does on a fresh cluster, checked at every step against NumPy and the
-    stores themselves."""
+    stores themselves (``capacities``: what each worker was told to offer, None: whole GPUs)."""
     workers = dgvm.workers(client=client)
-    assert sorted(w.capacity for w in workers) == sorted(c - ARENA_RESERVE for c in capacities)
+    if capacities is not None:
+        reserve = ARENA_RESERVE if backend == "cpu" else 0
+        assert sorted(w.capacity for w in workers) == sorted(c - reserve for c in capacities)
     assert {w.address for w in workers} == set(client.scheduler_info()["workers"])
-    assert {w.backend for w in workers} == {"cpu"}
+    assert {w.backend for w in workers} == {backend}
     headroom = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.extensions["dgvm"].gvat.headroom)
     assert headroom == 0.05
 
@@ -207,6 +209,71 @@ def test_dgvm_scheduler_and_worker_commands(procs, tmp_path):
     assert_stopped_cleanly(procs)
 
 
+def first_visible_gpu(client) -> list[str]:
+    """The GPU each worker uses (its first visible one), sorted."""
+    return sorted(client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"].split(",")[0]).values())
+
+
+@pytest.mark.gpu
+def test_dask_cuda_worker_and_dgvm_worker_on_gpus(procs, tmp_path):
+    """On a GPU host: ``dask cuda worker --preload dgvm.worker`` (one worker per GPU, the
+    whole GPU each), then ``dgvm worker`` with a device-memory limit, which runs dask-cuda
+    underneath and hands the limit over as DASK_DGVM__DEVICE_MEMORY."""
+    from dgvm.backends.cuda import gpu_count
+
+    n = gpu_count()
+    sched_file = tmp_path / "scheduler.json"
+    procs.start("scheduler", [
+        *cli("dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+        "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched_file),
+        "--preload", "dgvm.scheduler",
+    ], env=SCHEDULER_ENV)
+    address = scheduler_address(procs, "scheduler", sched_file)
+    procs.start("dask-cuda", [
+        *cli("dask"), "cuda", "worker", address, "--host", "127.0.0.1", "--preload", "dgvm.worker",
+    ], env=WORKER_ENV)
+    with dgvm.connect(address) as client:
+        workers = wait_for_stores(client, n, procs, timeout=120)
+        assert first_visible_gpu(client) == [str(i) for i in range(n)]  # one GPU each
+        assert all(w.capacity > 2**30 for w in workers)  # whole GPUs
+        allocate_launch_free(client, None, backend="cuda")
+        assert procs.stop(names=["dask-cuda"])["dask-cuda"] != "killed"
+        deadline = time.monotonic() + 60
+        while dgvm.workers(client=client) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert dgvm.workers(client=client) == []
+
+    procs.start("dgvm-worker", [
+        *cli("dgvm"), "worker", address, "--device-memory", "1GiB", "--host", "127.0.0.1",
+    ], env=WORKER_ENV)
+    with dgvm.connect(address) as client:
+        wait_for_stores(client, n, procs, timeout=120)
+        assert first_visible_gpu(client) == [str(i) for i in range(n)]
+        allocate_launch_free(client, [2**30] * n, backend="cuda")
+    log = procs.log("dgvm-worker")
+    assert "DASK_DGVM__DEVICE_MEMORY=1GiB" in log and "-m dask cuda worker" in log
+    assert_stopped_cleanly(procs)
+
+
+@pytest.mark.gpu
+def test_local_cluster_on_gpus_is_local_cuda_cluster():
+    from dask_cuda import LocalCUDACluster
+
+    from dgvm.backends.cuda import gpu_count
+
+    n = gpu_count()
+    with dgvm.LocalCluster(dashboard_address=None, device_memory="1GiB") as cluster, \
+            dgvm.connect(cluster) as client:
+        assert isinstance(cluster, LocalCUDACluster) and isinstance(cluster, dgvm.LocalCluster)
+        assert repr(cluster).startswith("<dgvm.LocalCluster backend=cuda")
+        assert first_visible_gpu(client) == [str(i) for i in range(n)]
+        workers = dgvm.workers(client=client)
+        assert [w.capacity for w in workers] == [2**30] * n and {w.backend for w in workers} == {"cuda"}
+        x = dnp.arange(4_000_000, dtype="float64", chunks=500_000)
+        assert float((2 * x).sum()) == 2 * float(np.arange(4_000_000, dtype="float64").sum())
+        assert len(set(x.locations().values())) == n
+
+
 def test_scheduler_with_a_bad_config_value_stops_and_says_why(procs):
     procs.start("scheduler", [
         *cli("dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
@@ -230,6 +297,22 @@ def test_wrappers_check_config_before_starting_dask():
         env={**os.environ, "DASK_DGVM__PLACEMENT__DEFAULT": "random"},
     )
     assert out.returncode == 1 and "one of balanced, packed, round_robin" in out.stderr
+
+
+def test_worker_preload_leaves_other_preloads_arguments():
+    """``dask cuda worker`` gives every preload one argument list and adds
+    --create-cuda-context, meant for its own preload: dgvm's takes its options, ignores that."""
+    import asyncio
+
+    from distributed import Scheduler, Worker
+
+    async def run():
+        async with Scheduler(host="127.0.0.1", port=0, dashboard_address=None) as s:
+            argv = ["--dgvm-backend", "cpu", "--dgvm-device-memory", "8MiB", "--create-cuda-context"]
+            async with Worker(s.address, nthreads=1, preload=["dgvm.worker"], preload_argv=argv) as w:
+                return w.extensions["dgvm"].backend.capacity
+
+    assert asyncio.run(run()) == 8 * MiB - ARENA_RESERVE
 
 
 # -- the commands the wrappers build -------------------------------------------------------
@@ -261,7 +344,11 @@ def test_gpu_host_gets_one_dask_cuda_worker_per_gpu(monkeypatch):
     monkeypatch.setattr(deploy, "has_dask_cuda", lambda: True)
     c = deploy.worker_command(["tcp://h:8786"], gpus=4)
     assert c.argv[:6] == [sys.executable, "-m", "dask", "cuda", "worker", "tcp://h:8786"]
-    assert after(c.argv, "--preload", "dgvm.worker", "--dgvm-backend", "cuda")
+    # dask-cuda's own preload would reject --dgvm-* options: they go as DASK_DGVM__*
+    assert c.argv[-2:] == ["--preload", "dgvm.worker"]
+    assert c.env == {"DASK_DGVM__BACKEND": "cuda"}
+    c = deploy.worker_command(["tcp://h:8786"], device_memory="8GiB", gpus=4)
+    assert c.env == {"DASK_DGVM__BACKEND": "cuda", "DASK_DGVM__DEVICE_MEMORY": "8GiB"}
     assert "--nworkers" not in c.argv
     with pytest.raises(DgvmError, match="CUDA_VISIBLE_DEVICES"):
         deploy.worker_command(["tcp://h:8786"], nworkers=2, gpus=4)
