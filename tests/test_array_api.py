@@ -365,8 +365,11 @@ def test_a_result_that_does_not_fit_raises_and_leaves_the_input(case):
     n = int(0.55 * total) // 8  # one such array fits the cluster, two do not
     x = dnp.full((n,), 2.0, chunks=n // 16)
     before = dgvm.table(client=case.client)
+    y = x + 1  # deferred: the allocation is made when the values are needed
     with pytest.raises(dgvm.OutOfDeviceMemory, match="cannot place .* free device memory per worker"):
-        x + 1
+        y.wait()
+    assert repr(y).endswith("deferred>")  # still not computed, nothing allocated
+    del y
     from dgvm.array.lifecycle import settle_releases
 
     settle_releases()

@@ -73,11 +73,15 @@ def empty(shape, dtype=None, chunks="auto", placement=None, colocate=None, clien
     shape = _shape(shape)
     dtype = _dtype(dtype)
     grid = chunk_grid.normalize(chunks, shape, dtype)
-    alloc = Allocation.create(
-        _client(client), shape=list(shape), dtype=dtype.str, chunks=[list(c) for c in grid],
+    return DArray(allocate(shape, dtype, grid, placement, colocate, client), shape, dtype, grid)
+
+
+def allocate(shape, dtype, grid, placement=None, colocate=None, client=None) -> Allocation:
+    """The GVAT allocation for an array of this shape, dtype and chunk grid."""
+    return Allocation.create(
+        _client(client), shape=list(shape), dtype=np.dtype(dtype).str, chunks=[list(c) for c in grid],
         **placement_request(placement, colocate),
     )
-    return DArray(alloc, shape, dtype, grid)
 
 
 def zeros(shape, dtype=None, chunks="auto", placement=None, colocate=None, client=None,

@@ -24,18 +24,59 @@ class DArray(ArrayOperators, ArrayMethods):
     in C order on its home worker. ``x.vaddr`` is the array's first global address.
     Its memory is freed with ``free()``, at the end of a ``with`` block, or when the
     last reference to it goes away (after the operations that use it).
+
+    An elementwise result starts *deferred* (``dgvm.array.deferred``): it has a shape,
+    dtype and chunks but no allocation until something needs its values; touching
+    ``alloc`` materializes it.
     """
 
-    def __init__(self, alloc: Allocation, shape, dtype, chunks):
-        self.alloc = alloc
-        # Futures of the launches that last wrote this array and of later launches that
-        # read it: the next launch orders itself after them (see dgvm.kernels.launch).
-        self._pending = Pending()
-        release_when_unreachable(self, alloc, self._pending)
+    def __init__(self, alloc: Allocation | None, shape, dtype, chunks):
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.chunks = tuple(tuple(int(b) for b in axis) for axis in chunks)
+        self._deferred = None
+        # Deferred arrays that read this one: a write materializes them first.
+        self._readers: dict = {}
+        self._alloc = None
+        if alloc is not None:
+            self._adopt(alloc)
+
+    def _adopt(self, alloc: Allocation) -> None:
+        self._alloc = alloc
+        # Futures of the launches that last wrote this array and of later launches that
+        # read it: the next launch orders itself after them (see dgvm.kernels.launch).
+        self._pending_state = Pending()
+        release_when_unreachable(self, alloc, self._pending_state)
         live_arrays.add(self)
+
+    @property
+    def alloc(self) -> Allocation:
+        """The GVAT allocation behind the array (made now if the array is deferred)."""
+        if self._alloc is None:
+            self._materialize_if_deferred()
+            if self._alloc is None:
+                from dgvm.errors import DgvmError
+
+                raise DgvmError(f"this {self.shape} {self.dtype} DArray was freed before it was computed")
+        return self._alloc
+
+    @property
+    def _pending(self) -> Pending:
+        self.alloc
+        return self._pending_state
+
+    def _materialize_if_deferred(self) -> None:
+        if self._deferred is not None:
+            from dgvm.array.elementwise import materialize
+
+            materialize(self)
+
+    def _before_write(self) -> None:
+        """Deferred results made from this array's present values are computed first."""
+        from dgvm.array.deferred import materialize_readers
+
+        if self._readers:
+            materialize_readers(self)
 
     # -- metadata ------------------------------------------------------------------------
     @property
@@ -112,6 +153,12 @@ class DArray(ArrayOperators, ArrayMethods):
 
     def free(self) -> None:
         """Give the array's device memory back now (also done when it becomes unreachable)."""
+        from dgvm.array.deferred import undefer
+
+        if self._alloc is None:  # deferred: nothing computed, nothing to give back
+            undefer(self)
+            return
+        self._before_write()
         # Launches that use the memory finish first (their errors belong to wait).
         self.settle()
         self._pending.writes, self._pending.reads = [], []
@@ -121,10 +168,13 @@ class DArray(ArrayOperators, ArrayMethods):
         return self
 
     def __exit__(self, *exc):
-        if not self.alloc.freed:
+        if self._alloc is None or not self._alloc.freed:
             self.free()
 
     def __repr__(self):
+        if self._alloc is None:
+            return (f"dgvm.DArray<shape={self.shape}, dtype={self.dtype}, "
+                    f"numblocks={self.numblocks}, deferred>")
         return (
             f"dgvm.DArray<shape={self.shape}, dtype={self.dtype}, numblocks={self.numblocks}, "
             f"vaddr={self.vaddr:#x}>"
@@ -135,6 +185,7 @@ class DArray(ArrayOperators, ArrayMethods):
         """Copy a host array of this shape into the blocks, one request per worker."""
         from dgvm.kernels.launch import settle
 
+        self._before_write()
         settle(self._pending.writes + self._pending.reads)
         pieces = []
         for k, sl in enumerate(chunk_grid.block_slices(self.chunks)):

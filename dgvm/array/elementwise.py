@@ -1,10 +1,12 @@
 """Elementwise functions of the array API over DArrays, with broadcasting.
 
-Each call makes one new DArray (colocated with the first array argument of the result's
-shape) and one task per worker. The task evaluates an expression tree, chunk by chunk,
-with the worker's array module (NumPy on ``cpu``, CuPy's compiled elementwise kernels on
-``cuda``); the tree form is what ``fuse`` (several operations in one pass) builds on.
-Result dtypes are decided on the caller with NumPy's rules, which are the standard's.
+Each call makes one new *deferred* DArray: an expression tree over the arrays it reads,
+into which later elementwise calls inline (``dgvm.array.deferred``). When the values are
+needed the tree runs as one operation: one allocation (colocated with a leaf of the
+result's shape and chunks), one task per worker, one pass per chunk
+(``dgvm.array.fused``: a ``cupy.fuse`` kernel on ``cuda``, cache-sized NumPy tiles on
+``cpu``). Result dtypes are decided on the caller with NumPy's rules, which are the
+standard's; every node of the tree casts to its own dtype, so fused and unfused agree.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm.array import blockwise
+from dgvm.array import blockwise, deferred, fused
 from dgvm.array.darray import DArray
 
 UNARY = (
@@ -88,25 +90,33 @@ class Elementwise:
         return rlo, rhi
 
     def block(self, read, lo, hi, xp):
-        leaves = [read(i, *self.region(i, lo, hi)) for i in range(len(self.shapes))]
-        with np.errstate(all="ignore"):
-            return evaluate(self.expr, leaves, xp)
+        return self._value([read(i, *self.region(i, lo, hi)) for i in range(len(self.shapes))], xp)
 
     def block_into(self, read, lo, hi, xp, target) -> bool:
-        """Write the chunk straight into ``target`` (no temporary, one pass less) when the
-        last operation is a ufunc whose result has the target's dtype; False otherwise."""
+        """Write the chunk straight into ``target`` (no temporary): the whole tree in one
+        pass (``dgvm.array.fused``), else its last operation as a ufunc with ``out=``.
+        False when neither applies (the caller then copies ``block``'s value in)."""
         kind, *rest = self.expr
-        if (kind != "call" or rest[0] in ("where", "clip", "astype") or rest[2] != target.dtype
-                or rest[0].startswith("logical_")):
-            return False
-        ufunc = getattr(xp, CLASSIC.get(rest[0], rest[0]), None)
-        if ufunc is None or not hasattr(ufunc, "nin"):
+        if kind != "call" or np.dtype(rest[2]) != target.dtype:
             return False
         leaves = [read(i, *self.region(i, lo, hi)) for i in range(len(self.shapes))]
+        if fused.run_into(self.expr, leaves, xp, target):
+            return True
+        if rest[0] in ("where", "clip", "astype") or rest[0].startswith("logical_"):
+            target[...] = self._value(leaves, xp)
+            return True
+        ufunc = getattr(xp, CLASSIC.get(rest[0], rest[0]), None)
+        if ufunc is None or not hasattr(ufunc, "nin"):
+            target[...] = self._value(leaves, xp)
+            return True
         with np.errstate(all="ignore"):
             args = [evaluate(a, leaves, xp) for a in rest[1]]
             ufunc(*args, out=target)
         return True
+
+    def _value(self, leaves, xp):
+        with np.errstate(all="ignore"):
+            return evaluate(self.expr, leaves, xp)
 
 
 def _probe(x):
@@ -128,11 +138,7 @@ def result_dtype(name: str, args) -> np.dtype:
 
 def _leaf(a, inputs: list):
     if isinstance(a, DArray):
-        for i, b in enumerate(inputs):
-            if b is a:
-                return ("in", i)
-        inputs.append(a)
-        return ("in", len(inputs) - 1)
+        return deferred.leaf(a, inputs)
     if a is None or isinstance(a, (bool, int, float, complex, np.generic)):
         return ("const", a)
     raise TypeError(f"dgvm.array: expected a DArray or a Python scalar, got {type(a).__name__}")
@@ -153,32 +159,47 @@ def out_chunks(arrays, shape, dtype):
 
 
 def apply(name: str, *args, dtype=None, out: DArray | None = None) -> DArray:
-    """``name`` elementwise over ``args`` (DArrays and scalars) into a new DArray (or
-    into ``out``, in place)."""
-    from dgvm.array.creation import empty
-
-    inputs: list = []
-    if not any(isinstance(a, DArray) for a in args):
+    """``name`` elementwise over ``args`` (DArrays and scalars): a new deferred DArray
+    (computed, fused with the elementwise operations that follow, when first needed), or
+    into ``out`` in place."""
+    arrays = [a for a in args if isinstance(a, DArray)]
+    if not arrays:
         raise TypeError(f"dgvm.array.{name} needs at least one DArray argument")
     try:
-        shape = tuple(np.broadcast_shapes(*(a.shape for a in args if isinstance(a, DArray))))
+        shape = tuple(np.broadcast_shapes(*(a.shape for a in arrays)))
     except ValueError:
-        shapes = [a.shape for a in args if isinstance(a, DArray)]
-        raise ValueError(f"dgvm.array.{name}: shapes {shapes} do not broadcast together") from None
+        raise ValueError(f"dgvm.array.{name}: shapes {[a.shape for a in arrays]} do not broadcast together") from None
     dtype = np.dtype(dtype) if dtype is not None else result_dtype(name, args)
+    if out is not None and out.shape != shape:
+        raise ValueError(f"in-place {name}: the result's shape {shape} is not the array's {out.shape}")
+    inputs: list = []
     expr = ("call", name, [_leaf(a, inputs) for a in args], dtype)
     if out is None:
-        lead = next((a for a in inputs if a.shape == shape), None)
-        chunks = out_chunks(inputs, shape, dtype)
-        same_grid = lead is not None and lead.chunks == chunks
-        out = empty(shape, dtype, chunks=chunks, colocate=lead if same_grid else None)
-    elif out.shape != shape:
-        raise ValueError(f"in-place {name}: the result's shape {shape} is not the array's {out.shape}")
-    else:
-        # In place keeps the array's dtype: the standard's rule for ``x += y``.
-        expr = ("call", "astype", [expr], out.dtype)
+        result = DArray(None, shape, dtype, out_chunks(arrays, shape, dtype))
+        deferred.defer(result, deferred.Deferred(expr, inputs, name))
+        return result
+    # In place keeps the array's dtype: the standard's rule for ``x += y``.
+    expr = ("call", "astype", [expr], out.dtype)
+    if out._deferred is not None:  # nothing computed yet: the tree grows instead
+        deferred.undefer(out)
+        deferred.defer(out, deferred.Deferred(expr, inputs, name))
+        return out
     blockwise.run(Elementwise(expr, [a.shape for a in inputs], shape), out, inputs, name)
     return out
+
+
+def materialize(x: DArray) -> None:
+    """Compute a deferred DArray: allocate it (colocated with a leaf of its shape and
+    chunks) and run its whole tree in one pass, one task per worker."""
+    from dgvm.array.creation import allocate
+
+    d = x._deferred
+    lead = next((a for a in d.inputs if a.shape == x.shape and a.chunks == x.chunks), None)
+    alloc = allocate(x.shape, x.dtype, x.chunks, colocate=lead, client=d.inputs[0].alloc.client)
+    deferred.undefer(x)
+    x._adopt(alloc)
+    name = d.name if d.nodes == 1 else f"fused{d.nodes}-{d.name}"
+    blockwise.run(Elementwise(d.expr, [a.shape for a in d.inputs], x.shape), x, d.inputs, name)
 
 
 def _unary(name):

@@ -81,6 +81,9 @@ def dispatch(fn, out, inputs, name: str, *task_args) -> None:
     chunks, ordered after earlier launches: after those that wrote ``inputs`` or ``out``,
     and after those that read ``out``. Record the new tasks as writers of ``out`` and
     readers of ``inputs``."""
+    before_write = getattr(out, "_before_write", None)  # DArrays: deferred readers run first
+    if before_write is not None:
+        before_write()
     deps = out._pending.writes + out._pending.reads
     for a in inputs:
         deps += a._pending.writes

@@ -1,0 +1,108 @@
+"""Deferred elementwise results: chains of elementwise operations run as one pass.
+
+``y = ((2 * x + 1) * x - 3) / (x + 2)`` makes five arrays in NumPy, and a pass over memory
+(plus an allocation and a task per worker) for each. In dgvm.array an elementwise result
+is *deferred*: the DArray knows its shape, dtype and chunks, and holds the expression tree
+over the real arrays it reads, but has no memory yet. An elementwise operation on deferred
+arrays inlines their trees. The first use that needs the values (a reduction, indexing,
+``wait``, ``asnumpy``, a launch, ...) *materializes* it: one allocation, one task per
+worker, one pass that reads the leaves and writes the result (see ``dgvm.array.fused``).
+
+Semantics stay eager: a write to an array (a launch, ``x[...] = v``, ``x += 1``,
+``free``) first materializes the deferred results that read it, so they see the values
+they were made from. Trees are bounded (``MAX_NODES``, ``MAX_INPUTS``) so that a long
+loop such as ``x = x + 1`` materializes every few steps instead of growing without end.
+Intermediates that are never used alone take no memory at all.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+
+# A tree past these sizes is materialized before it is used again: kernels stay small
+# to compile, and deferred arrays keep few input arrays alive.
+MAX_NODES = 32
+MAX_INPUTS = 8
+
+
+@dataclass
+class Deferred:
+    """What a deferred DArray will hold: ``expr`` over the real DArrays ``inputs``
+    (leaves ``("in", i)``), named for its task keys."""
+
+    expr: tuple
+    inputs: list
+    name: str
+    nodes: int = field(default=1)
+
+
+def nodes(expr) -> int:
+    if expr[0] != "call":
+        return 1
+    return 1 + sum(nodes(a) for a in expr[2])
+
+
+def leaf(a, inputs: list):
+    """The tree for argument ``a`` of a new elementwise operation: a deferred array's own
+    tree (its leaves renumbered into ``inputs``) while small enough, else a leaf for the
+    real array (materializing ``a`` first if it is deferred)."""
+    from dgvm.array.darray import DArray
+
+    if not isinstance(a, DArray):
+        return None
+    d = a._deferred
+    if d is not None:
+        fresh = [b for b in d.inputs if not any(b is c for c in inputs)]
+        if d.nodes < MAX_NODES and len(inputs) + len(fresh) <= MAX_INPUTS:
+            return _renumber(d.expr, d.inputs, inputs)
+    for i, b in enumerate(inputs):
+        if b is a:
+            return ("in", i)
+    a._materialize_if_deferred()
+    inputs.append(a)
+    return ("in", len(inputs) - 1)
+
+
+def _renumber(expr, old_inputs: list, inputs: list):
+    kind = expr[0]
+    if kind == "in":
+        a = old_inputs[expr[1]]
+        for i, b in enumerate(inputs):
+            if b is a:
+                return ("in", i)
+        inputs.append(a)
+        return ("in", len(inputs) - 1)
+    if kind == "const":
+        return expr
+    _, name, args, dtype = expr
+    return ("call", name, [_renumber(e, old_inputs, inputs) for e in args], dtype)
+
+
+def defer(x, deferred: Deferred) -> None:
+    """Make ``x`` (a DArray without memory) stand for ``deferred``, and note it as a reader
+    of each input so that a write to one materializes it first."""
+    deferred.nodes = nodes(deferred.expr)
+    x._deferred = deferred
+    ref = weakref.ref(x)
+    for a in deferred.inputs:
+        a._readers[id(x)] = ref
+
+
+def undefer(x) -> Deferred | None:
+    """Take the deferred tree off ``x`` (to run it, or to drop it)."""
+    d = x._deferred
+    x._deferred = None
+    if d is not None:
+        for a in d.inputs:
+            a._readers.pop(id(x), None)
+    return d
+
+
+def materialize_readers(x) -> None:
+    """Before ``x`` is written or freed: run the deferred results that read it."""
+    for ref in list(x._readers.values()):
+        reader = ref()
+        if reader is not None:
+            reader._materialize_if_deferred()
+    x._readers.clear()

@@ -1,0 +1,139 @@
+"""One pass over memory for an elementwise expression tree (see ``dgvm.array.deferred``).
+
+``run_into(expr, leaves, xp, target)`` writes the tree's value into the output chunk:
+
+- ``cuda``: the tree becomes one CUDA kernel with ``cupy.fuse``, built from the same
+  CuPy ufuncs the unfused path calls (so the results are the same), compiled once per
+  tree shape and dtypes and cached in the worker; Python scalars are kernel arguments,
+  so ``x * 2`` and ``x * 3`` share a kernel. It writes into the chunk itself.
+- ``cpu``: the tree runs tile by tile (``TILE`` elements) with NumPy, so every
+  intermediate stays in the CPU's cache and memory is read and written once.
+
+Both answer False when they cannot (leaves that are not plain views of the chunk's shape
+on cpu; a function ``cupy.fuse`` does not trace on cuda); the caller then evaluates the
+tree whole, as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import numpy as np
+
+logger = logging.getLogger("dgvm.array.fused")
+
+TILE = 1 << 15  # elements per cpu tile: a few float64 intermediates fit in L2
+
+
+def run_into(expr, leaves: list, xp, target) -> bool:
+    """Write ``expr`` over ``leaves`` into ``target`` in one pass; False if not possible."""
+    from dgvm.array.elementwise import evaluate
+
+    if xp is np:
+        return _tiles(expr, leaves, target, evaluate)
+    if getattr(xp, "__name__", "") == "cupy":
+        return _cupy(expr, leaves, target)
+    return False
+
+
+# -- cpu ---------------------------------------------------------------------------------
+def _tiles(expr, leaves, target, evaluate) -> bool:
+    if not target.flags.c_contiguous or target.size <= TILE:
+        return False
+    flat = []
+    for a in leaves:
+        if a.size == 1:
+            flat.append(a.reshape(()))
+        elif a.shape == target.shape and a.flags.c_contiguous:
+            flat.append(a.reshape(-1))
+        else:
+            return False  # broadcast or strided leaves: evaluated whole
+    out = target.reshape(-1)
+    with np.errstate(all="ignore"):
+        for start in range(0, out.size, TILE):
+            stop = min(out.size, start + TILE)
+            out[start:stop] = evaluate(expr, [a if a.ndim == 0 else a[start:stop] for a in flat], np)
+    return True
+
+
+# -- cuda --------------------------------------------------------------------------------
+_kernels: dict = {}  # (tree without scalars, leaf dtypes and ndims, target) -> usable ways
+_lock = threading.Lock()
+
+
+def _strip(expr, scalars: list):
+    """The tree with each Python scalar replaced by ``("arg", j)`` (kernel argument j)."""
+    kind = expr[0]
+    if kind == "const":
+        if expr[1] is None:
+            return expr
+        scalars.append(expr[1])
+        return ("arg", len(scalars) - 1, type(expr[1]).__name__)
+    if kind == "in":
+        return expr
+    _, name, args, dtype = expr
+    return ("call", name, tuple(_strip(a, scalars) for a in args), np.dtype(dtype).str)
+
+
+def _trace(expr, leaves, scalars, cupy):
+    from dgvm.array.elementwise import _call
+
+    kind = expr[0]
+    if kind == "in":
+        return leaves[expr[1]]
+    if kind == "arg":
+        return scalars[expr[1]]
+    if kind == "const":
+        return expr[1]
+    _, name, args, dtype = expr
+    value = _call(cupy, name, [_trace(a, leaves, scalars, cupy) for a in args])
+    dtype = np.dtype(dtype)
+    return value if getattr(value, "dtype", None) == dtype else value.astype(dtype)
+
+
+def _build(tree, nleaves: int, nscalars: int, into: bool):
+    """The fused kernel: writing into its last argument (``into``), or returning the value
+    (for a CuPy whose fusion does not trace ``out[...] = ...``; one copy more)."""
+    import cupy
+
+    def kernel(*params):
+        leaves, scalars = params[:nleaves], params[nleaves:nleaves + nscalars]
+        value = _trace(tree, leaves, scalars, cupy)
+        if not into:
+            return value
+        params[-1][...] = value
+
+    return cupy.fuse(kernel, kernel_name="dgvm_fused")
+
+
+def _cupy(expr, leaves, target) -> bool:
+    scalars: list = []
+    tree = _strip(expr, scalars)
+    key = (tree, tuple((a.dtype.str, a.ndim) for a in leaves), target.dtype.str, target.ndim)
+    with _lock:
+        ways = _kernels.get(key)
+        if ways is None:  # try in place first; each way that fails to trace is dropped
+            ways = _kernels[key] = [(True, _build(tree, len(leaves), len(scalars), True)),
+                                    (False, _build(tree, len(leaves), len(scalars), False))]
+    for into, fused in list(ways):
+        try:
+            if into:
+                fused(*leaves, *scalars, target)
+            else:
+                target[...] = fused(*leaves, *scalars)
+            return True
+        except Exception as e:  # noqa: BLE001  (a function cupy.fuse cannot trace)
+            logger.info("fused kernel (in place: %s) not usable (%s: %s)", into, type(e).__name__, e)
+            with _lock:
+                if (into, fused) in ways:
+                    ways.remove((into, fused))
+    return False
+
+
+def ways_used() -> dict:
+    """How each tree compiled on this worker runs: tree key -> "in place", "copy" or
+    "unfused" (benchmarks and tests print it)."""
+    with _lock:
+        return {key: ("in place" if ways and ways[0][0] else "copy" if ways else "unfused")
+                for key, ways in _kernels.items()}

@@ -1,0 +1,122 @@
+"""Deferred elementwise results and their fused evaluation (dgvm.array.deferred, .fused):
+a chain is one allocation and one pass, its values are NumPy's, and a write, a free or an
+error anywhere keeps the eager semantics a NumPy program expects."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dgvm
+import dgvm.array as dnp
+from dgvm.array import deferred, fused
+
+
+def n_allocations(case) -> int:
+    return len(dgvm.table(client=case.client))
+
+
+def chain(xp, x):
+    return ((2.0 * x + 1.0) * x - 3.0) / (x + 2.0)
+
+
+def test_a_chain_is_one_allocation_with_numpys_values(case):
+    h = np.random.default_rng(0).random((300, 400))
+    x = dnp.asarray(h, chunks=(100, 400))  # 40000-element chunks: cpu runs them in tiles
+    before = n_allocations(case)
+    y = chain(dnp, x)
+    assert repr(y).endswith("deferred>") and n_allocations(case) == before
+    np.testing.assert_allclose(dnp.asnumpy(y), chain(np, h), rtol=1e-12)
+    assert n_allocations(case) == before + 1  # the result only: no intermediates
+    assert y.locations() == x.locations()  # colocated with its leaf
+
+
+def test_mixed_dtypes_where_clip_astype_and_broadcasting_fused(case):
+    rng = np.random.default_rng(1)
+    hi = rng.integers(-50, 50, (200, 300), dtype=np.int8)
+    hf = rng.random((200, 300)).astype(np.float32)
+    hrow = rng.random(300)
+    i8, f32, row = dnp.asarray(hi, chunks=(60, 300)), dnp.asarray(hf, chunks=(60, 300)), dnp.asarray(hrow)
+    got = dnp.where(i8 > 0, dnp.clip(f32 * i8, -3, 3), dnp.astype(i8, "float32") - 1) + 2
+    want = np.where(hi > 0, np.clip(hf * hi, -3, 3), hi.astype(np.float32) - 1) + 2
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_allclose(dnp.asnumpy(got), want, rtol=1e-6)
+    # A broadcast leaf (a row) in the tree, and integer wrap-around in int8.
+    b = dnp.sqrt(f32 * row) - row
+    np.testing.assert_allclose(dnp.asnumpy(b), np.sqrt(hf * hrow) - hrow, rtol=1e-6)
+    w = i8 * 3 + 100
+    np.testing.assert_array_equal(dnp.asnumpy(w), hi * np.int8(3) + np.int8(100))
+
+
+def test_writes_and_frees_see_values_as_of_the_operation(case):
+    h = np.arange(120_000, dtype=np.float64)
+    x = dnp.asarray(h, chunks=40_000)
+    y = x + 1
+    x[:10] = -5.0  # the write materializes y first, from x as it was
+    assert not repr(y).endswith("deferred>")
+    np.testing.assert_array_equal(dnp.asnumpy(y), h + 1)
+    z = x * 2
+    x += 1  # in place on a real array: z is computed before
+    np.testing.assert_array_equal(dnp.asnumpy(z)[:12], np.r_[[-10.0] * 10, 20.0, 22.0])
+    u = x - 1
+    x.free()  # u was made from x: computed before x's memory goes
+    np.testing.assert_array_equal(dnp.asnumpy(u)[:12], np.r_[[-5.0] * 10, 10.0, 11.0])
+
+
+def test_a_launch_into_an_input_runs_deferred_readers_first(case):
+    from test_examples import load
+
+    saxpy = load("saxpy").saxpy
+    h = np.ones(50_000, dtype=np.float32)
+    x, y = dnp.asarray(h, chunks=10_000), dnp.asarray(h, chunks=10_000)
+    before = y * 10
+    dgvm.launch(saxpy, np.float32(2.0), x, y, out=y)  # y := 2x + y = 3
+    np.testing.assert_array_equal(dnp.asnumpy(before), 10 * h)
+    np.testing.assert_array_equal(dnp.asnumpy(y), 3 * h)
+
+
+def test_in_place_on_a_deferred_array_grows_its_tree(case):
+    h = np.linspace(0, 1, 60_000)
+    x = dnp.asarray(h, chunks=20_000)
+    before = n_allocations(case)
+    w = x * 2
+    w += 1
+    w *= 3
+    assert repr(w).endswith("deferred>") and n_allocations(case) == before
+    np.testing.assert_allclose(dnp.asnumpy(w), (h * 2 + 1) * 3)
+
+
+def test_long_loops_stay_bounded(case):
+    h = np.zeros(30_000)
+    x = dnp.asarray(h, chunks=10_000)
+    v = x
+    sizes = []
+    for _ in range(100):
+        v = v + 1
+        if v._deferred is not None:
+            sizes.append(v._deferred.nodes)
+    assert max(sizes) <= deferred.MAX_NODES + 2
+    np.testing.assert_array_equal(dnp.asnumpy(v), h + 100)
+
+
+def test_errors_surface_when_computed_and_leave_nothing(case):
+    x = dnp.ones(10_000, chunks=2_500)
+    y = x + 1
+    y.free()  # never computed: nothing to give back
+    with pytest.raises(dgvm.DgvmError, match="freed before it was computed"):
+        y.wait()
+    with pytest.raises(ValueError, match="do not broadcast"):
+        x + dnp.ones(3)  # shapes and dtypes are still checked at once
+    with pytest.raises(TypeError):
+        x + "a"
+
+
+def test_cuda_chains_run_as_one_fused_kernel(case):
+    if case.backend != "cuda":
+        pytest.skip("the fused CUDA kernel (cupy.fuse) is a cuda-backend matter")
+    h = np.random.default_rng(2).random((512, 1024))
+    x = dnp.asarray(h, chunks=(128, 1024))
+    y = chain(dnp, x)
+    np.testing.assert_allclose(dnp.asnumpy(y), chain(np, h), rtol=1e-12)
+    ways = case.client.run(fused.ways_used)
+    assert all("in place" in w.values() for w in ways.values()), ways
