@@ -120,3 +120,20 @@ def test_cuda_chains_run_as_one_fused_kernel(case):
     np.testing.assert_allclose(dnp.asnumpy(y), chain(np, h), rtol=1e-12)
     ways = case.client.run(fused.ways_used)
     assert all("in place" in w.values() for w in ways.values()), ways
+
+
+def test_a_reduction_of_a_deferred_array_allocates_nothing(case):
+    h = np.random.default_rng(3).random((400, 400))
+    x = dnp.asarray(h, chunks=(100, 100))
+    xt = x.T
+    before = n_allocations(case)
+    y = x + xt
+    np.testing.assert_allclose(float(y.sum()), (h + h.T).sum(), rtol=1e-12)
+    np.testing.assert_allclose(dnp.asnumpy(((x - 0.5) ** 2).mean(axis=0)), ((h - 0.5) ** 2).mean(axis=0), rtol=1e-12)
+    assert int(dnp.argmax(y * -1)) == int(np.argmax(-(h + h.T)))
+    assert repr(y).endswith("deferred>")  # reduced where its leaves live, never stored
+    from dgvm.array.lifecycle import settle_releases
+
+    settle_releases()  # the small results were temporaries
+    assert n_allocations(case) == before  # and y was never stored
+    np.testing.assert_allclose(dnp.asnumpy(y), h + h.T)  # and still computable

@@ -57,17 +57,32 @@ def _blockwise_here(op, out: ArraySpec, specs, indices, deps):
 def collect(op, x, name: str) -> dict[tuple, object]:
     """Run ``op.partial(chunk, lo, hi, xp)`` on every chunk of ``x`` where it lives (one
     task per worker, after the launches that write ``x``) and bring the small results
-    back: block index -> host value (NumPy arrays, or tuples of them)."""
-    client = x.alloc.client
-    deps = list(x._pending.writes)
+    back: block index -> host value (NumPy arrays, or tuples of them).
+
+    A deferred elementwise ``x`` with a leaf of its shape and chunks is not materialized:
+    each worker computes its chunks of the tree (one fused pass into a scratch buffer) and
+    reduces them at once, so ``(x + x.T).sum()`` allocates nothing and writes no array."""
+    d = x._deferred
+    lead = d and next((a for a in d.inputs if a.shape == x.shape and a.chunks == x.chunks), None)
+    if lead is not None:
+        from dgvm.array.elementwise import Elementwise
+
+        tree = Elementwise(d.expr, [a.shape for a in d.inputs], x.shape)
+        specs = [ArraySpec.of(a) for a in d.inputs]
+        fn, args, home, readers = _collect_tree_here, (tree, x.dtype, specs, ArraySpec.of(lead)), lead, d.inputs
+    else:
+        fn, args, home, readers = _collect_here, (ArraySpec.of(x),), x, [x]
+    client = home.alloc.client
+    deps = [f for a in readers for f in a._pending.writes]
     futures = [
         client.submit(
-            _collect_here, op, ArraySpec.of(x), idx, deps, workers=[w],
+            fn, op, *args, idx, deps, workers=[w],
             allow_other_workers=False, pure=False, key=f"dgvm-{name}-{uuid.uuid4().hex[:10]}",
         )
-        for w, idx in x.alloc.by_home().items()
+        for w, idx in home.alloc.by_home().items()
     ]
-    x._pending.reads = x._pending.reads + futures
+    for a in readers:
+        a._pending.reads = a._pending.reads + futures
     out = {}
     for part in client.gather(futures):
         out.update(part)
@@ -89,6 +104,24 @@ def _collect_here(op, spec: ArraySpec, indices, deps):
         with access.output_chunk():
             value = op.partial(access.chunk(spec, k), lo, hi, xp)
             out[chunk_grid.block_index(k, spec.grid)] = _host(value)
+    return out
+
+
+def _collect_tree_here(op, tree, dtype, specs, grid: ArraySpec, indices, deps):
+    access = Access.here()
+    xp = access.store.backend.xp
+
+    def read(i, lo, hi):
+        return access.read(specs[i], lo, hi, xp)
+
+    out = {}
+    for k in indices:
+        lo, hi = chunk_bounds(grid, k)
+        with access.output_chunk():
+            scratch = xp.empty([h - l for l, h in zip(lo, hi)], dtype=dtype)
+            if not tree.block_into(read, lo, hi, xp, scratch):
+                scratch = tree.block(read, lo, hi, xp)
+            out[chunk_grid.block_index(k, grid.grid)] = _host(op.partial(scratch, lo, hi, xp))
     return out
 
 

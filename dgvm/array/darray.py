@@ -61,6 +61,13 @@ class DArray(ArrayOperators, ArrayMethods):
         return self._alloc
 
     @property
+    def client(self):
+        """The Dask client of the array's cluster (known without computing a deferred array)."""
+        if self._alloc is None and self._deferred is not None:
+            return self._deferred.inputs[0].client
+        return self.alloc.client
+
+    @property
     def _pending(self) -> Pending:
         self.alloc
         return self._pending_state

@@ -36,7 +36,7 @@ def normalize_axis(axis, ndim: int) -> tuple[int, ...]:
 def _result(value, like: DArray) -> DArray:
     from dgvm.array.creation import from_numpy
 
-    return from_numpy(np.asarray(value), colocate=None, client=like.alloc.client)
+    return from_numpy(np.asarray(value), colocate=None, client=like.client)
 
 
 @dataclass

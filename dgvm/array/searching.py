@@ -30,7 +30,7 @@ from dgvm.array.sorting import check_real, count_before, sort_key
 def _result(value, like: DArray) -> DArray:
     from dgvm.array.creation import from_numpy
 
-    return from_numpy(np.asarray(value), client=like.alloc.client)
+    return from_numpy(np.asarray(value), client=like.client)
 
 
 # -- searchsorted ------------------------------------------------------------------------

@@ -155,7 +155,7 @@ def _unique(x, name: str, inverse: bool):
 def _array(a, like: DArray) -> DArray:
     from dgvm.array.creation import from_numpy
 
-    return from_numpy(a, client=like.alloc.client)
+    return from_numpy(a, client=like.client)
 
 
 def unique_values(x, /) -> DArray:
