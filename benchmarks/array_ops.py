@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--n-chain", type=int, default=None,
-                   help="also time the chain at this size (default: 100000 on cuda, none on cpu)")
+                   help="also time the chain at this size (default: 90000 on cuda, none on cpu)")
     args = p.parse_args(argv)
     logging.getLogger("distributed").setLevel(logging.ERROR)
 
@@ -132,8 +132,10 @@ def main(argv=None) -> int:
 
         settle_releases()
         big_chain = None
-        nc = args.n_chain or (100000 if backend == "cuda" else None)
+        nc = args.n_chain or (90000 if backend == "cuda" else None)
         if nc:  # before dask.array's arrays take their share of device memory
+            print("device memory before the large chain: " + ", ".join(
+                f"{w.device} {w.free / 2**30:.0f} GiB free of {w.capacity / 2**30:.0f}" for w in dgvm.workers()))
             xc = dnp.random.random((nc, nc), chunks=-(-nc // 4))
             xc.wait()
             big_chain = nc, median_time(lambda: chain(dnp, xc).wait(), args.reps)

@@ -44,8 +44,13 @@ class CudaBackend(Backend):
         cp = self._cupy
         try:
             mem = cp.cuda.memory.Memory(nbytes)
-        except (cp.cuda.memory.OutOfMemoryError, cp.cuda.runtime.CUDARuntimeError) as e:
-            raise MemoryError(str(e)) from None
+        except (cp.cuda.memory.OutOfMemoryError, cp.cuda.runtime.CUDARuntimeError):
+            # CuPy's pool may hold freed temporaries of earlier tasks: give them back, retry.
+            cp.get_default_memory_pool().free_all_blocks()
+            try:
+                mem = cp.cuda.memory.Memory(nbytes)
+            except (cp.cuda.memory.OutOfMemoryError, cp.cuda.runtime.CUDARuntimeError) as e:
+                raise MemoryError(str(e)) from None
         if zero:
             cp.cuda.runtime.memset(mem.ptr, 0, nbytes)
         return mem
@@ -68,12 +73,15 @@ class CudaBackend(Backend):
         """The part of dgvm's remaining budget that the GPU cannot actually give, because
         something else (contexts, other programs) holds it. With the whole GPU as capacity,
         this is exactly the memory others use."""
-        free, _ = self._cupy.cuda.runtime.memGetInfo()
+        _, free = self.device_memory()
         return max(0, self.capacity - self.used - free)
 
     def device_memory(self):
+        """Total and free bytes of the GPU. Free counts the blocks CuPy's pool keeps cached
+        from this worker's finished temporaries: ``_allocate`` hands them back when a chunk
+        needs them, so they are not another program's memory."""
         free, total = self._cupy.cuda.runtime.memGetInfo()
-        return int(total), int(free)
+        return int(total), int(free) + int(self._cupy.get_default_memory_pool().free_bytes())
 
     def memory_state(self):
         total, free = self.device_memory()  # one memGetInfo per heartbeat
