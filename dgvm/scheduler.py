@@ -125,8 +125,10 @@ class GVATPlugin(SchedulerPlugin):
         chunks=None,
         placement: str = "balanced",
         colocate: int | None = None,
+        zero: bool = True,
     ):
-        """Reserve, place and create an allocation; all or nothing."""
+        """Reserve, place and create an allocation; all or nothing. ``zero=False``: the
+        chunks are not zero-filled (the caller's next task writes all of them)."""
         self._sync_inventory()
         if shape is not None:
             grid = tuple(tuple(int(b) for b in axis) for axis in chunks)
@@ -147,7 +149,7 @@ class GVATPlugin(SchedulerPlugin):
             *(
                 self.scheduler.rpc(addr).dgvm_store_allocate(
                     alloc_id=alloc.alloc_id, owner=owner, indices=idx,
-                    sizes=sizes[idx].tolist(),
+                    sizes=sizes[idx].tolist(), zero=zero,
                 )
                 for addr, idx in per_worker.items()
             ),

@@ -53,14 +53,16 @@ class ChunkStore:
 
     # -- life cycle ----------------------------------------------------------------------
     @_locked
-    def allocate(self, alloc_id: int, owner: str, indices: list[int], sizes: list[int]) -> int:
-        """Create the given chunks of ``alloc_id``, zero-filled; all or nothing."""
+    def allocate(self, alloc_id: int, owner: str, indices: list[int], sizes: list[int],
+                 zero: bool = True) -> int:
+        """Create the given chunks of ``alloc_id``, zero-filled unless ``zero=False`` (the
+        caller writes every byte before anyone reads); all or nothing."""
         if alloc_id in self._allocs:
             raise InvalidAddress(f"allocation {alloc_id} already has chunks on {self.address}")
         made: dict[int, StoredChunk] = {}
         try:
             for i, n in zip(indices, sizes):
-                made[i] = StoredChunk(self.backend.allocate(int(n)), int(n))
+                made[i] = StoredChunk(self.backend.allocate(int(n), zero), int(n))
         except MemoryError as e:
             for c in made.values():
                 self.backend.release(c.handle, c.nbytes)

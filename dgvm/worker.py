@@ -92,9 +92,9 @@ class ChunkStorePlugin(WorkerPlugin):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     # -- handlers ------------------------------------------------------------------------
-    async def allocate(self, alloc_id: int, owner: str, indices: list, sizes: list):
+    async def allocate(self, alloc_id: int, owner: str, indices: list, sizes: list, zero: bool = True):
         try:
-            return await self._run(self.store.allocate, alloc_id, owner, indices, sizes)
+            return await self._run(self.store.allocate, alloc_id, owner, indices, sizes, zero)
         except OutOfDeviceMemory as e:
             return {"oom": str(e)}
 

@@ -76,11 +76,12 @@ def empty(shape, dtype=None, chunks="auto", placement=None, colocate=None, clien
     return DArray(allocate(shape, dtype, grid, placement, colocate, client), shape, dtype, grid)
 
 
-def allocate(shape, dtype, grid, placement=None, colocate=None, client=None) -> Allocation:
-    """The GVAT allocation for an array of this shape, dtype and chunk grid."""
+def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zero=True) -> Allocation:
+    """The GVAT allocation for an array of this shape, dtype and chunk grid (zero-filled
+    unless ``zero=False``: for results whose every element the next task writes)."""
     return Allocation.create(
         _client(client), shape=list(shape), dtype=np.dtype(dtype).str, chunks=[list(c) for c in grid],
-        **placement_request(placement, colocate),
+        zero=bool(zero), **placement_request(placement, colocate),
     )
 
 

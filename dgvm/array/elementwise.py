@@ -195,7 +195,8 @@ def materialize(x: DArray) -> None:
 
     d = x._deferred
     lead = next((a for a in d.inputs if a.shape == x.shape and a.chunks == x.chunks), None)
-    alloc = allocate(x.shape, x.dtype, x.chunks, colocate=lead, client=x.client)
+    # Not zero-filled: the pass writes every element (one write pass over memory less).
+    alloc = allocate(x.shape, x.dtype, x.chunks, colocate=lead, client=x.client, zero=False)
     deferred.undefer(x)
     x._adopt(alloc)
     name = d.name if d.nodes == 1 else f"fused{d.nodes}-{d.name}"

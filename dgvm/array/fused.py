@@ -64,6 +64,7 @@ def _tiles(expr, leaves, target, evaluate) -> bool:
 
 # -- cuda --------------------------------------------------------------------------------
 _kernels: dict = {}  # (tree without scalars, leaf dtypes and ndims, target) -> usable ways
+_why: dict = {}  # tree key -> why the last way dropped failed
 _lock = threading.Lock()
 
 
@@ -109,7 +110,7 @@ def _build(tree, nleaves: int, nscalars: int, into: bool):
             return value
         params[-1][...] = value
 
-    return cupy.fuse(kernel, kernel_name="dgvm_fused")
+    return cupy.fuse(kernel_name="dgvm_fused")(kernel)
 
 
 def _cupy(expr, leaves, target) -> bool:
@@ -131,6 +132,7 @@ def _cupy(expr, leaves, target) -> bool:
         except Exception as e:  # noqa: BLE001  (a function cupy.fuse cannot trace)
             logger.info("fused kernel (in place: %s) not usable (%s: %s)", into, type(e).__name__, e)
             with _lock:
+                _why[key] = f"{type(e).__name__}: {e}"
                 if (into, fused) in ways:
                     ways.remove((into, fused))
     return False
@@ -140,5 +142,5 @@ def ways_used() -> dict:
     """How each tree compiled on this worker runs: tree key -> "in place", "copy" or
     "unfused" (benchmarks and tests print it)."""
     with _lock:
-        return {key: ("in place" if ways and ways[0][0] else "copy" if ways else "unfused")
-                for key, ways in _kernels.items()}
+        return {key: ("in place" if ways and ways[0][0] else "copy" if ways else
+                      f"unfused ({_why.get(key, '?')})") for key, ways in _kernels.items()}
