@@ -3,6 +3,13 @@
 Each chunk is its own ``cudaMalloc`` (``cupy.cuda.Memory``), not a slice of CuPy's pool,
 so that a chunk can later be exported whole through a CUDA IPC handle. dask-cuda gives
 each worker one GPU through ``CUDA_VISIBLE_DEVICES``, so the current device is device 0.
+
+Freed chunk buffers are kept (up to ``CACHE_FRACTION`` of the capacity) and handed out
+again to the next chunk of the same size: NumPy-style loops free one result and allocate
+the next of the same shape at every step, and ``cudaMalloc``/``cudaFree`` of GiB-sized
+buffers cost milliseconds each (``cudaFree`` also waits for the whole device). Cached
+buffers count as free memory, and are given back to the driver when an allocation would
+otherwise fail.
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ def gpu_count() -> int:
         return 0
 
 
+CACHE_FRACTION = 0.25
+
+
 class CudaBackend(Backend):
     name = "cuda"
 
@@ -38,26 +48,43 @@ class CudaBackend(Backend):
         self._total = total
         if capacity is None:
             capacity = total
+        self._cache: dict[int, list] = {}  # size -> freed chunk buffers kept for reuse
+        self._cached = 0
         return min(capacity, total)
 
     def _allocate(self, nbytes, zero):
         cp = self._cupy
-        try:
-            mem = cp.cuda.memory.Memory(nbytes)
-        except (cp.cuda.memory.OutOfMemoryError, cp.cuda.runtime.CUDARuntimeError):
-            # CuPy's pool may hold freed temporaries of earlier tasks: give them back, retry.
-            cp.get_default_memory_pool().free_all_blocks()
+        kept = self._cache.get(nbytes)
+        if kept:
+            mem = kept.pop()
+            self._cached -= nbytes
+        else:
             try:
                 mem = cp.cuda.memory.Memory(nbytes)
-            except (cp.cuda.memory.OutOfMemoryError, cp.cuda.runtime.CUDARuntimeError) as e:
-                raise MemoryError(str(e)) from None
+            except (cp.cuda.memory.OutOfMemoryError, cp.cuda.runtime.CUDARuntimeError):
+                # Freed buffers kept here and CuPy's pool of finished temporaries hold
+                # memory nobody uses: give it back to the driver and try once more.
+                self.drop_cache()
+                try:
+                    mem = cp.cuda.memory.Memory(nbytes)
+                except (cp.cuda.memory.OutOfMemoryError, cp.cuda.runtime.CUDARuntimeError) as e:
+                    raise MemoryError(str(e)) from None
         if zero:
             cp.cuda.runtime.memset(mem.ptr, 0, nbytes)
         return mem
 
     def _free(self, handle):
-        # cudaFree runs when the last reference to the Memory goes; the store drops its own.
-        pass
+        # Kept for the next chunk of this size while the cache has room; otherwise
+        # cudaFree runs when the last reference to the Memory goes (the store drops its own).
+        if self._cached + handle.size <= CACHE_FRACTION * self.capacity:
+            self._cache.setdefault(handle.size, []).append(handle)
+            self._cached += handle.size
+
+    def drop_cache(self) -> None:
+        """Give kept chunk buffers and CuPy's cached blocks back to the driver."""
+        self._cache.clear()
+        self._cached = 0
+        self._cupy.get_default_memory_pool().free_all_blocks()
 
     def view(self, handle, nbytes):
         cp = self._cupy
@@ -77,11 +104,12 @@ class CudaBackend(Backend):
         return max(0, self.capacity - self.used - free)
 
     def device_memory(self):
-        """Total and free bytes of the GPU. Free counts the blocks CuPy's pool keeps cached
-        from this worker's finished temporaries: ``_allocate`` hands them back when a chunk
-        needs them, so they are not another program's memory."""
+        """Total and free bytes of the GPU. Free counts the chunk buffers kept for reuse and
+        the blocks CuPy's pool keeps from this worker's finished temporaries: ``_allocate``
+        reuses or returns them when a chunk needs them; they are not another program's."""
         free, total = self._cupy.cuda.runtime.memGetInfo()
-        return int(total), int(free) + int(self._cupy.get_default_memory_pool().free_bytes())
+        reusable = self._cupy.get_default_memory_pool().free_bytes() + self._cached
+        return int(total), int(free) + int(reusable)
 
     def memory_state(self):
         total, free = self.device_memory()  # one memGetInfo per heartbeat
