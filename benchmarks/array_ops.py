@@ -24,6 +24,7 @@ the fixed cost of an operation (allocation, one task per worker) weighs less.
 from __future__ import annotations
 
 import argparse
+import collections
 import logging
 import statistics
 import sys
@@ -48,6 +49,18 @@ def median_time(fn, reps: int) -> float:
 
 def _same(block):
     return block
+
+
+def _bytes_sent(dask_worker) -> int:
+    return int(getattr(dask_worker, "transfer_outgoing_bytes_total", 0))
+
+
+def _finish_device_work():
+    # A Dask task that launches CuPy kernels ends before the GPU does: the clock stops
+    # only when every worker's device is idle.
+    import cupy
+
+    cupy.cuda.Device().synchronize()
 
 
 def chain(np_, x):
@@ -153,12 +166,17 @@ def main(argv=None) -> int:
         dxm = da.random.random((nm, nm), chunks=cm).map_blocks(on_device).persist()
         dym = da.random.random((nm, nm), chunks=cm).map_blocks(on_device).persist()
         wait([dx, dxm, dym])
+        # Where Dask put x's blocks, and what it moved between workers for the runs below.
+        placed = collections.Counter(a for addrs in client.who_has(dx).values() for a in addrs)
+        moved_before = sum(client.run(_bytes_sent).values())
 
         def done(v):
             # The same expression has the same keys each run: give the result fresh ones
             # (an identity layer) so no run finds the previous one's result in memory.
             v = v.map_blocks(_same, name=f"bench-{uuid.uuid4().hex}", dtype=v.dtype).persist()
             wait(v)
+            if backend == "cuda":
+                client.run(_finish_device_work)
 
         theirs = {
             "(x + x.T).sum()": median_time(lambda: float((dx + dx.T).sum().compute()), args.reps),
@@ -167,6 +185,10 @@ def main(argv=None) -> int:
             "x.mean(axis=0)": median_time(lambda: done(dx.mean(axis=0)), args.reps),
             "x[::3]": median_time(lambda: done(dx[::3]), args.reps),
         }
+        dask_moved = sum(client.run(_bytes_sent).values()) - moved_before
+        print(f"dask.array: x's {len(dx.__dask_keys__()) * len(dx.__dask_keys__()[0])} blocks on "
+              f"{len(placed)} worker(s) {sorted(placed.values())}; its runs moved "
+              f"{dask_moved / 2**30:.1f} GiB between workers")
         head = f"{'operation':<20} {'dgvm s':>9} {'dask s':>9} {'dask/dgvm':>10}"
         if peer:
             head += f" {'1-GPU CuPy s':>13} {'CuPy/dgvm':>10}"

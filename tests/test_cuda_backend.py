@@ -32,10 +32,16 @@ def test_freed_chunk_buffers_are_reused_and_given_back_when_needed():
     # cache goes back to the driver and the allocation succeeds.
     import cupy
 
+    for h in [b.allocate(64 * MiB, zero=False) for _ in range(6)]:
+        b.release(h, 64 * MiB)  # the two kept buffers and four new ones: 384 MiB kept
+    assert b._cached == 384 * MiB
     cupy.get_default_memory_pool().free_all_blocks()
     driver_free, _ = cupy.cuda.runtime.memGetInfo()
-    big = int(driver_free) + 64 * MiB
-    handle = b.allocate(big, zero=False)
-    assert b._cached == 0 and b.used == big
-    b.release(handle, big)
-    b.drop_cache()
+    filler = cupy.cuda.Memory(int(driver_free) - 512 * MiB)  # leave the driver 512 MiB
+    try:
+        handle = b.allocate(768 * MiB, zero=False)
+        assert b._cached == 0 and b.used == 768 * MiB
+        b.release(handle, 768 * MiB)
+    finally:
+        del filler
+        b.drop_cache()
