@@ -137,3 +137,29 @@ def test_a_reduction_of_a_deferred_array_allocates_nothing(case):
     settle_releases()  # the small results were temporaries
     assert n_allocations(case) == before  # and y was never stored
     np.testing.assert_allclose(dnp.asnumpy(y), h + h.T)  # and still computable
+
+
+def misses(case) -> int:
+    return sum(w["misses"] for w in dgvm.stats(client=case.client)["workers"].values())
+
+
+def test_a_transpose_is_read_in_place_and_its_replicas_reused(case):
+    h = np.random.default_rng(4).random((360, 360))
+    x = dnp.from_numpy(h, chunks=120, placement="round_robin")  # blocks on every worker
+    before = n_allocations(case)
+    t = x.T
+    assert repr(t).endswith("deferred>") and t.shape == (360, 360)
+    first = misses(case)
+    np.testing.assert_allclose(float((x + x.T).sum()), (h + h.T).sum(), rtol=1e-10)
+    fetched = misses(case) - first
+    assert fetched > 0  # blocks (j, i) of other workers came over, once
+    np.testing.assert_allclose(float((x * x.T).sum()), (h * h.T).sum(), rtol=1e-10)
+    assert misses(case) - first == fetched  # the second use reads the same replicas
+    assert n_allocations(case) == before
+    np.testing.assert_array_equal(dnp.asnumpy(t), h.T)  # computed when asked for
+    x[0, 1] = -1.0  # a write: replicas dropped; t was computed before
+    np.testing.assert_allclose(float((x - x.T)[1, 0]), 1.0 + h[1, 0])
+    h3 = np.random.default_rng(5).random((4, 6, 8))
+    a = dnp.asarray(h3, chunks=(2, 3, 4))
+    got = dnp.permute_dims(a, (2, 0, 1)) * 2 + dnp.moveaxis(a, 2, 0)
+    np.testing.assert_allclose(dnp.asnumpy(got), np.transpose(h3, (2, 0, 1)) * 2 + np.moveaxis(h3, 2, 0))

@@ -62,12 +62,12 @@ def collect(op, x, name: str) -> dict[tuple, object]:
     A deferred elementwise ``x`` with a leaf of its shape and chunks is not materialized:
     each worker computes its chunks of the tree (one fused pass into a scratch buffer) and
     reduces them at once, so ``(x + x.T).sum()`` allocates nothing and writes no array."""
-    d = x._deferred
-    lead = d and next((a for a in d.inputs if a.shape == x.shape and a.chunks == x.chunks), None)
-    if lead is not None:
-        from dgvm.array.elementwise import Elementwise
+    from dgvm.array.elementwise import Elementwise, lead_input
 
-        tree = Elementwise(d.expr, [a.shape for a in d.inputs], x.shape)
+    d = x._deferred
+    lead = d and lead_input(x, d)
+    if lead is not None:
+        tree = Elementwise.of(d.expr, d.inputs, d.views, x.shape)
         specs = [ArraySpec.of(a) for a in d.inputs]
         fn, args, home, readers = _collect_tree_here, (tree, x.dtype, specs, ArraySpec.of(lead)), lead, d.inputs
     else:

@@ -29,12 +29,26 @@ MAX_INPUTS = 8
 @dataclass
 class Deferred:
     """What a deferred DArray will hold: ``expr`` over the real DArrays ``inputs``
-    (leaves ``("in", i)``), named for its task keys."""
+    (leaves ``("in", i)``), named for its task keys. ``views[i]`` is None, or the axis
+    order in which leaf i reads input i (``x.T`` is input x read with axes (1, 0))."""
 
     expr: tuple
     inputs: list
     name: str
+    views: list = None
     nodes: int = field(default=1)
+
+    def __post_init__(self):
+        if self.views is None:
+            self.views = [None] * len(self.inputs)
+
+
+def view_shape(a, axes) -> tuple:
+    return a.shape if axes is None else tuple(a.shape[k] for k in axes)
+
+
+def view_chunks(a, axes) -> tuple:
+    return a.chunks if axes is None else tuple(a.chunks[k] for k in axes)
 
 
 def nodes(expr) -> int:
@@ -43,40 +57,39 @@ def nodes(expr) -> int:
     return 1 + sum(nodes(a) for a in expr[2])
 
 
-def leaf(a, inputs: list):
-    """The tree for argument ``a`` of a new elementwise operation: a deferred array's own
-    tree (its leaves renumbered into ``inputs``) while small enough, else a leaf for the
-    real array (materializing ``a`` first if it is deferred)."""
-    from dgvm.array.darray import DArray
-
-    if not isinstance(a, DArray):
-        return None
-    d = a._deferred
-    if d is not None:
-        fresh = [b for b in d.inputs if not any(b is c for c in inputs)]
-        if d.nodes < MAX_NODES and len(inputs) + len(fresh) <= MAX_INPUTS:
-            return _renumber(d.expr, d.inputs, inputs)
-    for i, b in enumerate(inputs):
-        if b is a:
+def _index(a, axes, inputs: list, views: list):
+    for i, (b, v) in enumerate(zip(inputs, views)):
+        if b is a and v == axes:
             return ("in", i)
-    a._materialize_if_deferred()
     inputs.append(a)
+    views.append(axes)
     return ("in", len(inputs) - 1)
 
 
-def _renumber(expr, old_inputs: list, inputs: list):
+def leaf(a, inputs: list, views: list):
+    """The tree for argument ``a`` of a new elementwise operation: a deferred array's own
+    tree (its leaves renumbered into ``inputs``/``views``) while small enough, else a
+    leaf for the real array (materializing ``a`` first if it is deferred)."""
+    d = a._deferred
+    if d is not None:
+        fresh = sum(
+            1 for b, v in zip(d.inputs, d.views)
+            if not any(b is c and v == w for c, w in zip(inputs, views))
+        )
+        if d.nodes < MAX_NODES and len(inputs) + fresh <= MAX_INPUTS:
+            return _renumber(d.expr, d, inputs, views)
+    a._materialize_if_deferred()
+    return _index(a, None, inputs, views)
+
+
+def _renumber(expr, d: Deferred, inputs: list, views: list):
     kind = expr[0]
     if kind == "in":
-        a = old_inputs[expr[1]]
-        for i, b in enumerate(inputs):
-            if b is a:
-                return ("in", i)
-        inputs.append(a)
-        return ("in", len(inputs) - 1)
+        return _index(d.inputs[expr[1]], d.views[expr[1]], inputs, views)
     if kind == "const":
         return expr
     _, name, args, dtype = expr
-    return ("call", name, [_renumber(e, old_inputs, inputs) for e in args], dtype)
+    return ("call", name, [_renumber(e, d, inputs, views) for e in args], dtype)
 
 
 def defer(x, deferred: Deferred) -> None:

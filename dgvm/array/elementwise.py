@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dgvm import chunk_grid
 from dgvm.array import blockwise, deferred, fused
 from dgvm.array.darray import DArray
 
@@ -75,31 +76,55 @@ def evaluate(expr, leaves, xp):
 
 @dataclass
 class Elementwise:
-    """Blockwise op: an expression over broadcast inputs of the given shapes."""
+    """Blockwise op: an expression over broadcast inputs; leaf i has shape ``shapes[i]``
+    and reads its input in the axis order ``views[i]`` (None: as it is)."""
 
     expr: tuple
     shapes: list
     shape: tuple
+    views: list = None
+
+    @classmethod
+    def of(cls, expr, inputs, views, shape):
+        return cls(expr, [deferred.view_shape(a, v) for a, v in zip(inputs, views)], shape, list(views))
 
     def region(self, i: int, lo, hi):
-        """The region of input ``i`` that broadcasts onto output elements ``[lo, hi)``."""
+        """The region of input ``i`` that broadcasts onto output elements ``[lo, hi)``,
+        in the input's own axis order."""
         s = self.shapes[i]
         d = len(self.shape) - len(s)
         rlo = [0 if s[j] == 1 else lo[j + d] for j in range(len(s))]
         rhi = [1 if s[j] == 1 else hi[j + d] for j in range(len(s))]
-        return rlo, rhi
+        axes = self.views[i] if self.views else None
+        if axes is None:
+            return rlo, rhi
+        slo, shi = [0] * len(s), [0] * len(s)
+        for k, a in enumerate(axes):  # view axis k is input axis a
+            slo[a], shi[a] = rlo[k], rhi[k]
+        return slo, shi
+
+    def leaves(self, read, lo, hi, xp) -> list:
+        out = []
+        for i in range(len(self.shapes)):
+            value = read(i, *self.region(i, lo, hi))
+            axes = self.views[i] if self.views else None
+            out.append(value if axes is None else value.transpose(axes))
+        return out
 
     def block(self, read, lo, hi, xp):
-        return self._value([read(i, *self.region(i, lo, hi)) for i in range(len(self.shapes))], xp)
+        return self._value(self.leaves(read, lo, hi, xp), xp)
 
     def block_into(self, read, lo, hi, xp, target) -> bool:
         """Write the chunk straight into ``target`` (no temporary): the whole tree in one
         pass (``dgvm.array.fused``), else its last operation as a ufunc with ``out=``.
         False when neither applies (the caller then copies ``block``'s value in)."""
         kind, *rest = self.expr
+        if kind == "in":  # a leaf alone (``x.T`` computed): one copy into the chunk
+            target[...] = self.leaves(read, lo, hi, xp)[rest[0]]
+            return True
         if kind != "call" or np.dtype(rest[2]) != target.dtype:
             return False
-        leaves = [read(i, *self.region(i, lo, hi)) for i in range(len(self.shapes))]
+        leaves = self.leaves(read, lo, hi, xp)
         if fused.run_into(self.expr, leaves, xp, target):
             return True
         if rest[0] in ("where", "clip", "astype") or rest[0].startswith("logical_"):
@@ -136,9 +161,9 @@ def result_dtype(name: str, args) -> np.dtype:
     return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
-def _leaf(a, inputs: list):
+def _leaf(a, inputs: list, views: list):
     if isinstance(a, DArray):
-        return deferred.leaf(a, inputs)
+        return deferred.leaf(a, inputs, views)
     if a is None or isinstance(a, (bool, int, float, complex, np.generic)):
         return ("const", a)
     raise TypeError(f"dgvm.array: expected a DArray or a Python scalar, got {type(a).__name__}")
@@ -173,18 +198,19 @@ def apply(name: str, *args, dtype=None, out: DArray | None = None) -> DArray:
     if out is not None and out.shape != shape:
         raise ValueError(f"in-place {name}: the result's shape {shape} is not the array's {out.shape}")
     inputs: list = []
-    expr = ("call", name, [_leaf(a, inputs) for a in args], dtype)
+    views: list = []
+    expr = ("call", name, [_leaf(a, inputs, views) for a in args], dtype)
     if out is None:
         result = DArray(None, shape, dtype, out_chunks(arrays, shape, dtype))
-        deferred.defer(result, deferred.Deferred(expr, inputs, name))
+        deferred.defer(result, deferred.Deferred(expr, inputs, name, views))
         return result
     # In place keeps the array's dtype: the standard's rule for ``x += y``.
     expr = ("call", "astype", [expr], out.dtype)
     if out._deferred is not None:  # nothing computed yet: the tree grows instead
         deferred.undefer(out)
-        deferred.defer(out, deferred.Deferred(expr, inputs, name))
+        deferred.defer(out, deferred.Deferred(expr, inputs, name, views))
         return out
-    blockwise.run(Elementwise(expr, [a.shape for a in inputs], shape), out, inputs, name)
+    blockwise.run(Elementwise.of(expr, inputs, views, shape), out, inputs, name)
     return out
 
 
@@ -194,13 +220,35 @@ def materialize(x: DArray) -> None:
     from dgvm.array.creation import allocate
 
     d = x._deferred
-    lead = next((a for a in d.inputs if a.shape == x.shape and a.chunks == x.chunks), None)
     # Not zero-filled: the pass writes every element (one write pass over memory less).
-    alloc = allocate(x.shape, x.dtype, x.chunks, colocate=lead, client=x.client, zero=False)
+    alloc = allocate(x.shape, x.dtype, x.chunks, colocate=_placement(x, d), client=x.client, zero=False)
     deferred.undefer(x)
     x._adopt(alloc)
     name = d.name if d.nodes == 1 else f"fused{d.nodes}-{d.name}"
-    blockwise.run(Elementwise(d.expr, [a.shape for a in d.inputs], x.shape), x, d.inputs, name)
+    blockwise.run(Elementwise.of(d.expr, d.inputs, d.views, x.shape), x, d.inputs, name)
+
+
+def lead_input(x: DArray, d) -> DArray | None:
+    """An input read as it is (no axis order) with ``x``'s shape and chunks: chunk k of
+    ``x`` then reads chunk k of it."""
+    return next((a for a, v in zip(d.inputs, d.views)
+                 if v is None and a.shape == x.shape and a.chunks == x.chunks), None)
+
+
+def _placement(x: DArray, d):
+    """Where a deferred result goes: with its lead input's chunks; else, for a permuted
+    input of its grid (``x.T``), chunk k goes where the source chunk it reads lives."""
+    lead = lead_input(x, d)
+    if lead is not None:
+        return lead
+    for a, v in zip(d.inputs, d.views):
+        if v is not None and deferred.view_shape(a, v) == x.shape and deferred.view_chunks(a, v) == x.chunks:
+            blocks = np.indices(chunk_grid.grid_shape(x.chunks)).reshape(x.ndim, -1)
+            source = np.empty_like(blocks)
+            source[list(v)] = blocks  # view axis k is source axis v[k]
+            picks = np.ravel_multi_index(tuple(source), chunk_grid.grid_shape(a.chunks))
+            return (a, [int(p) for p in picks])
+    return None
 
 
 def _unary(name):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dgvm import chunk_grid
-from dgvm.array import blockwise
+from dgvm.array import blockwise, deferred
 from dgvm.array.darray import DArray
 from dgvm.array.reductions import normalize_axis
 
@@ -86,7 +86,14 @@ def permute_dims(x, /, axes) -> DArray:
     axes = tuple(int(a) % builtins.max(x.ndim, 1) for a in axes)
     if sorted(axes) != list(range(x.ndim)):
         raise ValueError(f"axes {axes} are not a permutation of the {x.ndim} axes of the array")
-    return _axis_map(x, axes, "permute_dims")
+    if axes == tuple(range(x.ndim)):
+        return _axis_map(x, axes, "permute_dims")  # a copy, as for any other order
+    # Deferred like an elementwise result: ``x + x.T`` reads x's chunks in place (those of
+    # other workers as replicas, which stay valid until x is written) and copies nothing.
+    x._materialize_if_deferred()
+    out = DArray(None, deferred.view_shape(x, axes), x.dtype, deferred.view_chunks(x, axes))
+    deferred.defer(out, deferred.Deferred(("in", 0), [x], "permute_dims", [axes]))
+    return out
 
 
 def matrix_transpose(x, /) -> DArray:
