@@ -32,8 +32,10 @@ def test_freed_chunk_buffers_are_reused_and_given_back_when_needed():
     # cache goes back to the driver and the allocation succeeds.
     import cupy
 
-    for h in [b.allocate(64 * MiB, zero=False) for _ in range(6)]:
-        b.release(h, 64 * MiB)  # the two kept buffers and four new ones: 384 MiB kept
+    del first, again, raw  # the backend's cache holds the only references now
+    for handle in [b.allocate(64 * MiB, zero=False) for _ in range(6)]:
+        b.release(handle, 64 * MiB)  # the two kept buffers and four new ones: 384 MiB kept
+    del handle
     assert b._cached == 384 * MiB
     cupy.get_default_memory_pool().free_all_blocks()
     driver_free, _ = cupy.cuda.runtime.memGetInfo()
