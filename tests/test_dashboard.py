@@ -445,6 +445,8 @@ def test_both_gpus_memory_in_dashboard_json(case):
     x = dnp.zeros((4096, 4096), chunks=(1024, 4096), placement="round_robin")  # 4 x 32 MiB
     try:
         rows = get_json(base, API + "workers")["workers"]
+        keys = ("address", "device", "name", "capacity", "device_total", "device_free", "home_bytes")
+        print(json.dumps([{k: r.get(k) for k in keys} for r in rows], indent=1))  # shown with -s
         devices = {r["device"] for r in rows}
         assert len(rows) == len(devices) == 2 and all(d.startswith("cuda:") for d in devices)
         for r in rows:

@@ -119,6 +119,17 @@ def wait_for_stores(client, n: int, procs: Processes, timeout: float = 60) -> li
     pytest.fail(f"{n} chunk stores did not report to the GVAT in {timeout} s\n{procs.logs()}")
 
 
+def start_dask_scheduler(procs: Processes, tmp_path) -> str:
+    """``dask scheduler --preload dgvm.scheduler`` on loopback; its address."""
+    sched_file = tmp_path / "scheduler.json"
+    procs.start("scheduler", [
+        *cli("dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+        "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched_file),
+        "--preload", "dgvm.scheduler",
+    ], env=SCHEDULER_ENV)
+    return scheduler_address(procs, "scheduler", sched_file)
+
+
 def allocate_launch_free(client, capacities: list[int] | None, backend: str = "cpu") -> None:
     """What a user does on a fresh cluster, checked at every step against NumPy and the
     stores themselves (``capacities``: what each worker was told to offer, None: whole GPUs)."""
@@ -157,13 +168,7 @@ def assert_stopped_cleanly(procs: Processes) -> None:
 
 @pytest.mark.slow
 def test_dask_cli_with_dgvm_preloads(procs, tmp_path):
-    sched_file = tmp_path / "scheduler.json"
-    procs.start("scheduler", [
-        *cli("dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-        "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched_file),
-        "--preload", "dgvm.scheduler",
-    ], env=SCHEDULER_ENV)
-    address = scheduler_address(procs, "scheduler", sched_file)
+    address = start_dask_scheduler(procs, tmp_path)
     memories = {"worker-a": 32 * MiB, "worker-b": 48 * MiB}
     for name, memory in memories.items():
         procs.start(name, [
@@ -222,13 +227,7 @@ def test_dask_cuda_worker_and_dgvm_worker_on_gpus(procs, tmp_path):
     from dgvm.backends.cuda import gpu_count
 
     n = gpu_count()
-    sched_file = tmp_path / "scheduler.json"
-    procs.start("scheduler", [
-        *cli("dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-        "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched_file),
-        "--preload", "dgvm.scheduler",
-    ], env=SCHEDULER_ENV)
-    address = scheduler_address(procs, "scheduler", sched_file)
+    address = start_dask_scheduler(procs, tmp_path)
     procs.start("dask-cuda", [
         *cli("dask"), "cuda", "worker", address, "--host", "127.0.0.1", "--preload", "dgvm.worker",
     ], env=WORKER_ENV)

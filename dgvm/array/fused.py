@@ -3,8 +3,8 @@
 ``run_into(expr, leaves, xp, target)`` writes the tree's value into the output chunk:
 
 - ``cuda``: the tree becomes one CUDA kernel with ``cupy.fuse``, built from the same
-  CuPy ufuncs the unfused path calls (so the results are the same), compiled once per
-  tree shape and dtypes and cached in the worker; Python scalars are kernel arguments,
+  CuPy ufuncs the unfused path calls (the same per-dtype code), compiled once per tree
+  shape and dtypes and cached in the worker (the last ``MAX_KERNELS`` trees); Python scalars are kernel arguments,
   so ``x * 2`` and ``x * 3`` share a kernel. It writes into the chunk itself.
 - ``cpu``: the tree runs tile by tile (``TILE`` elements) with NumPy, so every
   intermediate stays in the CPU's cache and memory is read and written once.
@@ -63,6 +63,7 @@ def _tiles(expr, leaves, target, evaluate) -> bool:
 
 
 # -- cuda --------------------------------------------------------------------------------
+MAX_KERNELS = 256
 _kernels: dict = {}  # (tree without scalars, leaf dtypes and ndims, target) -> usable ways
 _why: dict = {}  # tree key -> why the last way dropped failed
 _lock = threading.Lock()
@@ -120,6 +121,10 @@ def _cupy(expr, leaves, target) -> bool:
     with _lock:
         ways = _kernels.get(key)
         if ways is None:  # try in place first; each way that fails to trace is dropped
+            if len(_kernels) >= MAX_KERNELS:  # a long-lived worker: forget the oldest tree
+                oldest = next(iter(_kernels))
+                _kernels.pop(oldest)
+                _why.pop(oldest, None)
             ways = _kernels[key] = [(True, _build(tree, len(leaves), len(scalars), True)),
                                     (False, _build(tree, len(leaves), len(scalars), False))]
     for into, fused in list(ways):
