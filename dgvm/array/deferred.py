@@ -29,8 +29,8 @@ MAX_INPUTS = 8
 @dataclass
 class Deferred:
     """What a deferred DArray will hold: ``expr`` over the real DArrays ``inputs``
-    (leaves ``("in", i)``), named for its task keys. ``views[i]`` is None, or the axis
-    order in which leaf i reads input i (``x.T`` is input x read with axes (1, 0))."""
+    (leaves ``("in", i)``), named for its task keys. ``views[i]`` is None, or the
+    ``dgvm.array.views.View`` through which leaf i reads input i (``x.T``, ``x[::2]``)."""
 
     expr: tuple
     inputs: list
@@ -43,12 +43,29 @@ class Deferred:
             self.views = [None] * len(self.inputs)
 
 
-def view_shape(a, axes) -> tuple:
-    return a.shape if axes is None else tuple(a.shape[k] for k in axes)
+def view_shape(a, view) -> tuple:
+    return a.shape if view is None else view.shape
 
 
-def view_chunks(a, axes) -> tuple:
-    return a.chunks if axes is None else tuple(a.chunks[k] for k in axes)
+def view_chunks(a, view) -> tuple:
+    return a.chunks if view is None else view.chunks
+
+
+def view(x, v, name: str):
+    """A deferred DArray reading ``x`` through the View ``v`` (no copy). A view of a
+    view reads the first array through one View; other deferred ``x`` are computed."""
+    from dgvm.array.darray import DArray
+
+    d = x._deferred
+    if d is not None and d.expr[0] == "in":
+        inner = d.views[d.expr[1]]
+        x = d.inputs[d.expr[1]]
+        v = inner.then(v) if inner is not None else v
+    else:
+        x._materialize_if_deferred()
+    out = DArray(None, v.shape, x.dtype, v.chunks)
+    defer(out, Deferred(("in", 0), [x], name, [v]))
+    return out
 
 
 def nodes(expr) -> int:

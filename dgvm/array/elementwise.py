@@ -77,7 +77,7 @@ def evaluate(expr, leaves, xp):
 @dataclass
 class Elementwise:
     """Blockwise op: an expression over broadcast inputs; leaf i has shape ``shapes[i]``
-    and reads its input in the axis order ``views[i]`` (None: as it is)."""
+    and reads its input through the View ``views[i]`` (None: as it is)."""
 
     expr: tuple
     shapes: list
@@ -95,20 +95,15 @@ class Elementwise:
         d = len(self.shape) - len(s)
         rlo = [0 if s[j] == 1 else lo[j + d] for j in range(len(s))]
         rhi = [1 if s[j] == 1 else hi[j + d] for j in range(len(s))]
-        axes = self.views[i] if self.views else None
-        if axes is None:
-            return rlo, rhi
-        slo, shi = [0] * len(s), [0] * len(s)
-        for k, a in enumerate(axes):  # view axis k is input axis a
-            slo[a], shi[a] = rlo[k], rhi[k]
-        return slo, shi
+        view = self.views[i] if self.views else None
+        return (rlo, rhi) if view is None else view.region(rlo, rhi)
 
     def leaves(self, read, lo, hi, xp) -> list:
         out = []
         for i in range(len(self.shapes)):
             value = read(i, *self.region(i, lo, hi))
-            axes = self.views[i] if self.views else None
-            out.append(value if axes is None else value.transpose(axes))
+            view = self.views[i] if self.views else None
+            out.append(value if view is None else view.apply(value))
         return out
 
     def block(self, read, lo, hi, xp):
@@ -236,18 +231,20 @@ def lead_input(x: DArray, d) -> DArray | None:
 
 
 def _placement(x: DArray, d):
-    """Where a deferred result goes: with its lead input's chunks; else, for a permuted
-    input of its grid (``x.T``), chunk k goes where the source chunk it reads lives."""
+    """Where a deferred result goes: with its lead input's chunks; else, for an input read
+    through a view of its grid (``x.T``, ``x[::2]``), chunk k goes where the input chunk
+    holding its first element lives."""
+    from dgvm.array.manipulation import _chunk_at
+
     lead = lead_input(x, d)
     if lead is not None:
         return lead
     for a, v in zip(d.inputs, d.views):
-        if v is not None and deferred.view_shape(a, v) == x.shape and deferred.view_chunks(a, v) == x.chunks:
-            blocks = np.indices(chunk_grid.grid_shape(x.chunks)).reshape(x.ndim, -1)
-            source = np.empty_like(blocks)
-            source[list(v)] = blocks  # view axis k is source axis v[k]
-            picks = np.ravel_multi_index(tuple(source), chunk_grid.grid_shape(a.chunks))
-            return (a, [int(p) for p in picks])
+        if v is not None and v.shape == x.shape and v.chunks == x.chunks:
+            starts = [np.cumsum((0,) + c) for c in a.chunks]
+            picks = [_chunk_at(a.numblocks, starts, v.first_element([s.start for s in sl]))
+                     for sl in chunk_grid.block_slices(x.chunks)]
+            return (a, picks)
     return None
 
 

@@ -1,6 +1,8 @@
 """``x[key]`` and ``x[key] = value``: basic slicing, integer arrays along one axis, masks.
 
-Slicing (steps, negatives, ``...``, ``None``) and integer-array indexing are gathers
+Basic indexing (slices with steps, negatives, integers, ``...``, ``None``) makes no copy:
+the result is a deferred view (``dgvm.array.views``) that elementwise operations and
+reductions read in place, computed on first other use. Integer-array indexing is a gather
 (``manipulation.take_along_maps``): each output chunk is cut from the input chunk(s) it
 maps to, on its worker. A boolean mask first counts and locates the selected elements per
 chunk where they live, then gathers them in C order. Assignments run on the chunks of
@@ -14,8 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm.array import blockwise
+from dgvm.array import blockwise, deferred
 from dgvm.array.darray import DArray
+from dgvm.array.views import View
 
 
 def _expand(key, ndim: int):
@@ -92,12 +95,36 @@ def _is_mask(key) -> bool:
     return (isinstance(k, DArray) and k.dtype == bool) or (isinstance(k, np.ndarray) and k.dtype == bool)
 
 
+def _basic(x: DArray, key):
+    """A basic index (slices, integers, ``...``, ``None``; checked by ``_plan``) as the
+    ``View`` it is; None for keys with index arrays."""
+    items, new_axes, pos = [], [], 0
+    for k in _expand(key, x.ndim):
+        if k is None:
+            new_axes.append(pos)
+            pos += 1
+        elif isinstance(k, slice):
+            items.append(k)
+            pos += 1
+        elif _as_index_array(k) is not None:
+            return None
+        else:
+            items.append(operator.index(k) % x.shape[len(items)])
+    return View.of_key(x, items, new_axes)
+
+
 def getitem(x: DArray, key) -> DArray:
     from dgvm.array.manipulation import _axis_map, take_along_maps
 
     if _is_mask(key):
         return _masked(x, key[0] if isinstance(key, tuple) else key)
     maps, drop, new_axes = _plan(x, key)
+    view = _basic(x, key)
+    if view is not None:  # no copy now: a deferred view, read in place or computed on use
+        if 0 in view.shape:
+            raise ValueError(f"getitem: the result would have no elements (shape {view.shape}); "
+                             "dgvm arrays need at least one")
+        return deferred.view(x, view, "getitem")
     out = x if all(m is None for m in maps) else take_along_maps(x, maps, "getitem")
     if drop or new_axes:
         src = [a for a in range(x.ndim) if a not in drop]

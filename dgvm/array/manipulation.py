@@ -18,6 +18,7 @@ from dgvm import chunk_grid
 from dgvm.array import blockwise, deferred
 from dgvm.array.darray import DArray
 from dgvm.array.reductions import normalize_axis
+from dgvm.array.views import View
 
 
 def _empty(shape, dtype, chunks, source: DArray | None = None, first_in=None):
@@ -90,10 +91,7 @@ def permute_dims(x, /, axes) -> DArray:
         return _axis_map(x, axes, "permute_dims")  # a copy, as for any other order
     # Deferred like an elementwise result: ``x + x.T`` reads x's chunks in place (those of
     # other workers as replicas, which stay valid until x is written) and copies nothing.
-    x._materialize_if_deferred()
-    out = DArray(None, deferred.view_shape(x, axes), x.dtype, deferred.view_chunks(x, axes))
-    deferred.defer(out, deferred.Deferred(("in", 0), [x], "permute_dims", [axes]))
-    return out
+    return deferred.view(x, View.permutation(x, axes), "permute_dims")
 
 
 def matrix_transpose(x, /) -> DArray:
