@@ -16,8 +16,9 @@ def rebalance(client: Client | None = None) -> dict:
     from dgvm.array.darray import live_arrays
 
     client = client or current_client()
-    for x in list(live_arrays):
-        if x.alloc.client is client and not x.alloc.freed:
+    for x in list(live_arrays.values()):
+        alloc = x._alloc  # never computes a deferred array
+        if alloc is not None and alloc.client is client and not alloc.freed:
             x.settle()
     moved = call_scheduler("dgvm_rebalance", client, owner=client.id)
     for (owner, _), alloc in list(_live.items()):

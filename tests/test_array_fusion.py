@@ -197,3 +197,66 @@ def test_basic_indexing_makes_views_read_in_place(case):
     assert float(x[2, 0, 0]) == h[2, 0, 0] and float(row[0, 0]) == 7.0
     with pytest.raises(ValueError, match="no elements"):
         x[5:5]
+
+
+def test_in_place_operations_reading_the_array_through_a_view(case):
+    n = np.arange(64.0).reshape(8, 8)
+    v = np.arange(40.0)
+    cases = [
+        (n, lambda x: x.__iadd__(x.T), lambda h: h + h.T),
+        (v, lambda x: x.__iadd__(x[::-1]), lambda h: h + h[::-1]),
+        (v, lambda x: x.__isub__(x[3]), lambda h: h - h[3]),
+        (n, lambda x: x.__isub__(x[:, :1]), lambda h: h - h[:, :1]),
+        (n, lambda x: x.__imul__(x[::-1, ::-1] + 1), lambda h: h * (h[::-1, ::-1] + 1)),
+    ]
+    for h, op, want in cases:
+        x = dnp.from_numpy(h, chunks=(2,) * h.ndim)
+        op(x)
+        np.testing.assert_array_equal(dnp.asnumpy(x), want(h.copy()))
+    x = dnp.from_numpy(v, chunks=(4,))
+    x[::-1] = x  # the value is the array being written
+    np.testing.assert_array_equal(dnp.asnumpy(x), v[::-1])
+
+
+def test_a_failed_computation_leaves_the_result_deferred_and_nothing_allocated(case, monkeypatch):
+    from dgvm.array import blockwise
+
+    a = dnp.from_numpy(np.arange(40.0), chunks=(4,))
+    z = a + a * 2
+    before = n_allocations(case)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("dispatch failed")
+
+    with monkeypatch.context() as m:
+        m.setattr(blockwise, "run", broken)
+        with pytest.raises(RuntimeError, match="dispatch failed"):
+            z.wait()
+    assert repr(z).endswith("deferred>") and n_allocations(case) == before
+    np.testing.assert_array_equal(dnp.asnumpy(z), 3 * np.arange(40.0))  # and it still works
+    y = a + 1
+    y.free()
+    with pytest.raises(dgvm.DgvmError, match="freed before it was computed"):
+        a + y * 2  # refused where it is written
+    b = dnp.from_numpy(np.arange(8.0))
+    b.free()
+    with pytest.raises(dgvm.DgvmError, match="was freed"):
+        b[::2]
+
+
+def test_reductions_of_views_store_nothing_and_readers_do_not_pile_up(case):
+    h = np.random.default_rng(7).random((60, 50))
+    x = dnp.from_numpy(h, chunks=(20, 20))
+    before = n_allocations(case)
+    np.testing.assert_allclose(float(x[::3].sum()), h[::3].sum(), rtol=1e-10)
+    np.testing.assert_allclose(dnp.asnumpy((x[1:] - x[:-1]).max(axis=0)), (h[1:] - h[:-1]).max(axis=0))
+    for i in range(30):
+        float((x * i).sum())
+    import gc
+
+    gc.collect()
+    assert len(x._readers) <= 1  # entries go with the deferred results that read x
+    from dgvm.array.lifecycle import settle_releases
+
+    settle_releases()
+    assert n_allocations(case) == before

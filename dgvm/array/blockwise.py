@@ -59,33 +59,50 @@ def collect(op, x, name: str) -> dict[tuple, object]:
     task per worker, after the launches that write ``x``) and bring the small results
     back: block index -> host value (NumPy arrays, or tuples of them).
 
-    A deferred elementwise ``x`` with a leaf of its shape and chunks is not materialized:
-    each worker computes its chunks of the tree (one fused pass into a scratch buffer) and
-    reduces them at once, so ``(x + x.T).sum()`` allocates nothing and writes no array."""
-    from dgvm.array.elementwise import Elementwise, lead_input
+    A deferred elementwise ``x`` is not materialized: each chunk of the tree is computed
+    (one fused pass into a scratch buffer) and reduced at once on the worker that would
+    hold it (with a leaf read as it is, or where the chunk of a view's input holding its
+    first element lives), so ``(x + x.T).sum()`` and ``x[::3].sum()`` store nothing."""
+    from dgvm.array.elementwise import Elementwise, result_placement
 
     d = x._deferred
-    lead = d and lead_input(x, d)
-    if lead is not None:
+    where = d and result_placement(x, d)
+    if where is not None:
         tree = Elementwise.of(d.expr, d.inputs, d.views, x.shape)
         specs = [ArraySpec.of(a) for a in d.inputs]
-        fn, args, home, readers = _collect_tree_here, (tree, x.dtype, specs, ArraySpec.of(lead)), lead, d.inputs
+        grid = ArraySpec(-1, "", x.shape, x.dtype.str, x.chunks)  # x's chunks, not stored
+        fn, args, readers = _collect_tree_here, (tree, x.dtype, specs, grid), d.inputs
+        homes = _homes_of(where)
     else:
-        fn, args, home, readers = _collect_here, (ArraySpec.of(x),), x, [x]
-    client = home.alloc.client
+        fn, args, readers = _collect_here, (ArraySpec.of(x),), [x]
+        homes = x.alloc.by_home()
+    client = x.client
     deps = [f for a in readers for f in a._pending.writes]
     futures = [
         client.submit(
             fn, op, *args, idx, deps, workers=[w],
             allow_other_workers=False, pure=False, key=f"dgvm-{name}-{uuid.uuid4().hex[:10]}",
         )
-        for w, idx in home.alloc.by_home().items()
+        for w, idx in homes.items()
     ]
     for a in readers:
         a._pending.reads = a._pending.reads + futures
     out = {}
     for part in client.gather(futures):
         out.update(part)
+    return out
+
+
+def _homes_of(where) -> dict[str, list[int]]:
+    """Worker -> chunk indices, for ``result_placement``'s answer: a DArray of the same
+    chunks, or ``(source, picks)`` (chunk k goes to the home of source chunk picks[k])."""
+    if not isinstance(where, tuple):
+        return where.alloc.by_home()
+    source, picks = where
+    home = {k: w for w, ks in source.alloc.by_home().items() for k in ks}
+    out: dict[str, list[int]] = {}
+    for k, p in enumerate(picks):
+        out.setdefault(home[p], []).append(k)
     return out
 
 

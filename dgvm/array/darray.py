@@ -13,8 +13,9 @@ from dgvm.array.lifecycle import Pending, release_when_unreachable
 from dgvm.array.operators import ArrayMethods, ArrayOperators
 
 
-# Live arrays, so that dgvm.rebalance can let their pending launches finish first.
-live_arrays: "weakref.WeakSet[DArray]" = weakref.WeakSet()
+# Live arrays by id, so that dgvm.rebalance can let their pending launches finish first
+# (not a WeakSet: a set compares its members, and DArray's == is elementwise).
+live_arrays: "weakref.WeakValueDictionary[int, DArray]" = weakref.WeakValueDictionary()
 
 
 class DArray(ArrayOperators, ArrayMethods):
@@ -47,7 +48,7 @@ class DArray(ArrayOperators, ArrayMethods):
         # read it: the next launch orders itself after them (see dgvm.kernels.launch).
         self._pending_state = Pending()
         release_when_unreachable(self, alloc, self._pending_state)
-        live_arrays.add(self)
+        live_arrays[id(self)] = self
 
     @property
     def alloc(self) -> Allocation:

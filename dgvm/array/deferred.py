@@ -57,6 +57,8 @@ def view(x, v, name: str):
     from dgvm.array.darray import DArray
 
     d = x._deferred
+    if d is None and x._alloc is not None:
+        x._alloc._check_live()  # a view of a freed array fails here, not at first use
     if d is not None and d.expr[0] == "in":
         inner = d.views[d.expr[1]]
         x = d.inputs[d.expr[1]]
@@ -88,6 +90,8 @@ def leaf(a, inputs: list, views: list):
     tree (its leaves renumbered into ``inputs``/``views``) while small enough, else a
     leaf for the real array (materializing ``a`` first if it is deferred)."""
     d = a._deferred
+    if d is None and a._alloc is None:
+        a.alloc  # freed before it was computed: raises now, not when the tree runs
     if d is not None:
         fresh = sum(
             1 for b, v in zip(d.inputs, d.views)
@@ -114,9 +118,12 @@ def defer(x, deferred: Deferred) -> None:
     of each input so that a write to one materializes it first."""
     deferred.nodes = nodes(deferred.expr)
     x._deferred = deferred
-    ref = weakref.ref(x)
+    key = id(x)
     for a in deferred.inputs:
-        a._readers[id(x)] = ref
+        # The entry goes with its reader (a result only reduced, or dropped, is never
+        # computed: without this, an array only read would collect dead entries).
+        readers = a._readers
+        readers[key] = weakref.ref(x, lambda r, readers=readers, key=key: readers.get(key) is r and readers.pop(key))
 
 
 def undefer(x) -> Deferred | None:

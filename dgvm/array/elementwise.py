@@ -192,6 +192,13 @@ def apply(name: str, *args, dtype=None, out: DArray | None = None) -> DArray:
     dtype = np.dtype(dtype) if dtype is not None else result_dtype(name, args)
     if out is not None and out.shape != shape:
         raise ValueError(f"in-place {name}: the result's shape {shape} is not the array's {out.shape}")
+    if out is not None and out._deferred is None:
+        # x += x.T: the tasks write x's chunks while others read them through the view.
+        # Such arguments are computed first (reading x as it is, x += x * 2, is safe).
+        for a in arrays:
+            d = a._deferred
+            if d is not None and any(b is out and v is not None for b, v in zip(d.inputs, d.views)):
+                a._materialize_if_deferred()
     inputs: list = []
     views: list = []
     expr = ("call", name, [_leaf(a, inputs, views) for a in args], dtype)
@@ -215,12 +222,22 @@ def materialize(x: DArray) -> None:
     from dgvm.array.creation import allocate
 
     d = x._deferred
+    op = Elementwise.of(d.expr, d.inputs, d.views, x.shape)
+    for a in d.inputs:
+        a.alloc  # an input freed meanwhile raises here, before anything is allocated
     # Not zero-filled: the pass writes every element (one write pass over memory less).
-    alloc = allocate(x.shape, x.dtype, x.chunks, colocate=_placement(x, d), client=x.client, zero=False)
+    alloc = allocate(x.shape, x.dtype, x.chunks, colocate=result_placement(x, d), client=x.client, zero=False)
     deferred.undefer(x)
     x._adopt(alloc)
     name = d.name if d.nodes == 1 else f"fused{d.nodes}-{d.name}"
-    blockwise.run(Elementwise.of(d.expr, d.inputs, d.views, x.shape), x, d.inputs, name)
+    try:
+        blockwise.run(op, x, d.inputs, name)
+    except BaseException:
+        # Nothing half-made: the memory goes back and x is deferred again.
+        x._alloc = None
+        alloc.free()
+        deferred.defer(x, d)
+        raise
 
 
 def lead_input(x: DArray, d) -> DArray | None:
@@ -230,7 +247,7 @@ def lead_input(x: DArray, d) -> DArray | None:
                  if v is None and a.shape == x.shape and a.chunks == x.chunks), None)
 
 
-def _placement(x: DArray, d):
+def result_placement(x: DArray, d):
     """Where a deferred result goes: with its lead input's chunks; else, for an input read
     through a view of its grid (``x.T``, ``x[::2]``), chunk k goes where the input chunk
     holding its first element lives."""

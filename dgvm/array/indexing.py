@@ -281,6 +281,10 @@ def setitem(x: DArray, key, value) -> None:
             value, vshape = value.reshape(vshape[1:]), vshape[1:]
         if tuple(np.broadcast_shapes(vshape, sel_shape)) != sel_shape:
             raise ValueError(f"cannot assign a value of shape {value.shape} to a selection of shape {sel_shape}")
+        if value is x:
+            # The tasks write x while reading it across chunks (x[::-1] = x): read a copy,
+            # deferred and so computed before the write, like any reader of x.
+            value = value.astype(x.dtype, copy=True)
         op = _Assign(tuple(maps), sel_shape, keep, None, vshape)
         blockwise.run(op, x, [x, value], "setitem")
     else:
