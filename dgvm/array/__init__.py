@@ -2,8 +2,10 @@
 
 ``import dgvm.array as np`` is the only change a NumPy program needs: every function of the
 Python array API standard (2023.12) is here, plus the NumPy names programs use most. Arrays
-are eager and asynchronous: each operation allocates its result in the GVAT (colocated with
-its first array input) and runs one task per worker where the chunks live.
+are asynchronous: an operation allocates its result in the GVAT (colocated with its first
+array input) and runs one task per worker where the chunks live. Elementwise results, basic
+indexing and transposes are deferred until their values are needed, then run as one fused
+pass (``dgvm.array.deferred``), with the values they would have had if run at once.
 """
 
 from dgvm.array.creation import (
