@@ -132,14 +132,27 @@ def _collect_tree_here(op, tree, dtype, specs, grid: ArraySpec, indices, deps):
         return access.read(specs[i], lo, hi, xp)
 
     out = {}
+    scratches: dict = {}  # one per chunk shape, reused (see kernels.launch._launch_here)
     for k in indices:
         lo, hi = chunk_bounds(grid, k)
         with access.output_chunk():
-            scratch = xp.empty([h - l for l, h in zip(lo, hi)], dtype=dtype)
-            if not tree.block_into(read, lo, hi, xp, scratch):
-                scratch = tree.block(read, lo, hi, xp)
-            out[chunk_grid.block_index(k, grid.grid)] = _host(op.partial(scratch, lo, hi, xp))
+            shape = tuple(h - l for l, h in zip(lo, hi))
+            scratch = scratches.get(shape)
+            if scratch is None:
+                scratch = scratches[shape] = xp.empty(shape, dtype=dtype)
+            value = scratch if tree.block_into(read, lo, hi, xp, scratch) else tree.block(read, lo, hi, xp)
+            # A partial may be a view of the chunk (a head, a slice): copied off the scratch
+            # before the next chunk overwrites it.
+            out[chunk_grid.block_index(k, grid.grid)] = _detached(_host(op.partial(value, lo, hi, xp)), scratch)
     return out
+
+
+def _detached(value, scratch):
+    if isinstance(value, tuple):
+        return tuple(_detached(v, scratch) for v in value)
+    if isinstance(value, np.ndarray) and isinstance(scratch, np.ndarray) and np.may_share_memory(value, scratch):
+        return value.copy()
+    return value
 
 
 def assemble(parts: dict[tuple, np.ndarray], grid: tuple):
