@@ -66,6 +66,7 @@ class Allocation:
         self._devices = list(m["devices"])
         self._tiers = list(m["tiers"])
         self._versions = list(m["versions"])
+        self._grouped: dict[str, list[int]] | None = None  # by_home(), made when first asked
 
     def refresh(self) -> None:
         """Fetch the current chunk map from the GVAT (after chunks moved)."""
@@ -98,8 +99,17 @@ class Allocation:
     def by_home(self, indices=None) -> dict[str, list[int]]:
         """Home worker -> chunk indices (all chunks, or ``indices``) homed there."""
         self._fresh()
+        if indices is None:
+            # Every launch asks this of its output: grouped once per chunk map.
+            if self._grouped is None:
+                order = np.argsort(self._home, kind="stable")
+                cuts = np.flatnonzero(np.diff(self._home[order])) + 1
+                self._grouped = {}
+                for group in np.split(order, cuts):
+                    self._grouped.setdefault(self.home(int(group[0])), []).extend(group.tolist())
+            return {w: list(idx) for w, idx in self._grouped.items()}
         out: dict[str, list[int]] = defaultdict(list)
-        for i in range(self.nchunks) if indices is None else indices:
+        for i in indices:
             out[self.home(i)].append(i)
         return dict(out)
 

@@ -22,10 +22,8 @@ import distributed
 
 from dgvm import backends, config, deploy
 from dgvm.backends.cuda import gpu_count
+from dgvm.deploy import SCHEDULER_PRELOAD, WORKER_PRELOAD
 from dgvm.errors import DgvmError
-
-WORKER_PRELOAD = "dgvm.worker"
-SCHEDULER_PRELOAD = "dgvm.scheduler"
 
 
 def _per_worker(value, n: int, what: str) -> list:
@@ -43,13 +41,12 @@ def _visible_gpus() -> list[str]:
     return [str(i) for i in range(gpu_count())]
 
 
-def _preload_argv(backend: str, memory, speed) -> list[str]:
-    argv = ["--dgvm-backend", backend]
-    if memory is not None:
-        argv += ["--dgvm-device-memory", str(config.to_bytes(memory))]
-    if speed is not None:
-        argv += ["--dgvm-device-speed", str(float(speed))]
-    return argv
+def _preload_argv(backend: str, memory=None, speed=None) -> list[str]:
+    return deploy.preload_argv({
+        "backend": backend,
+        "device-memory": None if memory is None else config.to_bytes(memory),
+        "device-speed": None if speed is None else float(speed),
+    })
 
 
 class LocalCluster(metaclass=ABCMeta):
@@ -149,7 +146,7 @@ class CPUCluster(distributed.LocalCluster):
         # worker replaced after a scale-down takes the settings of the one it replaces).
         i = next(i for i in range(len(self.worker_spec) + 1) if i not in self.worker_spec)
         spec = {**self.new_spec, "options": dict(self.new_spec["options"])}
-        argv = self._argvs[i] if i < len(self._argvs) else _preload_argv("cpu", None, None)
+        argv = self._argvs[i] if i < len(self._argvs) else _preload_argv("cpu")
         spec["options"]["preload_argv"] = argv
         if self._processes:
             spec["options"]["env"] = {**spec["options"].get("env", {}), **deploy.cpu_worker_env(len(self._argvs))}
@@ -190,7 +187,7 @@ def _cuda_cluster_class():
             for name, spec in specs.items():
                 options = spec["options"]
                 i = self.cuda_visible_devices.index(name)
-                argv = self._argvs[i] if i < len(self._argvs) else _preload_argv("cuda", None, None)
+                argv = self._argvs[i] if i < len(self._argvs) else _preload_argv("cuda")
                 # One argument list per preload: dask-cuda's own preload takes only its
                 # --create-cuda-context, and ours only the --dgvm-* options.
                 own = options.get("preload_argv") or []

@@ -20,6 +20,18 @@ from dgvm.errors import ConfigError, DgvmError
 
 SCHEDULER_PORT = 8786
 DASHBOARD_ADDRESS = ":8787"
+WORKER_PRELOAD = "dgvm.worker"
+SCHEDULER_PRELOAD = "dgvm.scheduler"
+
+
+def preload_argv(settings: dict) -> list[str]:
+    """The worker preload's options for the settings given (``{"device-memory": "4GiB"}``
+    -> ``["--dgvm-device-memory", "4GiB"]``; None: not given)."""
+    argv = []
+    for key, value in settings.items():
+        if value is not None:
+            argv += [f"--dgvm-{key}", str(value)]
+    return argv
 
 
 @dataclass
@@ -67,7 +79,7 @@ def has_dask_cuda() -> bool:
 def scheduler_command(port=SCHEDULER_PORT, dashboard_address=DASHBOARD_ADDRESS, dask_args=()) -> Command:
     """``dask scheduler`` with the GVAT preload."""
     config.validate()
-    argv = [*dask_cli(), "scheduler", *dask_args, "--preload", "dgvm.scheduler", "--port", str(port)]
+    argv = [*dask_cli(), "scheduler", *dask_args, "--preload", SCHEDULER_PRELOAD, "--port", str(port)]
     if dashboard_address is not None:
         argv += ["--dashboard-address", str(dashboard_address)]
     return Command(argv, notes=[f"dgvm on the dashboard: {dashboard_urls()}"])
@@ -122,6 +134,7 @@ def worker_command(
             backend = "cuda" if gpus and dask_cuda else "cpu"
     settings = {"backend": backend, "device-memory": device_memory, "device-speed": device_speed}
     settings = {k: str(v) for k, v in settings.items() if v is not None}
+    preload = ["--preload", WORKER_PRELOAD]
     dask_args = list(dask_args)
     if backend == "cuda":
         if nworkers is not None:
@@ -135,15 +148,12 @@ def worker_command(
         # dask cuda worker hands one argument list to every preload, and its own
         # (dask_cuda.initialize) rejects --dgvm-* options: the settings travel as the
         # DASK_DGVM__* variables instead, which every worker process reads.
-        preload = ["--preload", "dgvm.worker"]
         env = {config.env_var(key): value for key, value in settings.items()}
         notes.append(f"one worker per GPU ({gpus} visible), cuda backend")
     else:
         n = nworkers or 1
         argv = [*dask_cli(), "worker", *dask_args, "--nworkers", str(n), "--nthreads", str(nthreads or 1)]
-        preload = ["--preload", "dgvm.worker"]
-        for key, value in settings.items():
-            preload += [f"--dgvm-{key}", value]
+        preload += preload_argv(settings)
         env = cpu_worker_env(n)
         memory = device_memory or config.get("device-memory") or config.get("cpu-default-memory")
         notes.append(f"{n} cpu worker(s), {memory} of emulated device memory each")

@@ -77,6 +77,17 @@ class ChunkStore:
         return sum(c.nbytes for c in made.values())
 
     @_locked
+    def fetch(self, path, desc: dict):
+        """A new buffer holding a peer's chunk (``path.fetch``): (handle, copy seconds).
+        Under the store lock, as every allocation of this device's memory."""
+        return path.fetch(desc, self.backend)
+
+    @_locked
+    def discard(self, handle, nbytes: int) -> None:
+        """Give back a buffer ``fetch`` made that was not kept."""
+        self.backend.release(handle, nbytes)
+
+    @_locked
     def free(self, alloc_id: int) -> int:
         """Release every chunk and replica of ``alloc_id`` held here; return the bytes."""
         chunks = self._allocs.pop(alloc_id, None) or {}

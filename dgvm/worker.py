@@ -155,7 +155,7 @@ class ChunkStorePlugin(WorkerPlugin):
                 for c, desc in zip(group, descs):
                     if desc.get("moved"):
                         continue  # moved meanwhile: the GVAT keeps the chunk where it is
-                    handle, copy_s = await self._run(transfer.PATHS[path].fetch, desc, store.backend)
+                    handle, copy_s = await self._run(store.fetch, transfer.PATHS[path], desc)
                     fetched[c["index"]] = (handle, desc["nbytes"], c["version"])
                     now = time.perf_counter()
                     store.stats.moved(path, desc["nbytes"], now - t0, copy_s)
@@ -163,7 +163,7 @@ class ChunkStorePlugin(WorkerPlugin):
         except BaseException as e:
             # Nothing half-made: what was fetched goes back before the error is answered.
             for handle, n, _ in fetched.values():
-                store.backend.release(handle, n)
+                await self._run(store.discard, handle, n)
             if not isinstance(e, MemoryError):
                 raise
             return {"oom": f"no room on {self.worker.address} for the chunks of allocation "

@@ -132,14 +132,10 @@ def _collect_tree_here(op, tree, dtype, specs, grid: ArraySpec, indices, deps):
         return access.read(specs[i], lo, hi, xp)
 
     out = {}
-    scratches: dict = {}  # one per chunk shape, reused (see kernels.launch._launch_here)
     for k in indices:
         lo, hi = chunk_bounds(grid, k)
         with access.output_chunk():
-            shape = tuple(h - l for l, h in zip(lo, hi))
-            scratch = scratches.get(shape)
-            if scratch is None:
-                scratch = scratches[shape] = xp.empty(shape, dtype=dtype)
+            scratch = access.scratch([h - l for l, h in zip(lo, hi)], dtype)
             value = scratch if tree.block_into(read, lo, hi, xp, scratch) else tree.block(read, lo, hi, xp)
             # A partial may be a view of the chunk (a head, a slice): copied off the scratch
             # before the next chunk overwrites it.

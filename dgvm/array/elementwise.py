@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm import chunk_grid
 from dgvm.array import blockwise, deferred, fused
 from dgvm.array.darray import DArray
 
@@ -251,17 +250,14 @@ def result_placement(x: DArray, d):
     """Where a deferred result goes: with its lead input's chunks; else, for an input read
     through a view of its grid (``x.T``, ``x[::2]``), chunk k goes where the input chunk
     holding its first element lives."""
-    from dgvm.array.manipulation import _chunk_at
+    from dgvm.array.manipulation import picks_near
 
     lead = lead_input(x, d)
     if lead is not None:
         return lead
     for a, v in zip(d.inputs, d.views):
         if v is not None and v.shape == x.shape and v.chunks == x.chunks:
-            starts = [np.cumsum((0,) + c) for c in a.chunks]
-            picks = [_chunk_at(a.numblocks, starts, v.first_element([s.start for s in sl]))
-                     for sl in chunk_grid.block_slices(x.chunks)]
-            return (a, picks)
+            return (a, picks_near(a, x.chunks, v.first_element))
     return None
 
 

@@ -76,13 +76,7 @@ def _plan(x: DArray, key):
             maps.append(None if (r.start, r.stop, r.step) == (0, n, 1) else np.asarray(r, dtype=np.int64))
             result_pos += 1
         else:
-            try:
-                i = operator.index(k)
-            except TypeError:
-                raise IndexError(f"unsupported index {k!r} for axis {axis}") from None
-            if not -n <= i < n:
-                raise IndexError(f"index {i} is out of bounds for axis {axis} of length {n}")
-            maps.append(np.asarray([i % n]))
+            maps.append(np.asarray([_int_index(k, axis, n)]))
             drop.append(axis)
         axis += 1
     if arrays > 1:
@@ -95,9 +89,20 @@ def _is_mask(key) -> bool:
     return (isinstance(k, DArray) and k.dtype == bool) or (isinstance(k, np.ndarray) and k.dtype == bool)
 
 
+def _int_index(k, axis: int, n: int) -> int:
+    """An integer index along an axis of length ``n``, checked and made non-negative."""
+    try:
+        i = operator.index(k)
+    except TypeError:
+        raise IndexError(f"unsupported index {k!r} for axis {axis}") from None
+    if not -n <= i < n:
+        raise IndexError(f"index {i} is out of bounds for axis {axis} of length {n}")
+    return i % n
+
+
 def _basic(x: DArray, key):
-    """A basic index (slices, integers, ``...``, ``None``; checked by ``_plan``) as the
-    ``View`` it is; None for keys with index arrays."""
+    """A basic index (slices, integers, ``...``, ``None``) as the ``View`` it is; None for
+    keys with index arrays (left to ``_plan``, which gathers them once)."""
     items, new_axes, pos = [], [], 0
     for k in _expand(key, x.ndim):
         if k is None:
@@ -106,10 +111,10 @@ def _basic(x: DArray, key):
         elif isinstance(k, slice):
             items.append(k)
             pos += 1
-        elif _as_index_array(k) is not None:
+        elif isinstance(k, (DArray, list, np.ndarray)):
             return None
         else:
-            items.append(operator.index(k) % x.shape[len(items)])
+            items.append(_int_index(k, len(items), x.shape[len(items)]))
     return View.of_key(x, items, new_axes)
 
 
@@ -118,23 +123,20 @@ def getitem(x: DArray, key) -> DArray:
 
     if _is_mask(key):
         return _masked(x, key[0] if isinstance(key, tuple) else key)
-    maps, drop, new_axes = _plan(x, key)
     view = _basic(x, key)
     if view is not None:  # no copy now: a deferred view, read in place or computed on use
         if 0 in view.shape:
             raise ValueError(f"getitem: the result would have no elements (shape {view.shape}); "
                              "dgvm arrays need at least one")
         return deferred.view(x, view, "getitem")
-    out = x if all(m is None for m in maps) else take_along_maps(x, maps, "getitem")
+    # An index array along one axis: a gather, then the axes integers drop and None adds.
+    maps, drop, new_axes = _plan(x, key)
+    out = take_along_maps(x, maps, "getitem")
     if drop or new_axes:
         src = [a for a in range(x.ndim) if a not in drop]
         for pos in new_axes:
             src.insert(pos, None)
-        if not src and out.ndim == 0:
-            return out
         out = _axis_map(out, tuple(src), "getitem")
-    elif out is x:
-        out = x.astype(x.dtype)  # a new array, as a copy-on-index library must give
     return out
 
 

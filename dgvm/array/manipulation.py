@@ -28,11 +28,16 @@ def _empty(shape, dtype, chunks, source: DArray | None = None, first_in=None):
 
     colocate = None
     if source is not None and first_in is not None:
-        starts = [np.cumsum((0,) + c) for c in source.chunks]
-        picks = [_chunk_at(source.numblocks, starts, first_in([s.start for s in sl]))
-                 for sl in chunk_grid.block_slices(chunks)]
-        colocate = (source, picks)
+        colocate = (source, picks_near(source, chunks, first_in))
     return empty(shape, dtype, chunks, colocate=colocate)
+
+
+def picks_near(source: DArray, chunks, first_in) -> list[int]:
+    """Per chunk of a result cut into ``chunks``: the chunk of ``source`` holding the
+    input element ``first_in(lo)`` that the result chunk's first element ``lo`` maps to."""
+    starts = [np.cumsum((0,) + c) for c in source.chunks]
+    return [_chunk_at(source.numblocks, starts, first_in([s.start for s in sl]))
+            for sl in chunk_grid.block_slices(chunks)]
 
 
 def _chunk_at(grid, starts, coords) -> int:

@@ -64,13 +64,12 @@ def set_home(gvat: GVAT, alloc: Allocation, indices, versions, target: WorkerRec
     """``target`` now holds ``indices`` at ``versions``: make it their home. A chunk written
     meanwhile (its version moved on) keeps its home. Returns (the chunks whose home
     moved, {old home address: [chunks it must release]})."""
-    sizes = alloc.sizes()
     moved, release = [], {}
     for i, v in zip(indices, versions):
         if int(alloc.versions[i]) != v:
             continue
         old = gvat.inventory.by_uid[int(alloc.homes[i])]
-        n = int(sizes[i])
+        n = alloc.size(i)
         old.used -= n
         old.chunks -= 1
         holders = alloc.replicas.get(i, set())
@@ -100,12 +99,11 @@ def replicas_dropped(gvat: GVAT, address: str, dropped: dict) -> None:
         alloc = gvat.allocations.get(int(alloc_id))
         if alloc is None:
             continue
-        sizes = alloc.sizes()
         for i in indices:
             holders = alloc.replicas.get(int(i))
             if holders and rec.uid in holders:
                 holders.discard(rec.uid)
-                rec.used -= int(sizes[int(i)])
+                rec.used -= alloc.size(int(i))
                 if not holders:
                     del alloc.replicas[int(i)]
 

@@ -55,6 +55,10 @@ class Allocation:
     def sizes(self) -> np.ndarray:
         return np.diff(self.offsets)
 
+    def size(self, index: int) -> int:
+        """Bytes of chunk ``index`` (O(1): handlers touching a few chunks use this)."""
+        return int(self.offsets[index + 1] - self.offsets[index])
+
     def chunk_at(self, offset: int) -> int:
         if self.uniform:
             return offset // self.chunk_bytes
@@ -254,12 +258,11 @@ class GVAT:
         alloc.versions[idx] += 1
         alloc.last_access[idx] = time.time()
         drop: dict[str, list[int]] = {}
-        sizes = alloc.offsets[1:] - alloc.offsets[:-1]
         for i in idx.tolist():
             alloc.remote_reads.pop(i, None)  # the home used it
             for uid in alloc.replicas.pop(i, ()):
                 rec = self.inventory.by_uid[uid]
-                rec.used -= int(sizes[i])
+                rec.used -= alloc.size(i)
                 if rec.alive:
                     drop.setdefault(rec.address, []).append(i)
         return drop

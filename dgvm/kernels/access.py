@@ -67,6 +67,8 @@ class Access:
     # (index, device array) of output chunks whose home moved after the task was placed:
     # ``report`` sends them to the new home.
     forwarded: list = field(default_factory=list)
+    # (shape, dtype) -> a scratch buffer for the task's chunks of that shape
+    scratches: dict = field(default_factory=dict)
 
     @classmethod
     def here(cls) -> "Access":
@@ -75,6 +77,16 @@ class Access:
 
         w = get_worker()
         return cls(w, w.extensions["dgvm"])
+
+    def scratch(self, shape, dtype):
+        """A scratch buffer of this shape and dtype, the same one for every chunk of the
+        task: Dask workers give freed memory past 64 KiB back to the OS
+        (MALLOC_TRIM_THRESHOLD_), so a fresh buffer per chunk faulted its pages in again."""
+        key = (tuple(shape), np.dtype(dtype).str)
+        buf = self.scratches.get(key)
+        if buf is None:
+            buf = self.scratches[key] = self.store.backend.xp.empty(key[0], dtype=dtype)
+        return buf
 
     def put_result(self, out: "ArraySpec", index: int, target, value) -> None:
         """Store an output chunk's new value: in place at its home, or, when the home

@@ -134,10 +134,6 @@ def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices,
     worker, store = access.worker, access.store
     backend = store.backend
     xp = backend.xp
-    # One scratch buffer per chunk shape for the whole task, not a new one per chunk: Dask
-    # workers give freed memory past 64 KiB back to the OS (MALLOC_TRIM_THRESHOLD_), so a
-    # fresh copy per chunk paid a page fault per 4 KiB again on every chunk.
-    scratches: dict = {}
     for k in indices:
         block = tuple(int(b) for b in np.unravel_index(k, out.grid))
         try:
@@ -157,9 +153,7 @@ def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices,
                 target = access.chunk(out, k)
                 # Run into a copy: a kernel that fails leaves the chunk as it was.
                 # (put_result copies the scratch out, so the next chunk may reuse it.)
-                scratch = scratches.get((target.shape, target.dtype.str))
-                if scratch is None:
-                    scratch = scratches[target.shape, target.dtype.str] = xp.empty_like(target)
+                scratch = access.scratch(target.shape, target.dtype)
                 scratch[...] = target
                 griddim, blockdim = launch_config(scratch.shape, tpb)
                 if pass_origin:
