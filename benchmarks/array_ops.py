@@ -26,25 +26,14 @@ from __future__ import annotations
 import argparse
 import collections
 import logging
-import statistics
 import sys
-import time
 import uuid
 
 import numpy as np
 
 import dgvm
 import dgvm.array as dnp
-
-
-def median_time(fn, reps: int) -> float:
-    fn()  # warm-up: compiles, fills caches
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from timing import median_time  # benchmarks/timing.py (the script's folder is on sys.path)
 
 
 def _same(block):
@@ -63,7 +52,7 @@ def _finish_device_work():
     cupy.cuda.Device().synchronize()
 
 
-def chain(np_, x):
+def chain(x):
     return ((2.0 * x + 1.0) * x - 3.0) / (x + 2.0)
 
 
@@ -83,7 +72,7 @@ def cupy_times(n, nm, reps):
 
     out = {
         "(x + x.T).sum()": median_time(lambda: sync(float((x + x.T).sum())), reps),
-        "elementwise chain": median_time(lambda: sync(chain(cupy, x)), reps),
+        "elementwise chain": median_time(lambda: sync(chain(x)), reps),
         "x @ y": median_time(lambda: sync(xm @ y), reps),
         "x.mean(axis=0)": median_time(lambda: sync(x.mean(axis=0)), reps),
         "x[::3]": median_time(lambda: sync(x[::3].copy()), reps),
@@ -122,7 +111,6 @@ def main(argv=None) -> int:
     peer = cupy_times(n, nm, args.reps) if backend == "cuda" else {}
     kw = {} if backend == "cuda" else {"device_memory": f"{int(3.5 * nbytes / args.workers) // 2**20 + 256}MiB"}
     client = dgvm.connect(n_workers=args.workers, backend=backend, dashboard_address=None, **kw)
-    rows = []
     try:
         ws = dgvm.workers()
         bw = sum(w.bandwidth for w in ws)
@@ -132,7 +120,7 @@ def main(argv=None) -> int:
         x.wait(), xm.wait(), ym.wait()
         mine = {
             "(x + x.T).sum()": median_time(lambda: float((x + x.T).sum()), args.reps),
-            "elementwise chain": median_time(lambda: chain(dnp, x).wait(), args.reps),
+            "elementwise chain": median_time(lambda: chain(x).wait(), args.reps),
             "x @ y": median_time(lambda: (xm @ ym).wait(), args.reps),
             "x.mean(axis=0)": median_time(lambda: x.mean(axis=0).wait(), args.reps),
             "x[::3]": median_time(lambda: x[::3].wait(), args.reps),
@@ -151,7 +139,7 @@ def main(argv=None) -> int:
                 f"{w.device} {w.free / 2**30:.0f} GiB free of {w.capacity / 2**30:.0f}" for w in dgvm.workers()))
             xc = dnp.random.random((nc, nc), chunks=-(-nc // 4))
             xc.wait()
-            big_chain = nc, median_time(lambda: chain(dnp, xc).wait(), args.reps)
+            big_chain = nc, median_time(lambda: chain(xc).wait(), args.reps)
             del xc
             settle_releases()
 
@@ -180,7 +168,7 @@ def main(argv=None) -> int:
 
         theirs = {
             "(x + x.T).sum()": median_time(lambda: float((dx + dx.T).sum().compute()), args.reps),
-            "elementwise chain": median_time(lambda: done(chain(da, dx)), args.reps),
+            "elementwise chain": median_time(lambda: done(chain(dx)), args.reps),
             "x @ y": median_time(lambda: done(dxm @ dym), args.reps),
             "x.mean(axis=0)": median_time(lambda: done(dx.mean(axis=0)), args.reps),
             "x[::3]": median_time(lambda: done(dx[::3]), args.reps),
@@ -198,7 +186,6 @@ def main(argv=None) -> int:
             if peer:
                 line += f" {peer[op]:>13.4f} {peer[op] / mine[op]:>9.2f}x"
             print(line)
-            rows.append((op, mine[op], theirs[op]))
         moved = CHAIN_BYTES * nbytes
         print(f"elementwise chain: dgvm {moved / mine['elementwise chain'] / 1e9:.0f} GB/s, "
               f"dask.array {moved / theirs['elementwise chain'] / 1e9:.0f} GB/s; the workers "

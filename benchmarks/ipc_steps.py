@@ -26,7 +26,6 @@ def main():
         rt = cupy.cuda.runtime
         try: rt.deviceEnablePeerAccess(0)
         except Exception as e: print("peer", e)
-        res = {}
         for k, h in enumerate(handles):
             t0 = time.perf_counter(); dst = cupy.cuda.Memory(n); rt.deviceSynchronize(); t1 = time.perf_counter()
             src = rt.ipcOpenMemHandle(h, rt.cudaIpcMemLazyEnablePeerAccess); t2 = time.perf_counter()

@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import statistics
-import sys
-import time
 
 import numpy as np
 from numba import cuda
 
 import dgvm
 import dgvm.array as dnp
-from dgvm.progress import track
+from timing import median_time  # benchmarks/timing.py (the script's folder is on sys.path)
 
 
 @dgvm.kernel
@@ -37,16 +34,6 @@ def axpy(a, x, y, out):
     i = cuda.grid(1)
     if i < out.size:
         out[i] = a * x[i] + y[i]
-
-
-def _median_time(fn, reps: int, label: str) -> float:
-    fn()  # warm-up: compiles, fills caches
-    times = []
-    for _ in track(range(reps), label, stream=sys.stderr, transient=True):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main(argv=None) -> int:
@@ -86,7 +73,7 @@ def main(argv=None) -> int:
             dgvm.launch(axpy, a, x, y, out=out)
             out.wait()
 
-        t_dgvm = _median_time(run_dgvm, args.reps, "dgvm launch")
+        t_dgvm = median_time(run_dgvm, args.reps, "dgvm launch")
         check = dnp.asnumpy(out)
         assert np.allclose(check, a * host + host)
         for arr in (x, y, out):
@@ -109,7 +96,7 @@ def main(argv=None) -> int:
             wait(z)
             del z
 
-        t_dask = _median_time(run_dask, args.reps, "dask.array")
+        t_dask = median_time(run_dask, args.reps, "dask.array")
         moved = 3 * nbytes  # read x and y, write out
         print(f"{'':<12} {'seconds':>9} {'GB/s':>8} {'of device bw':>13}")
         for name, t in (("dgvm", t_dgvm), ("dask.array", t_dask)):

@@ -87,15 +87,12 @@ class DgvmCollector:
             yield from families(source)
 
 
-def register() -> bool:
-    """Add the collector to ``prometheus_client.REGISTRY`` (once); False without it."""
+def register() -> None:
+    """Add the collector to ``prometheus_client.REGISTRY`` (once)."""
     global _registered
-    try:
-        import prometheus_client
-    except ImportError:
-        return False
+    import prometheus_client
+
     with _lock:
         if not _registered:
             prometheus_client.REGISTRY.register(DgvmCollector())
             _registered = True
-    return True

@@ -62,6 +62,7 @@ class ChunkMapPanel:
         self.figure = fig
         self.root = column(self.select, self.summary, fig, **kwargs)
         self._key = None
+        self._fixed = None  # (alloc id, columns an allocation never changes)
         self._snap = None
         self.select.on_change("value", lambda attr, old, new: self._redraw())
 
@@ -87,44 +88,60 @@ class ChunkMapPanel:
             self.summary.text = "no allocation"
             return
         inv = self.gvat.inventory
-        # what the map shows changes with homes (every move is counted), replicas, versions
-        # (they only grow: their sum moves with every write) and workers coming and going
+        # what the map shows changes with homes (every move is counted), replicas, workers
+        # coming and going, and versions (they only grow: their sum moves with every write)
         key = (alloc.alloc_id, alloc.stats["rehomes"], alloc.stats["migrated"], row["replicas"],
-               int(alloc.versions.sum()), len(inv.by_address), len(inv.by_uid))
-        if key == self._key:
+               len(inv.by_address), len(inv.by_uid))
+        versions = int(alloc.versions.sum())
+        if self._key is not None and key == self._key[0]:
+            if versions != self._key[1]:  # only writes: send the version column alone
+                n = len(self.source.data["version"])
+                self.source.patch({"version": [(slice(0, n), alloc.versions[:n].tolist())]})
+                self._key = (key, versions)
             return
-        self._key = key
+        self._key = (key, versions)
         self._draw(alloc, snap)
+
+    def _fixed_columns(self, alloc, n: int) -> dict:
+        """Position, index, block and size of each chunk: fixed for an allocation's life,
+        so made once per allocation shown, not at every redraw."""
+        if self._fixed is None or self._fixed[0] != alloc.alloc_id:
+            x, y = layout(alloc.nchunks, alloc.grid_chunks)
+            grid = tuple(len(c) for c in alloc.grid_chunks) if alloc.grid_chunks else None
+            blocks = ([str(tuple(int(i) for i in b)) for b in zip(*np.unravel_index(np.arange(n), grid))]
+                      if grid else [str(i) for i in range(n)])
+            sizes = np.diff(alloc.offsets[: n + 1])
+            self._fixed = (alloc.alloc_id, {
+                "x": x[:n].tolist(), "y": y[:n].tolist(), "index": list(range(n)), "block": blocks,
+                "size": [fmt_bytes(s) for s in sizes.tolist()],
+            })
+        return self._fixed[1]
 
     def _draw(self, alloc, snap) -> None:
         inv = self.gvat.inventory
         n = min(alloc.nchunks, MAX_CHUNKS)
-        x, y = layout(alloc.nchunks, alloc.grid_chunks)
+        fixed = self._fixed_columns(alloc, n)
+        x, y = fixed["x"], fixed["y"]
         homes = alloc.homes[:n]
         uids, inverse = np.unique(homes, return_inverse=True)
         recs = [inv.by_uid[u] for u in uids.tolist()]
         colors = worker_colors(w["address"] for w in snap.workers)
         names = [short(r.address) if r.alive else f"{short(r.address)} (lost)" for r in recs]
         fills = [colors.get(r.address, LOST_COLOR) if r.alive else LOST_COLOR for r in recs]
-        sizes = np.diff(alloc.offsets[: n + 1])
-        grid = tuple(len(c) for c in alloc.grid_chunks) if alloc.grid_chunks else None
-        blocks = ([str(tuple(int(i) for i in b)) for b in zip(*np.unravel_index(np.arange(n), grid))]
-                  if grid else [str(i) for i in range(n)])
         holders = {i: ", ".join(sorted(short(inv.by_uid[u].address) for u in h))
                    for i, h in alloc.replicas.items() if h and i < n}
         inv_list = inverse.tolist()
         set_data(self.source, {
-            "x": x[:n].tolist(), "y": y[:n].tolist(), "index": list(range(n)), "block": blocks,
+            **fixed,
             "worker": [names[h] for h in inv_list], "color": [fills[h] for h in inv_list],
-            "size": [fmt_bytes(s) for s in sizes.tolist()], "version": alloc.versions[:n].tolist(),
-            "replicas": [holders.get(i, "") for i in range(n)],
+            "version": alloc.versions[:n].tolist(), "replicas": [holders.get(i, "") for i in range(n)],
         })
         marked = sorted(holders)
         set_data(self.replicas, {
             "x": [int(x[i]) for i in marked], "y": [int(y[i]) for i in marked],
             "holders": [holders[i] for i in marked],
         })
-        spans = [inv.by_uid[u] for u in np.unique(alloc.homes).tolist()]
+        spans = recs if n == alloc.nchunks else [inv.by_uid[u] for u in np.unique(alloc.homes).tolist()]
         live = sum(r.alive for r in spans)
         text = (f"<b>allocation {alloc.alloc_id}</b> of {short(alloc.owner)}: "
                 f"<span id='dgvm-nchunks'>{alloc.nchunks}</span> chunks on "
