@@ -310,7 +310,6 @@ class GVAT:
         v = np.asarray(vaddrs, dtype=np.int64)
         starts = np.asarray(self._starts, dtype=np.int64)
         pos = np.searchsorted(starts, v, side="right") - 1
-        allocs = [self._at[int(a)] for a in starts]
         ids = np.empty(len(v), dtype=np.int64)
         chunk = np.empty(len(v), dtype=np.int64)
         offset = np.empty(len(v), dtype=np.int64)
@@ -318,7 +317,7 @@ class GVAT:
         bad = pos < 0
         for p in np.unique(pos[~bad]).tolist():
             sel = np.flatnonzero(pos == p)
-            a = allocs[p]
+            a = self._at[int(starts[p])]  # only the allocations asked about
             off = v[sel] - a.vaddr
             inside = off < a.nbytes
             bad[sel[~inside]] = True
