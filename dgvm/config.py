@@ -68,6 +68,10 @@ def _validator():
     def _timedelta(value):
         return not isinstance(value, str) or parse_timedelta(value) > 0
 
+    @checker.checks("duration", raises=(ValueError, TypeError, KeyError))
+    def _duration(value):  # a timedelta that may be zero
+        return not isinstance(value, str) or parse_timedelta(value) >= 0
+
     s = schema()
     cls = jsonschema.validators.validator_for(s)
     cls.check_schema(s)
@@ -113,6 +117,8 @@ def allowed(sub: dict) -> str:
         parts.append("a byte count: an integer or a string such as 4GiB or 512MiB (> 0)")
     elif fmt == "timedelta":
         parts.append("a duration: a string such as 1s or 500ms, or seconds as a number (> 0)")
+    elif fmt == "duration":
+        parts.append("a duration: a string such as 0ms or 2ms, or seconds as a number (>= 0)")
     elif "number" in types:
         parts.append("a number" + (" " + " and ".join(bounds) if bounds else ""))
     elif "integer" in types:

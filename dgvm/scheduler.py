@@ -14,7 +14,7 @@ import logging
 import numpy as np
 from distributed import SchedulerPlugin
 
-from dgvm import config, dashboard, transfer
+from dgvm import config, dashboard, streams, transfer
 from dgvm.chunk_grid import block_nbytes
 from dgvm.errors import InvalidAddress, OutOfDeviceMemory
 from dgvm.gvat import GVAT, migration
@@ -65,6 +65,7 @@ class GVATPlugin(SchedulerPlugin):
         scheduler.extensions["dgvm"] = self
         for address in scheduler.workers:
             self.add_worker(scheduler, address)
+        streams.tune_scheduler_comms(scheduler)
         dashboard.install(scheduler, self)  # pages, JSON API, Prometheus (dgvm/dashboard)
 
     async def close(self):
@@ -74,6 +75,12 @@ class GVATPlugin(SchedulerPlugin):
     # -- hooks (O(1)) --------------------------------------------------------------------
     def add_worker(self, scheduler, worker: str):
         self._sync_worker(worker)
+        streams.tune(scheduler.stream_comms.get(worker))
+
+    def add_client(self, scheduler, client: str):
+        # Dask makes the stream to a client after this hook, before it next yields to
+        # the loop: tuned on the loop's next turn.
+        scheduler.loop.add_callback(streams.tune_scheduler_comms, scheduler, client)
 
     def remove_worker(self, scheduler, worker: str, **kwargs):
         rec = self.gvat.inventory.remove(worker)

@@ -11,7 +11,7 @@ import time
 
 from distributed import Client, default_client
 
-from dgvm import config
+from dgvm import config, streams
 from dgvm.errors import DgvmError, NotConnected
 
 
@@ -34,6 +34,7 @@ def connect(address=None, **cluster_kwargs) -> Client:
         config.validate()
         client = Client(address, set_as_default=True)
     ensure_plugins(client)
+    streams.tune(client.scheduler_comm)
     return client
 
 

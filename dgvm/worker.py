@@ -18,7 +18,7 @@ import click
 from distributed import WorkerPlugin
 from distributed.protocol import to_serialize
 
-from dgvm import backends, config, transfer
+from dgvm import backends, config, streams, transfer
 from dgvm.errors import OutOfDeviceMemory
 from dgvm.store import ChunkStore, StoredChunk
 from dgvm.transfer.fetch import request_exports
@@ -72,6 +72,7 @@ class ChunkStorePlugin(WorkerPlugin):
         worker.handlers.update(self.handlers())
         worker.metrics["dgvm"] = lambda w: self.metrics()
         worker.extensions["dgvm"] = self.store
+        streams.tune(worker.batched_stream)
         logger.info("dgvm chunk store on %s: %s", worker.address, self.profile)
 
     def teardown(self, worker):

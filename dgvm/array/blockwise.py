@@ -88,7 +88,7 @@ def collect(op, x, name: str) -> dict[tuple, object]:
     for a in readers:
         a._pending.reads = a._pending.reads + futures
     out = {}
-    for part in client.gather(futures):
+    for part in client.gather(futures, direct=True):
         out.update(part)
     return out
 

@@ -1,0 +1,88 @@
+"""Where the fixed time of one dgvm.array operation goes, beside a bare Dask round trip.
+
+    python benchmarks/overhead.py [--backend auto|cuda|cpu] [--n 4000] [--reps 20]
+
+For each operation it prints the median wall time on the client, split by the task
+stream into: before the first task starts on a worker (client work, GVAT allocation,
+dispatch), the tasks' run time on the workers (first start to last stop), and after the
+last task stops until the caller has its answer (completion messages, the gather). A
+bare Dask round trip (one no-op task per worker, submitted and gathered) is the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import time
+
+import dgvm
+import dgvm.array as dnp
+
+
+def _noop(i):
+    return i
+
+
+def split(client, fn, reps):
+    """Median (wall, before, run, after) in ms of ``fn()`` over ``reps`` runs."""
+    from distributed import get_task_stream
+
+    fn()
+    rows = []
+    for _ in range(reps):
+        with get_task_stream(client) as ts:
+            t0 = time.time()
+            fn()
+            t1 = time.time()
+        # Workers shift their clocks by their estimate of the scheduler's: undone here
+        # (all processes share this host's clock).
+        delay = client.run(lambda dask_worker: dask_worker.scheduler_delay)
+        spans = [{"start": s["start"] - delay[task["worker"]], "stop": s["stop"] - delay[task["worker"]]}
+                 for task in ts.data for s in task["startstops"] if s["action"] == "compute"]
+        if not spans:
+            rows.append((t1 - t0, t1 - t0, 0.0, 0.0))
+            continue
+        start = min(s["start"] for s in spans)
+        stop = max(s["stop"] for s in spans)
+        rows.append((t1 - t0, start - t0, stop - start, t1 - stop))
+    return [1e3 * statistics.median(r[i] for r in rows) for i in range(4)]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--n", type=int, default=4000)
+    p.add_argument("--reps", type=int, default=20)
+    args = p.parse_args(argv)
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    from dgvm import backends
+
+    backend = backends.resolve(args.backend)
+    kw = {} if backend == "cuda" else {"device_memory": "1GiB"}
+    client = dgvm.connect(n_workers=2, backend=backend, dashboard_address=None, **kw)
+    try:
+        workers = list(client.scheduler_info()["workers"])
+        x = dnp.random.random((args.n, args.n), chunks=-(-args.n // 4))
+        x.wait()
+        ops = {
+            "dask round trip (1 no-op task per worker)": lambda: client.gather(
+                [client.submit(_noop, i, pure=False, workers=[w]) for i, w in enumerate(workers)]),
+            "(x + 1).wait()": lambda: (x + 1).wait(),
+            "float(x.sum())": lambda: float(x.sum()),
+            "float((x + x.T).sum())": lambda: float((x + x.T).sum()),
+            "x.mean(axis=0).wait()": lambda: x.mean(axis=0).wait(),
+        }
+        print(f"backend {backend}, x {args.n}x{args.n} float64 in 4x4 blocks, 2 workers; "
+              f"median of {args.reps} runs, ms")
+        print(f"{'operation':45s} {'wall':>8s} {'before':>8s} {'tasks':>8s} {'after':>8s}")
+        for name, fn in ops.items():
+            wall, before, run, after = split(client, fn, args.reps)
+            print(f"{name:45s} {wall:8.2f} {before:8.2f} {run:8.2f} {after:8.2f}")
+    finally:
+        client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
