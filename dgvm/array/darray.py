@@ -64,8 +64,9 @@ class DArray(ArrayOperators, ArrayMethods):
     @property
     def client(self):
         """The Dask client of the array's cluster (known without computing a deferred array)."""
-        if self._alloc is None and self._deferred is not None:
-            return self._deferred.inputs[0].client
+        d = self._deferred
+        if self._alloc is None and d is not None:
+            return d.client if d.host is not None else d.inputs[0].client
         return self.alloc.client
 
     @property
@@ -156,6 +157,8 @@ class DArray(ArrayOperators, ArrayMethods):
         """Block until every launch writing this array has finished."""
         from dgvm.kernels.launch import settle
 
+        if self._alloc is None and self._deferred is not None and self._deferred.host is not None:
+            return self  # its values are on the caller already
         settle(self._pending.writes)
         return self
 
@@ -279,6 +282,8 @@ class DArray(ArrayOperators, ArrayMethods):
         return dlpack_device(self)
 
     def to_numpy(self) -> np.ndarray:
+        if self._alloc is None and self._deferred is not None and self._deferred.host is not None:
+            return self._deferred.host.copy()
         self.wait()
         out = np.empty(self.shape, dtype=self.dtype)
         slices = chunk_grid.block_slices(self.chunks)

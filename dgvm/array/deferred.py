@@ -13,12 +13,20 @@ Semantics stay eager: a write to an array (a launch, ``x[...] = v``, ``x += 1``,
 they were made from. Trees are bounded (``MAX_NODES``, ``MAX_INPUTS``) so that a long
 loop such as ``x = x + 1`` materializes every few steps instead of growing without end.
 Intermediates that are never used alone take no memory at all.
+
+A result whose values are already on the caller (a reduction, combined there) is deferred
+too, as a *host value*: nothing is stored until a cluster operation needs it (then it is
+written once), ``float()``/``asnumpy`` read it without a request, a 0-d one enters
+elementwise trees as a constant, and elementwise operations on host values alone run on
+the caller with NumPy. So ``alpha = rr / (p @ q)`` costs no device memory or task.
 """
 
 from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+
+import numpy as np
 
 # A tree past these sizes is materialized before it is used again: kernels stay small
 # to compile, and deferred arrays keep few input arrays alive.
@@ -37,10 +45,31 @@ class Deferred:
     name: str
     views: list = None
     nodes: int = field(default=1)
+    # A host value: its values (a NumPy array) and the client of the cluster it belongs to.
+    host: np.ndarray | None = None
+    client: object = None
 
     def __post_init__(self):
         if self.views is None:
             self.views = [None] * len(self.inputs)
+
+
+def on_caller(value, client, name: str = "value"):
+    """A deferred DArray holding the NumPy value ``value``, known on the caller."""
+    from dgvm import chunk_grid
+    from dgvm.array.darray import DArray
+
+    value = np.asarray(value)
+    out = DArray(None, value.shape, value.dtype, chunk_grid.normalize("auto", value.shape, value.dtype))
+    expr = ("const", value[()]) if value.ndim == 0 else ("host",)
+    defer(out, Deferred(expr, [], name, host=value, client=client))
+    return out
+
+
+def host_value(a) -> np.ndarray | None:
+    """The caller's copy of ``a``'s values if ``a`` is a host value, else None."""
+    d = a._deferred
+    return None if d is None else d.host
 
 
 def view_shape(a, view) -> tuple:
@@ -92,7 +121,7 @@ def leaf(a, inputs: list, views: list):
     d = a._deferred
     if d is None and a._alloc is None:
         a.alloc  # freed before it was computed: raises now, not when the tree runs
-    if d is not None:
+    if d is not None and (d.host is None or a.ndim == 0):  # an n-d host value is stored first
         fresh = sum(
             1 for b, v in zip(d.inputs, d.views)
             if not any(b is c and v == w for c, w in zip(inputs, views))

@@ -191,6 +191,8 @@ def apply(name: str, *args, dtype=None, out: DArray | None = None) -> DArray:
     dtype = np.dtype(dtype) if dtype is not None else result_dtype(name, args)
     if out is not None and out.shape != shape:
         raise ValueError(f"in-place {name}: the result's shape {shape} is not the array's {out.shape}")
+    if all(deferred.host_value(a) is not None for a in arrays) and (out is None or deferred.host_value(out) is not None):
+        return _on_caller(name, args, dtype, out, arrays[0].client)
     if out is not None and out._deferred is None:
         # x += x.T: the tasks write x's chunks while others read them through the view.
         # Such arguments are computed first (reading x as it is, x += x * 2, is safe).
@@ -215,12 +217,28 @@ def apply(name: str, *args, dtype=None, out: DArray | None = None) -> DArray:
     return out
 
 
+def _on_caller(name, args, dtype, out, client) -> DArray:
+    """``name`` over host values (and scalars), computed here with NumPy."""
+    values = [deferred.host_value(a) if isinstance(a, DArray) else a for a in args]
+    with np.errstate(all="ignore"):
+        value = np.asarray(_call(np, name, values)).astype(dtype if out is None else out.dtype)
+    if out is None:
+        return deferred.on_caller(value, client, name)
+    deferred.undefer(out)
+    deferred.defer(out, deferred.Deferred(("const", value[()]) if value.ndim == 0 else ("host",),
+                                          [], name, host=value, client=client))
+    return out
+
+
 def materialize(x: DArray) -> None:
     """Compute a deferred DArray: allocate it (colocated with a leaf of its shape and
-    chunks) and run its whole tree in one pass, one task per worker."""
+    chunks) and run its whole tree in one pass, one task per worker; a host value is
+    written from the caller."""
     from dgvm.array.creation import allocate
 
     d = x._deferred
+    if d.host is not None:
+        return _store_host_value(x, d)
     op = Elementwise.of(d.expr, d.inputs, d.views, x.shape)
     for a in d.inputs:
         a.alloc  # an input freed meanwhile raises here, before anything is allocated
@@ -233,6 +251,21 @@ def materialize(x: DArray) -> None:
         blockwise.run(op, x, d.inputs, name)
     except BaseException:
         # Nothing half-made: the memory goes back and x is deferred again.
+        x._alloc = None
+        alloc.free()
+        deferred.defer(x, d)
+        raise
+
+
+def _store_host_value(x: DArray, d) -> None:
+    from dgvm.array.creation import allocate
+
+    alloc = allocate(x.shape, x.dtype, x.chunks, client=d.client, zero=False)  # all written next
+    deferred.undefer(x)
+    x._adopt(alloc)
+    try:
+        x.write_blocks(d.host)
+    except BaseException:
         x._alloc = None
         alloc.free()
         deferred.defer(x, d)

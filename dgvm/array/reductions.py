@@ -2,8 +2,9 @@
 
 Each chunk is reduced where it lives (one task per worker); the partials (one value per
 chunk, or one row per chunk along the kept axes) come back and are combined in one step,
-then stored as a new DArray. ``var``/``std`` take two passes (the mean, then the squared
-deviations from it), as NumPy does, so they are as exact as NumPy's.
+then kept on the caller as a host value (``dgvm.array.deferred``), stored in device
+memory only when a cluster operation needs it. ``var``/``std`` take two passes (the mean,
+then the squared deviations from it), as NumPy does, so they are as exact as NumPy's.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ def normalize_axis(axis, ndim: int) -> tuple[int, ...]:
 
 
 def _result(value, like: DArray) -> DArray:
-    from dgvm.array.creation import from_numpy
+    # Combined here, so kept here until a cluster operation needs it (a host value).
+    from dgvm.array.deferred import on_caller
 
-    return from_numpy(np.asarray(value), colocate=None, client=like.client)
+    return on_caller(np.asarray(value), like.client)
 
 
 @dataclass

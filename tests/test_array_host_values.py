@@ -1,0 +1,93 @@
+"""Reduction results stay on the caller as host values (dgvm.array.deferred): nothing is
+stored until a cluster operation needs them, they enter elementwise trees as constants
+(0-d) or are written once (n-d), and arithmetic on them alone runs on the caller."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dgvm
+import dgvm.array as dnp
+from dgvm.array.deferred import host_value
+
+
+def n_allocations(case) -> int:
+    return len(dgvm.table(client=case.client))
+
+
+def data():
+    h = np.random.default_rng(3).random((120, 90))
+    return h, dnp.asarray(h, chunks=(40, 30))
+
+
+def test_a_reduction_stores_nothing_and_reads_back_without_a_request(case):
+    h, x = data()
+    before = n_allocations(case)
+    s, m = x.sum(), x.mean(axis=0)
+    assert host_value(s) is not None and host_value(m) is not None
+    assert n_allocations(case) == before
+    assert float(s) == pytest.approx(h.sum(), rel=1e-12)
+    np.testing.assert_allclose(dnp.asnumpy(m), h.mean(axis=0), rtol=1e-12)
+    assert s.wait() is s and n_allocations(case) == before
+
+
+def test_scalar_results_enter_trees_as_constants(case):
+    h, x = data()
+    before = n_allocations(case)
+    centred = x - x.mean()  # the mean is a constant of the tree, not a stored 0-d array
+    np.testing.assert_allclose(dnp.asnumpy(centred), h - h.mean(), atol=1e-12)
+    assert n_allocations(case) == before + 1  # the result only
+    # float32 data and a float64 scalar: the array rules' dtype, as NumPy's 0-d arrays give
+    x32 = dnp.asarray(h.astype(np.float32), chunks=(40, 30))
+    got = x32 * x.max()
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(dnp.asnumpy(got), h.astype(np.float32) * h.max(), rtol=1e-7)
+
+
+def test_arithmetic_on_host_values_alone_runs_on_the_caller(case):
+    h, x = data()
+    before = n_allocations(case)
+    alpha = x.sum() / (x * x).sum()
+    beta = dnp.sqrt(alpha) + x.min()
+    assert host_value(beta) is not None
+    assert float(beta) == pytest.approx(np.sqrt(h.sum() / (h * h).sum()) + h.min(), rel=1e-12)
+    row = x.sum(axis=0) * 2 - x.max(axis=0)
+    np.testing.assert_allclose(dnp.asnumpy(row), h.sum(axis=0) * 2 - h.max(axis=0), rtol=1e-12)
+    # in place on a host value keeps it on the caller, in its own dtype
+    count = x.argmax()
+    count += 1.7
+    assert count.dtype == np.int64 and int(count) == int(h.argmax() + 1.7)
+    assert n_allocations(case) == before  # (x * x).sum() reduces its tree unstored too
+
+
+def test_an_nd_host_value_is_stored_when_the_cluster_needs_it(case):
+    h, x = data()
+    m = x.mean(axis=0)
+    before = n_allocations(case)
+    z = x - m  # a (90,) leaf of a tree on the cluster: written once
+    np.testing.assert_allclose(dnp.asnumpy(z), h - h.mean(axis=0), atol=1e-12)
+    assert host_value(m) is None and n_allocations(case) == before + 2
+    m[3] = -1.0  # a stored one is an ordinary array
+    want = h.mean(axis=0)
+    want[3] = -1.0
+    np.testing.assert_allclose(dnp.asnumpy(m), want, rtol=1e-12)
+    r = x.sum(axis=1)
+    r[:2] = 0.0  # a write stores it first
+    np.testing.assert_allclose(dnp.asnumpy(r), np.r_[0.0, 0.0, h.sum(axis=1)[2:]], rtol=1e-12)
+    r.free()
+    t = x.max(axis=1)
+    t.free()  # freeing one that was never stored
+    with pytest.raises(dgvm.DgvmError, match="freed"):
+        t + 1
+
+
+def test_a_host_value_that_does_not_fit_raises_and_stays_on_the_caller(case):
+    n = int(0.34 * sum(case.capacities)) // 8
+    x = dnp.ones((2, n), chunks=(1, -(-n // 8)))  # 68% of the cluster
+    s = x.sum(axis=0)  # 34% of the cluster, known on the caller
+    before = dgvm.table(client=case.client)
+    with pytest.raises(dgvm.OutOfDeviceMemory):
+        s + x  # s must be stored for that, and does not fit
+    assert host_value(s) is not None and dgvm.table(client=case.client) == before
+    np.testing.assert_array_equal(dnp.asnumpy(s)[[0, -1]], [2.0, 2.0])
