@@ -304,3 +304,23 @@ def test_bad_launches_say_what_was_given():
         kernel((1, 1, 1, 1), (1,), 1.0, x, x, x)
     with pytest.raises(TypeError, match=r"takes 4 arguments \(a, x, y, out\), got 2"):
         kernel((1,), (4,), x, x)
+
+
+def _asserts(x, out):
+    i = cuda.grid(1)
+    assert i < out.size
+    out[i] = x[i]
+
+
+def _calls_numpy(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = np.sqrt(x[i])
+
+
+def test_may_raise_says_when_a_launch_can_stop_with_part_of_its_output_written():
+    # dgvm.launch keeps a copy of the output chunk only for kernels that may raise.
+    for pyfunc in (axpy, softplus, clip_negative, scale3, record_indices):
+        assert not compile_cpu(pyfunc).may_raise, pyfunc.__name__
+    for pyfunc in (_asserts, _calls_numpy):
+        assert compile_cpu(pyfunc).may_raise, pyfunc.__name__

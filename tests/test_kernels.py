@@ -171,6 +171,29 @@ def test_kernel_error_keeps_previous_contents(case):
         free(x, out)
 
 
+@dgvm.kernel
+def reverse_in_chunk(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[out.size - 1 - i]
+
+
+def test_a_kernel_reading_its_output_through_an_argument_sees_the_old_values(case):
+    # In place, out[0] = x[4] would be read after out[4] = x[0] was written by some
+    # thread: the launch runs on a copy of the chunk instead.
+    h = np.arange(20, dtype=np.float64)
+    x = dnp.from_numpy(h, chunks=5)
+    try:
+        dgvm.launch(reverse_in_chunk, x, out=x)
+        np.testing.assert_array_equal(dnp.asnumpy(x), h.reshape(4, 5)[:, ::-1].reshape(-1))
+        y = dnp.zeros(20, chunks=5)
+        dgvm.launch(reverse_in_chunk, x, out=y)  # into another array: in place
+        np.testing.assert_array_equal(dnp.asnumpy(y), h)
+        y.free()
+    finally:
+        free(x)
+
+
 def test_mismatched_arrays_raise(case):
     x = dnp.zeros(100, chunks=10)
     y = dnp.zeros(100, chunks=20)

@@ -26,6 +26,7 @@ division by zero does not raise (Numba's ``error_model="numpy"``).
 from __future__ import annotations
 
 import ast
+import builtins
 import inspect
 import linecache
 import operator
@@ -189,6 +190,38 @@ def _thread_function(tree: ast.FunctionDef, name: str, namespace: dict) -> list[
     return intrinsics
 
 
+# Calls into these cannot raise in Numba's compiled code with error_model="numpy" (a bad
+# argument gives nan, as on the GPU); a call to anything else may.
+_NON_RAISING_MODULES = ("math", "cmath")
+_NON_RAISING_BUILTINS = ("abs", "min", "max", "round", "int", "float", "bool", "complex", "range", "len")
+
+
+def _may_raise(tree: ast.FunctionDef, namespace: dict) -> bool:
+    """Whether the compiled kernel could raise after writing some of its output: a
+    ``raise`` or ``assert``, a call into user code or NumPy, or Numba's bounds checks."""
+    if numba.config.BOUNDSCHECK:
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Raise, ast.Assert)):
+            return True
+        if not isinstance(node, ast.Call):
+            continue
+        root = node.func
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if not isinstance(root, ast.Name):
+            return True
+        value = namespace.get(root.id, getattr(builtins, root.id, None))
+        if isinstance(value, types.ModuleType):
+            name = value.__name__
+            if name in _NON_RAISING_MODULES or _from_numba_cuda(name) or value is numba:
+                continue  # numba.cuda: only thread indexing gets this far
+        elif root.id in _NON_RAISING_BUILTINS and value is getattr(builtins, root.id):
+            continue
+        return True
+    return False
+
+
 class CpuKernel:
     """A ``numba.cuda``-style kernel compiled for the CPU; made by ``compile_cpu``.
 
@@ -203,6 +236,9 @@ class CpuKernel:
         self.__doc__ = pyfunc.__doc__
         self._params = [param.arg for param in tree.args.args]
         self._namespace = _namespace(pyfunc, tree)
+        # Whether a launch can fail with part of its output written (dgvm.launch keeps a
+        # copy of the chunk only then).
+        self.may_raise = _may_raise(tree, self._namespace)
         self._thread_name = f"{_PREFIX}thread_{tree.name}"
         self._intrinsics = _thread_function(tree, self._thread_name, self._namespace)
         self._thread_source = ast.unparse(tree)

@@ -50,6 +50,14 @@ class Kernel:
     def run(self, backend: str, griddim, blockdim, args) -> None:
         self.compiled(backend)(griddim, blockdim, *args)
 
+    def may_fail_halfway(self, backend: str) -> bool:
+        """Whether a launch on ``backend`` can fail after writing part of its output
+        (then ``dgvm.launch`` runs it on a copy of the chunk, so that the chunk stays as
+        it was). Never on ``cuda``: a kernel either fails before it starts (compiling,
+        launching) or runs to its end (Numba CUDA kernels do not raise; a device fault
+        ends the CUDA context, and every chunk of the device with it)."""
+        return getattr(self.compiled(backend), "may_raise", True)
+
     def __repr__(self):
         return f"<dgvm.kernel {self.name}>"
 
@@ -63,6 +71,7 @@ def _compile_cuda(pyfunc):
     def run(griddim, blockdim, *args):
         jitted[griddim, blockdim](*args)
 
+    run.may_raise = False
     return run
 
 

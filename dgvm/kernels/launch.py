@@ -134,6 +134,8 @@ def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices,
     worker, store = access.worker, access.store
     backend = store.backend
     xp = backend.xp
+    aliased = any((v.alloc_id if kind == "array" else v[0].alloc_id) == out.alloc_id
+                  for kind, v in specs if kind != "scalar")
     for k in indices:
         block = tuple(int(b) for b in np.unravel_index(k, out.grid))
         try:
@@ -151,16 +153,29 @@ def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices,
                     else:
                         args.append(access.chunk(v, k))
                 target = access.chunk(out, k)
-                # Run into a copy: a kernel that fails leaves the chunk as it was.
-                # (put_result copies the scratch out, so the next chunk may reuse it.)
-                scratch = access.scratch(target.shape, target.dtype)
-                scratch[...] = target
-                griddim, blockdim = launch_config(scratch.shape, tpb)
+                griddim, blockdim = launch_config(target.shape, tpb)
                 if pass_origin:
                     origin = tuple(int(out.starts(a)[b]) for a, b in enumerate(block))
                     args.insert(0, origin)
-                kernel.run(backend.name, griddim, blockdim, [*args, scratch])
-                access.put_result(out, k, target, scratch)
+                if aliased or not store.is_home(out.alloc_id, k):
+                    # Run on a copy: the kernel reads the output's old values through an
+                    # argument, or the home moved after the task was placed (put_result
+                    # forwards the copy there).
+                    scratch = access.scratch(target.shape, target.dtype)
+                    scratch[...] = target
+                    kernel.run(backend.name, griddim, blockdim, [*args, scratch])
+                    access.put_result(out, k, target, scratch)
+                elif kernel.may_fail_halfway(backend.name):
+                    # A kernel that fails halfway leaves the chunk as it was.
+                    saved = access.scratch(target.shape, target.dtype)
+                    saved[...] = target
+                    try:
+                        kernel.run(backend.name, griddim, blockdim, [*args, target])
+                    except BaseException:
+                        target[...] = saved
+                        raise
+                else:  # in place: read and written once
+                    kernel.run(backend.name, griddim, blockdim, [*args, target])
                 backend.synchronize()
         except DgvmError:
             raise
