@@ -139,6 +139,32 @@ def test_a_reduction_of_a_deferred_array_allocates_nothing(case):
     np.testing.assert_allclose(dnp.asnumpy(y), h + h.T)  # and still computable
 
 
+def test_reductions_of_trees_over_axes_and_dtypes(case):
+    # On cuda each of these is one kernel per chunk that ends with the reduction.
+    rng = np.random.default_rng(5)
+    h = rng.random((240, 180))
+    h32 = h.astype(np.float32)
+    hi = rng.integers(-100, 100, (240, 180), dtype=np.int8)
+    x, x32 = dnp.asarray(h, chunks=(60, 90)), dnp.asarray(h32, chunks=(60, 90))
+    i8 = dnp.asarray(hi, chunks=(60, 90))
+    np.testing.assert_allclose(float((x * x - 1).sum()), (h * h - 1).sum(), rtol=1e-12)
+    np.testing.assert_allclose(dnp.asnumpy((x * 2).sum(axis=0)), (h * 2).sum(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(dnp.asnumpy((x + 1).prod(axis=1)), (h + 1).prod(axis=1), rtol=1e-10)
+    np.testing.assert_allclose(dnp.asnumpy((x - 0.5).max(axis=1)), (h - 0.5).max(axis=1))
+    assert float((x * -1).min()) == (h * -1).min()
+    got = (x32 * 3).sum()
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(float(got), (h32 * 3).sum(dtype=np.float32), rtol=1e-5)
+    got = (i8 * 2).sum(axis=1)  # int8 wraps in the tree, the sum is int64
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(dnp.asnumpy(got), (hi * np.int8(2)).sum(axis=1))
+    np.testing.assert_array_equal(dnp.asnumpy((i8 > 0).sum(axis=0)), (hi > 0).sum(axis=0))
+    if case.backend == "cuda":
+        ways = case.client.run(fused.ways_used)
+        reduced = [v for w in ways.values() for k, v in w.items() if k[0] == "reduce"]
+        assert reduced and all(v == "fused reduction" for v in reduced), ways
+
+
 def misses(case) -> int:
     return sum(w["misses"] for w in dgvm.stats(client=case.client)["workers"].values())
 

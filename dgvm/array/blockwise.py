@@ -15,6 +15,7 @@ import uuid
 import numpy as np
 
 from dgvm import chunk_grid
+from dgvm.array import fused
 from dgvm.kernels.access import Access, ArraySpec
 from dgvm.kernels.launch import dispatch, report
 
@@ -49,7 +50,9 @@ def _blockwise_here(op, out: ArraySpec, specs, indices, deps):
             into = getattr(op, "block_into", None)
             if not (into and access.store.is_home(out.alloc_id, k) and into(read, lo, hi, xp, target)):
                 access.put_result(out, k, target, op.block(read, lo, hi, xp))
-            backend.synchronize()
+    # Once per task, not per chunk: the device runs one chunk while the next is queued
+    # (one stream: a buffer freed meanwhile is reused only after the work queued on it).
+    backend.synchronize()
     report(out, indices, access)
     return len(indices)
 
@@ -106,6 +109,18 @@ def _homes_of(where) -> dict[str, list[int]]:
     return out
 
 
+# Partials up to this size stay on the device until the task's last chunk is queued, so
+# that the device waits once per task; larger ones (sorted chunks, ...) come to the host
+# at once rather than pile up in device memory.
+SMALL_PARTIAL = 1 << 20
+
+
+def _small_or_host(value):
+    if isinstance(value, tuple):
+        return tuple(_small_or_host(v) for v in value)
+    return value if getattr(value, "nbytes", 0) <= SMALL_PARTIAL else _host(value)
+
+
 def _host(value):
     if isinstance(value, tuple):
         return tuple(_host(v) for v in value)
@@ -119,9 +134,8 @@ def _collect_here(op, spec: ArraySpec, indices, deps):
     for k in indices:
         lo, hi = chunk_bounds(spec, k)
         with access.output_chunk():
-            value = op.partial(access.chunk(spec, k), lo, hi, xp)
-            out[chunk_grid.block_index(k, spec.grid)] = _host(value)
-    return out
+            out[chunk_grid.block_index(k, spec.grid)] = _small_or_host(op.partial(access.chunk(spec, k), lo, hi, xp))
+    return {b: _host(v) for b, v in out.items()}
 
 
 def _collect_tree_here(op, tree, dtype, specs, grid: ArraySpec, indices, deps):
@@ -135,18 +149,25 @@ def _collect_tree_here(op, tree, dtype, specs, grid: ArraySpec, indices, deps):
     for k in indices:
         lo, hi = chunk_bounds(grid, k)
         with access.output_chunk():
-            scratch = access.scratch([h - l for l, h in zip(lo, hi)], dtype)
+            shape = [h - l for l, h in zip(lo, hi)]
+            reduction = getattr(op, "reduction", None)  # (fn, axes, dtype) a kernel can end with
+            if reduction is not None:
+                partial = fused.reduce_tree(tree.expr, tree.leaves(read, lo, hi, xp), xp, *reduction, shape)
+                if partial is not None:  # one pass: the tree's values are never stored
+                    out[chunk_grid.block_index(k, grid.grid)] = partial
+                    continue
+            scratch = access.scratch(shape, dtype)
             value = scratch if tree.block_into(read, lo, hi, xp, scratch) else tree.block(read, lo, hi, xp)
             # A partial may be a view of the chunk (a head, a slice): copied off the scratch
             # before the next chunk overwrites it.
-            out[chunk_grid.block_index(k, grid.grid)] = _detached(_host(op.partial(value, lo, hi, xp)), scratch)
-    return out
+            out[chunk_grid.block_index(k, grid.grid)] = _small_or_host(_detached(op.partial(value, lo, hi, xp), scratch, xp))
+    return {b: _host(v) for b, v in out.items()}
 
 
-def _detached(value, scratch):
+def _detached(value, scratch, xp):
     if isinstance(value, tuple):
-        return tuple(_detached(v, scratch) for v in value)
-    if isinstance(value, np.ndarray) and isinstance(scratch, np.ndarray) and np.may_share_memory(value, scratch):
+        return tuple(_detached(v, scratch, xp) for v in value)
+    if isinstance(value, xp.ndarray) and xp.may_share_memory(value, scratch):
         return value.copy()
     return value
 

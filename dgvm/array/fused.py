@@ -114,7 +114,18 @@ def _build(tree, nleaves: int, nscalars: int, into: bool):
     return cupy.fuse(kernel_name="dgvm_fused")(kernel)
 
 
+def _flat(leaves, shape):
+    """1-D views of the leaves when each is a C-contiguous array of ``shape`` (a kernel
+    over one axis indexes without a division per element), else None."""
+    if len(shape) < 2 or not all(a.shape == tuple(shape) and a.flags.c_contiguous for a in leaves):
+        return None
+    return [a.reshape(-1) for a in leaves]
+
+
 def _cupy(expr, leaves, target) -> bool:
+    flat = _flat(leaves, target.shape) if target.flags.c_contiguous else None
+    if flat is not None:
+        leaves, target = flat, target.reshape(-1)
     scalars: list = []
     tree = _strip(expr, scalars)
     key = (tree, tuple((a.dtype.str, a.ndim) for a in leaves), target.dtype.str, target.ndim)
@@ -143,9 +154,67 @@ def _cupy(expr, leaves, target) -> bool:
     return False
 
 
-def ways_used() -> dict:
-    """How each tree compiled on this worker runs: tree key -> "in place", "copy" or
-    "unfused" (benchmarks and tests print it)."""
+# Reductions a fused kernel can end with: the reduction's name -> CuPy's function.
+REDUCERS = {"sum": "sum", "prod": "prod", "max": "amax", "min": "amin"}
+
+
+def reduce_tree(expr, leaves: list, xp, fn: str, axes: tuple, dtype, shape):
+    """The partial ``fn(expr, axis=axes, keepdims=True, dtype=dtype)`` of one chunk of
+    shape ``shape`` in one kernel (the tree's values are never stored), or None where
+    that is not possible (cpu, another reduction, a tree ``cupy.fuse`` does not trace)."""
+    if getattr(xp, "__name__", "") != "cupy" or fn not in REDUCERS:
+        return None
+    ndim = len(shape)
+    whole = tuple(axes) == tuple(range(ndim))
+    flat = _flat(leaves, shape) if whole else None
+    if flat is not None:
+        leaves = flat
+    axis = None if whole else tuple(axes)
+    scalars: list = []
+    tree = _strip(expr, scalars)
+    dtype = None if dtype is None else np.dtype(dtype)
+    key = ("reduce", fn, axis, None if dtype is None else dtype.str, tree,
+           tuple((a.dtype.str, a.ndim) for a in leaves))
     with _lock:
-        return {key: ("in place" if ways and ways[0][0] else "copy" if ways else
-                      f"unfused ({_why.get(key, '?')})") for key, ways in _kernels.items()}
+        ways = _kernels.get(key)
+        if ways is None:
+            if len(_kernels) >= MAX_KERNELS:
+                oldest = next(iter(_kernels))
+                _kernels.pop(oldest)
+                _why.pop(oldest, None)
+            ways = _kernels[key] = [(True, _build_reduce(tree, len(leaves), len(scalars), fn, axis, dtype))]
+    if not ways:
+        return None
+    fused = ways[0][1]
+    try:
+        value = fused(*leaves, *scalars)
+    except Exception as e:  # noqa: BLE001  (a tree or reduction cupy.fuse cannot trace)
+        logger.info("fused reduction not usable (%s: %s)", type(e).__name__, e)
+        with _lock:
+            _why[key] = f"{type(e).__name__}: {e}"
+            ways.clear()
+        return None
+    return value.reshape([1 if a in axes else n for a, n in enumerate(shape)])
+
+
+def _build_reduce(tree, nleaves: int, nscalars: int, fn: str, axis, dtype):
+    import cupy
+
+    reducer = getattr(cupy, REDUCERS[fn])
+
+    def kernel(*params):
+        value = _trace(tree, params[:nleaves], params[nleaves:], cupy)
+        if dtype is not None and value.dtype != dtype:
+            value = value.astype(dtype)
+        return reducer(value, axis=axis)
+
+    return cupy.fuse(kernel_name=f"dgvm_fused_{fn}")(kernel)
+
+
+def ways_used() -> dict:
+    """How each tree compiled on this worker runs: tree key -> "in place", "copy",
+    "fused reduction" or "unfused (why)" (benchmarks and tests print it)."""
+    with _lock:
+        return {key: ("unfused" + f" ({_why.get(key, '?')})" if not ways else
+                      "fused reduction" if key[0] == "reduce" else
+                      "in place" if ways[0][0] else "copy") for key, ways in _kernels.items()}

@@ -47,6 +47,11 @@ class _Partial:
     axes: tuple
     dtype: object
 
+    @property
+    def reduction(self):
+        """What a fused kernel over a deferred tree ends with (``dgvm.array.fused``)."""
+        return self.fn, self.axes, self.dtype
+
     def partial(self, chunk, lo, hi, xp):
         kw = {} if self.dtype is None else {"dtype": self.dtype}
         with np.errstate(all="ignore"):
