@@ -7,6 +7,8 @@ stream into: before the first task starts on a worker (client work, GVAT allocat
 dispatch), the tasks' run time on the workers (first start to last stop), and after the
 last task stops until the caller has its answer (completion messages, the gather). A
 bare Dask round trip (one no-op task per worker, submitted and gathered) is the floor.
+Then the requests an operation makes, alone: a GVAT request, a request to each worker,
+an allocation like x's and a free.
 """
 
 from __future__ import annotations
@@ -79,6 +81,30 @@ def main(argv=None) -> int:
         for name, fn in ops.items():
             wall, before, run, after = split(client, fn, args.reps)
             print(f"{name:45s} {wall:8.2f} {before:8.2f} {run:8.2f} {after:8.2f}")
+        # The requests an operation makes, alone (no task).
+        from dgvm.array.creation import allocate
+        from dgvm.session import call_scheduler, call_workers
+
+        held = []
+        requests = {
+            "GVAT request (dgvm_workers)": lambda: call_scheduler("dgvm_workers", client),
+            "worker request (dgvm_store_info), both": lambda: call_workers(
+                "dgvm_store_info", {w: {} for w in workers}, client),
+            "GVAT allocation like x's (colocated)": lambda: held.append(
+                allocate(x.shape, x.dtype, x.chunks, colocate=x, client=client, zero=False)),
+            "GVAT free of one": lambda: held.pop().free(),
+        }
+        for name, fn in requests.items():
+            times = []
+            for _ in range(args.reps):
+                if name.startswith("GVAT free"):
+                    held.append(allocate(x.shape, x.dtype, x.chunks, colocate=x, client=client, zero=False))
+                t0 = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - t0)
+            print(f"{name:45s} {1e3 * statistics.median(times):8.2f}")
+        for a in held:
+            a.free()
     finally:
         client.close()
     return 0

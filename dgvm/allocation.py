@@ -50,6 +50,10 @@ class Allocation:
         # True once the GVAT said a chunk moved: the next use fetches a fresh chunk map.
         # (A use that races with the news still lands: workers forward or say "moved".)
         self.stale = False
+        # Futures of tasks that still use a reused allocation (dgvm.array.recycle): the
+        # array that takes it over orders its first task after them.
+        self.after = None
+        self.reusable = False  # an operation's result, kept for reuse once released
         self._set_map(chunk_map)
         _live[(self.owner, self.alloc_id)] = self
         _watch_moves(client)

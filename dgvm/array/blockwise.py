@@ -17,7 +17,7 @@ import numpy as np
 from dgvm import chunk_grid
 from dgvm.array import fused
 from dgvm.kernels.access import Access, ArraySpec
-from dgvm.kernels.launch import dispatch, report
+from dgvm.kernels.launch import dispatch, report, unfinished
 
 
 def run(op, out, inputs, name: str) -> None:
@@ -80,7 +80,7 @@ def collect(op, x, name: str) -> dict[tuple, object]:
         fn, args, readers = _collect_here, (ArraySpec.of(x),), [x]
         homes = x.alloc.by_home()
     client = x.client
-    deps = [f for a in readers for f in a._pending.writes]
+    deps = unfinished([f for a in readers for f in a._pending.writes])
     futures = [
         client.submit(
             fn, op, *args, idx, deps, workers=[w],
@@ -89,7 +89,7 @@ def collect(op, x, name: str) -> dict[tuple, object]:
         for w, idx in homes.items()
     ]
     for a in readers:
-        a._pending.reads = a._pending.reads + futures
+        a._pending.reads = unfinished(a._pending.reads) + futures
     out = {}
     for part in client.gather(futures, direct=True):
         out.update(part)

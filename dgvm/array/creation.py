@@ -79,10 +79,47 @@ def empty(shape, dtype=None, chunks="auto", placement=None, colocate=None, clien
 def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zero=True) -> Allocation:
     """The GVAT allocation for an array of this shape, dtype and chunk grid (zero-filled
     unless ``zero=False``: for results whose every element the next task writes)."""
-    return Allocation.create(
-        _client(client), shape=list(shape), dtype=np.dtype(dtype).str, chunks=[list(c) for c in grid],
-        zero=bool(zero), **placement_request(placement, colocate),
-    )
+    from dgvm.array import recycle
+    from dgvm.errors import OutOfDeviceMemory
+
+    client = _client(client)
+    homes = None if zero or colocate is None else _homes_near(colocate)
+    if homes is not None:
+        kept = recycle.take(client, shape, np.dtype(dtype), grid, homes)
+        if kept is not None:  # a released array's allocation, after the tasks that used it
+            alloc, alloc.after = kept
+            return alloc
+
+    def create():
+        return Allocation.create(
+            client, shape=list(shape), dtype=np.dtype(dtype).str, chunks=[list(c) for c in grid],
+            zero=bool(zero), **placement_request(placement, colocate),
+        )
+
+    try:
+        alloc = create()
+    except OutOfDeviceMemory:
+        if not recycle.flush(client):
+            raise
+        from dgvm.array.lifecycle import settle_releases
+
+        settle_releases()  # the kept allocations are freed: room, perhaps
+        alloc = create()
+    # An operation's result (written whole by its task, placed by its inputs) may be
+    # reused once released; arrays made from host data are not kept.
+    alloc.reusable = homes is not None
+    return alloc
+
+
+def _homes_near(colocate) -> list[str] | None:
+    """The homes a colocated result's chunks get: those of the array's chunks, or of
+    chunks ``picks`` for ``(array, picks)``; None for other forms."""
+    if isinstance(colocate, tuple):
+        source, picks = colocate
+        alloc = getattr(source, "alloc", None)
+        return None if alloc is None else [alloc.home(int(p)) for p in picks]
+    alloc = getattr(colocate, "alloc", None)
+    return None if alloc is None else [alloc.home(k) for k in range(alloc.nchunks)]
 
 
 def zeros(shape, dtype=None, chunks="auto", placement=None, colocate=None, client=None,

@@ -47,6 +47,9 @@ class DArray(ArrayOperators, ArrayMethods):
         # Futures of the launches that last wrote this array and of later launches that
         # read it: the next launch orders itself after them (see dgvm.kernels.launch).
         self._pending_state = Pending()
+        # A reused allocation (dgvm.array.recycle): the tasks that still use it go first.
+        self._pending_state.writes = list(getattr(alloc, "after", None) or [])
+        alloc.after = None
         release_when_unreachable(self, alloc, self._pending_state)
         live_arrays[id(self)] = self
 

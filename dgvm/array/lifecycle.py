@@ -3,7 +3,8 @@
 NumPy-style loops make a new array per step; without this they would fill device memory.
 The release runs on the client's event loop (a finalizer may run in any thread, even in
 the middle of another request): it waits for the tasks that still use the array, then
-frees the allocation in the GVAT.
+frees the allocation in the GVAT, unless ``dgvm.array.recycle`` keeps it for the next
+result of the same layout.
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ def _stop_releasing() -> None:
 
 
 def release_when_unreachable(array, alloc, pending: Pending) -> None:
-    f = weakref.finalize(array, _release, alloc, pending)
+    f = weakref.finalize(array, _release, alloc, pending, array.shape, array.dtype, array.chunks)
     f.atexit = False  # at interpreter exit the cluster goes away with its memory
 
 
-def _release(alloc, pending: Pending) -> None:
-    global _in_flight
+def _release(alloc, pending: Pending, shape, dtype, chunks) -> None:
+    from dgvm.array import recycle
+
     if alloc.freed or _exiting:
         return
     alloc.freed = True
@@ -51,6 +53,18 @@ def _release(alloc, pending: Pending) -> None:
         return
     futures = pending.writes + pending.reads
     pending.writes, pending.reads = [], []
+    # Kept for the next result of this layout (dgvm.array.recycle), or freed.
+    if not recycle.offer(alloc, shape, dtype, chunks, futures):
+        free_later(alloc, futures)
+
+
+def free_later(alloc, futures) -> None:
+    """Free ``alloc`` in the GVAT once ``futures`` are done, from the client's loop."""
+    global _in_flight
+    alloc.freed = True
+    client = alloc.client
+    if client.status not in ("running", "connecting", "newly-created"):
+        return
     with _lock:
         _in_flight += 1
     client.loop.add_callback(_free_later, client, alloc.alloc_id, alloc.owner, futures)
@@ -75,6 +89,9 @@ def settle_releases(timeout: float = 30.0) -> bool:
     """Wait until the releases already started have reached the GVAT (tests, shutdown)."""
     import gc
 
+    from dgvm.array import recycle
+
     gc.collect()
+    recycle.flush()  # allocations kept for reuse are freed too
     with _lock:
         return _idle.wait_for(lambda: _in_flight == 0, timeout)

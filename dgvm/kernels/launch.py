@@ -87,6 +87,7 @@ def dispatch(fn, out, inputs, name: str, *task_args) -> None:
     deps = out._pending.writes + out._pending.reads
     for a in inputs:
         deps += a._pending.writes
+    deps = unfinished(deps)
     client = out.alloc.client
     futures = [
         client.submit(
@@ -98,7 +99,15 @@ def dispatch(fn, out, inputs, name: str, *task_args) -> None:
     out._pending.writes, out._pending.reads = futures, []
     for a in inputs:
         if a is not out:
-            a._pending.reads = a._pending.reads + futures
+            a._pending.reads = unfinished(a._pending.reads) + futures
+
+
+def unfinished(futures) -> list:
+    """The futures whose tasks have not finished. A task ordered after a finished one
+    needs no dependency on it (a dependency on a task of another worker would even fetch
+    its result there first), and reader lists stay short in long loops. Failed tasks stay:
+    their error belongs to whoever waits next."""
+    return [f for f in futures if f.status != "finished"]
 
 
 def report(out: ArraySpec, indices, access: Access) -> None:
@@ -176,7 +185,6 @@ def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices,
                         raise
                 else:  # in place: read and written once
                     kernel.run(backend.name, griddim, blockdim, [*args, target])
-                backend.synchronize()
         except DgvmError:
             raise
         except Exception as e:
@@ -185,6 +193,15 @@ def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices,
                 f"{out.alloc_id} on worker {worker.address}: {type(e).__name__}: {e}\n"
                 f"{traceback.format_exc()}"
             ) from None
+    try:
+        # Once per task: the device runs one chunk while the next is launched. (A fault
+        # found here ends the CUDA context; it is reported for the task's chunks.)
+        backend.synchronize()
+    except Exception as e:
+        raise KernelError(
+            f"kernel {kernel.name!r} failed on chunks {list(indices)} of allocation "
+            f"{out.alloc_id} on worker {worker.address}: {type(e).__name__}: {e}"
+        ) from None
     report(out, indices, access)
     return len(indices)
 

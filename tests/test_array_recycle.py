@@ -1,0 +1,67 @@
+"""Allocations of released results are reused by the next result of the same layout
+(dgvm.array.recycle): no GVAT request, ordered after the tasks that used them, and never
+a stale value or a spurious OutOfDeviceMemory."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import dgvm
+import dgvm.array as dnp
+from dgvm.array import recycle
+
+
+def test_a_loop_reuses_the_released_result(case):
+    h = np.random.default_rng(7).random((240, 240))
+    x = dnp.from_numpy(h, chunks=60, placement="round_robin")
+    y = x * 2.0
+    y.wait()
+    first = y.alloc_id
+    # Read y's transposed blocks elsewhere: replicas of y's chunks on other workers.
+    np.testing.assert_allclose(float((y + y.T).sum()), (2 * h + 2 * h.T).sum(), rtol=1e-12)
+    del y
+    gc.collect()
+    ids = set()
+    for k in range(3, 8):
+        y = x * float(k)
+        y.wait()
+        ids.add(y.alloc_id)
+        # The writer dropped the replicas of the old values: the transpose reads new ones.
+        np.testing.assert_allclose(float((y + y.T).sum()), (k * h + k * h.T).sum(), rtol=1e-12)
+        np.testing.assert_allclose(dnp.asnumpy(y), k * h, rtol=1e-15)
+        del y
+        gc.collect()
+    assert ids == {first}  # one allocation served the whole loop
+    assert len(dgvm.table(client=case.client)) == 2  # x and the kept result
+
+
+def test_explicit_free_and_host_data_are_not_kept(case):
+    x = dnp.ones((100, 100), chunks=50)
+    y = x + 1
+    y.wait()
+    y.free()  # an explicit free gives the memory back at once
+    z = dnp.from_numpy(np.zeros((100, 100)), chunks=50)
+    del z
+    from dgvm.array.lifecycle import settle_releases
+
+    gc.collect()
+    assert recycle.flush(case.client) == 0
+    settle_releases()
+    assert len(dgvm.table(client=case.client)) == 1
+
+
+def test_kept_allocations_give_way_to_an_allocation_that_needs_the_room(case):
+    n = int(0.3 * sum(case.capacities)) // 8
+    x = dnp.ones((n,), chunks=-(-n // 16))
+    y = x + 1  # 30% + 30% of the cluster
+    y.wait()
+    del y
+    gc.collect()
+    assert len(dgvm.table(client=case.client)) == 2  # y's allocation is kept
+    # 30% more fits only once the kept allocation is freed: no OutOfDeviceMemory.
+    z = dnp.zeros((n,), chunks=-(-n // 16))
+    assert float(z.sum()) == 0.0
+    assert len(dgvm.table(client=case.client)) == 2
