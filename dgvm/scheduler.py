@@ -18,6 +18,7 @@ from dgvm import config, dashboard, streams, transfer
 from dgvm.chunk_grid import block_nbytes
 from dgvm.errors import InvalidAddress, OutOfDeviceMemory
 from dgvm.gvat import GVAT, migration
+from dgvm.kernels.launch import REPORT
 from dgvm.records import DeviceProfile
 
 logger = logging.getLogger("dgvm.scheduler")
@@ -62,6 +63,7 @@ class GVATPlugin(SchedulerPlugin):
     async def start(self, scheduler):
         self.scheduler = scheduler
         scheduler.handlers.update(self.handlers())
+        scheduler.stream_handlers[REPORT] = self._launched_stream
         scheduler.extensions["dgvm"] = self
         for address in scheduler.workers:
             self.add_worker(scheduler, address)
@@ -236,6 +238,16 @@ class GVATPlugin(SchedulerPlugin):
                 except Exception as e:  # best effort: the chunk stays where it is
                     logger.info("re-homing chunks %s of allocation %s to %s failed: %s",
                                 due, read_id, worker, e)
+
+    async def _launched_stream(self, worker: str, alloc_id: int, wrote: list, reads: dict):
+        """``launched``, told on the worker's batched stream (``kernels.launch.report``).
+        Dask awaits a stream handler before the next message of that stream, so this is
+        done before the task's completion is handled. It must not raise: an error in a
+        stream handler ends the worker's stream."""
+        try:
+            await self.launched(alloc_id, wrote, reads, worker=worker)
+        except Exception:  # noqa: BLE001
+            logger.exception("dgvm: the report of a task on %s (allocation %s) failed", worker, alloc_id)
 
     async def invalidate(self, alloc_id: int, indices):
         drop = self.gvat.wrote(alloc_id, indices)

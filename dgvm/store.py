@@ -60,9 +60,11 @@ class ChunkStore:
         if alloc_id in self._allocs:
             raise InvalidAddress(f"allocation {alloc_id} already has chunks on {self.address}")
         made: dict[int, StoredChunk] = {}
+        free = self.backend.free  # once per request, not per chunk
         try:
             for i, n in zip(indices, sizes):
-                made[i] = StoredChunk(self.backend.allocate(int(n), zero), int(n))
+                made[i] = StoredChunk(self.backend.allocate(int(n), zero, free), int(n))
+                free -= int(n)
         except MemoryError as e:
             for c in made.values():
                 self.backend.release(c.handle, c.nbytes)

@@ -72,11 +72,13 @@ class Backend(abc.ABC):
         is dgvm's capacity, of which others use ``other_used``."""
         return self.capacity, self.free
 
-    def allocate(self, nbytes: int, zero: bool = True) -> Any:
+    def allocate(self, nbytes: int, zero: bool = True, free: int | None = None) -> Any:
         """A buffer of ``nbytes``, zero-filled unless ``zero=False`` (the caller overwrites
-        it whole); MemoryError when the device is full."""
-        if nbytes > self.free:
-            raise MemoryError(f"{nbytes} bytes asked, {self.free} of {self.capacity} free")
+        it whole); MemoryError when the device is full. ``free``: the caller's figure of
+        ``self.free`` (read once for many chunks: on cuda it asks the driver)."""
+        free = self.free if free is None else free
+        if nbytes > free:
+            raise MemoryError(f"{nbytes} bytes asked, {free} of {self.capacity} free")
         handle = self._allocate(nbytes, zero)
         self.used += nbytes
         return handle

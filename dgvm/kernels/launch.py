@@ -110,11 +110,18 @@ def unfinished(futures) -> list:
     return [f for f in futures if f.status != "finished"]
 
 
+# The stream message of a task's report (dgvm.scheduler handles it).
+REPORT = "dgvm-launched"
+
+
 def report(out: ArraySpec, indices, access: Access) -> None:
     """Tell the GVAT what a task wrote and read: it counts hits and misses, bumps the
-    written chunks' versions and drops their replicas before this returns, and may move
-    chunks read here often enough. Output chunks whose home moved away after the task
-    was placed (``access.forwarded``) go to their new home first."""
+    written chunks' versions, drops their replicas and may move chunks read here often
+    enough. The report travels on the worker's batched stream, handed over before the
+    task returns: the scheduler handles it (awaiting the drops and moves) before the
+    task's completion, which comes after it on the same stream, so no later task sees a
+    stale replica, and the task itself does not wait. Output chunks whose home moved
+    away after the task was placed (``access.forwarded``) go to their new home first."""
     worker = access.worker
     for k, result in access.forwarded:
         where = access.locate(out.alloc_id, k)
@@ -127,8 +134,9 @@ def report(out: ArraySpec, indices, access: Access) -> None:
         str(a): {**r, "home": sorted(r["home"]), "remote": sorted(r["remote"])}
         for a, r in access.reads.items()
     }
-    sync(worker.loop, worker.scheduler.dgvm_launched, alloc_id=out.alloc_id,
-         wrote=[k for k in indices if k not in done], reads=reads, worker=worker.address)
+    message = {"op": REPORT, "alloc_id": out.alloc_id,
+               "wrote": [k for k in indices if k not in done], "reads": reads}
+    worker.loop.add_callback(worker.batched_stream.send, message)
 
 
 def wait(*arrays) -> None:
