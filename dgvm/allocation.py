@@ -100,6 +100,11 @@ class Allocation:
     def home(self, index: int) -> str:
         return self._workers[self._home[index]]
 
+    def homes(self) -> list[str]:
+        """The home worker of every chunk, from a fresh chunk map."""
+        self._fresh()
+        return [self._workers[h] for h in self._home.tolist()]
+
     def by_home(self, indices=None) -> dict[str, list[int]]:
         """Home worker -> chunk indices (all chunks, or ``indices``) homed there."""
         self._fresh()

@@ -18,7 +18,6 @@ from dgvm import config, dashboard, streams, transfer
 from dgvm.chunk_grid import block_nbytes
 from dgvm.errors import InvalidAddress, OutOfDeviceMemory
 from dgvm.gvat import GVAT, migration
-from dgvm.kernels.launch import REPORT
 from dgvm.records import DeviceProfile
 
 logger = logging.getLogger("dgvm.scheduler")
@@ -63,11 +62,12 @@ class GVATPlugin(SchedulerPlugin):
     async def start(self, scheduler):
         self.scheduler = scheduler
         scheduler.handlers.update(self.handlers())
-        scheduler.stream_handlers[REPORT] = self._launched_stream
+        scheduler.stream_handlers[streams.REPORT] = self._launched_stream
         scheduler.extensions["dgvm"] = self
         for address in scheduler.workers:
             self.add_worker(scheduler, address)
-        streams.tune_scheduler_comms(scheduler)
+        for stream in scheduler.client_comms.values():  # workers: by add_worker above
+            streams.tune(stream)
         dashboard.install(scheduler, self)  # pages, JSON API, Prometheus (dgvm/dashboard)
 
     async def close(self):
@@ -82,7 +82,7 @@ class GVATPlugin(SchedulerPlugin):
     def add_client(self, scheduler, client: str):
         # Dask makes the stream to a client after this hook, before it next yields to
         # the loop: tuned on the loop's next turn.
-        scheduler.loop.add_callback(streams.tune_scheduler_comms, scheduler, client)
+        scheduler.loop.add_callback(lambda: streams.tune(scheduler.client_comms.get(client)))
 
     def remove_worker(self, scheduler, worker: str, **kwargs):
         rec = self.gvat.inventory.remove(worker)

@@ -18,6 +18,10 @@ from dask.utils import parse_timedelta
 
 from dgvm import config
 
+# The message of a task's report to the GVAT, on the worker's stream (dgvm.kernels.launch
+# sends it, the GVAT plugin handles it).
+REPORT = "dgvm-launched"
+
 
 def interval() -> float | None:
     """The configured hold in seconds, or None to keep Dask's."""
@@ -30,12 +34,3 @@ def tune(stream) -> None:
     seconds = interval()
     if stream is not None and seconds is not None:
         stream.interval = seconds
-
-
-def tune_scheduler_comms(scheduler, client: str | None = None) -> None:
-    """The scheduler's streams to every worker and client (or to one ``client``)."""
-    if client is not None:
-        tune(scheduler.client_comms.get(client))
-        return
-    for stream in [*scheduler.stream_comms.values(), *scheduler.client_comms.values()]:
-        tune(stream)

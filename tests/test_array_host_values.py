@@ -30,6 +30,15 @@ def test_a_reduction_stores_nothing_and_reads_back_without_a_request(case):
     assert float(s) == pytest.approx(h.sum(), rel=1e-12)
     np.testing.assert_allclose(dnp.asnumpy(m), h.mean(axis=0), rtol=1e-12)
     assert s.wait() is s and n_allocations(case) == before
+    # reducing a host value again runs on the caller: it stays there
+    assert float(m.max()) == pytest.approx(h.mean(axis=0).max(), rel=1e-12)
+    assert host_value(m) is not None and n_allocations(case) == before
+    # a tree over a computed array that was freed fails where it is written
+    b = x * 2
+    b.wait()
+    b.free()
+    with pytest.raises(dgvm.InvalidAddress, match="freed"):
+        b + 1
 
 
 def test_scalar_results_enter_trees_as_constants(case):

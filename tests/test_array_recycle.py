@@ -66,3 +66,35 @@ def test_kept_allocations_give_way_to_an_allocation_that_needs_the_room(case):
     z = dnp.zeros((n,), chunks=-(-n // 16))
     assert float(z.sum()) == 0.0
     assert len(dgvm.table(client=case.client)) == 2
+
+
+@dgvm.kernel
+def _fails_on_three(x, out):
+    from numba import cuda
+
+    i = cuda.grid(1)
+    if i < out.size:
+        if x[i] == 3:
+            raise ValueError("3 is bad")
+        out[i] = x[i]
+
+
+def test_a_failed_reader_of_a_released_result_does_not_fail_its_successor(case):
+    if case.backend == "cuda":
+        pytest.skip("GPU kernels raise only when compiled with debug=True")
+    x = dnp.from_numpy(np.arange(10.0), chunks=5)
+    y = x + 0.0
+    y.wait()
+    first = y.alloc_id
+    w = dnp.zeros(10, chunks=5, colocate=x)
+    dgvm.launch(_fails_on_three, y, out=w)  # reads y, fails
+    with pytest.raises(dgvm.KernelError):
+        w.wait()
+    del y
+    gc.collect()
+    z = x * 3.0  # takes y's allocation over, not its reader's failure
+    np.testing.assert_array_equal(dnp.asnumpy(z), np.arange(10.0) * 3)
+    assert z.alloc_id == first
+    w._pending.writes = []  # the failure was seen
+    for a in (x, w, z):  # the KernelError's traceback keeps this frame's arrays alive
+        a.free()

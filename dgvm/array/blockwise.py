@@ -16,8 +16,9 @@ import numpy as np
 
 from dgvm import chunk_grid
 from dgvm.array import fused
+from dgvm.array.deferred import host_value
 from dgvm.kernels.access import Access, ArraySpec
-from dgvm.kernels.launch import dispatch, report, unfinished
+from dgvm.kernels.launch import dispatch, unfinished, write_chunks
 
 
 def run(op, out, inputs, name: str) -> None:
@@ -36,25 +37,22 @@ def chunk_bounds(spec: ArraySpec, k: int) -> tuple[list[int], list[int]]:
 
 def _blockwise_here(op, out: ArraySpec, specs, indices, deps):
     access = Access.here()
-    backend = access.store.backend
-    xp = backend.xp
+    xp = access.store.backend.xp
 
     def read(i, lo, hi):
         return access.read(specs[i], lo, hi, xp)
 
-    for k in indices:
+    # Ops that can write in place (elementwise, assignment) skip the temporary.
+    into = getattr(op, "block_into", None)
+
+    def per_chunk(k):
         lo, hi = chunk_bounds(out, k)
-        with access.output_chunk():
-            target = access.chunk(out, k)
-            # Ops that can write in place (elementwise, assignment) skip the temporary.
-            into = getattr(op, "block_into", None)
-            if not (into and access.store.is_home(out.alloc_id, k) and into(read, lo, hi, xp, target)):
-                access.put_result(out, k, target, op.block(read, lo, hi, xp))
-    # Once per task, not per chunk: the device runs one chunk while the next is queued
-    # (one stream: a buffer freed meanwhile is reused only after the work queued on it).
-    backend.synchronize()
-    report(out, indices, access)
-    return len(indices)
+        target = access.chunk(out, k)
+        if not (into and access.store.is_home(out.alloc_id, k) and into(read, lo, hi, xp, target)):
+            access.put_result(out, k, target, op.block(read, lo, hi, xp))
+
+    # An op's own errors (NumPy's, CuPy's) come back as they are.
+    return write_chunks(access, out, indices, f"operation {type(op).__name__}", per_chunk, kernel_errors=False)
 
 
 def collect(op, x, name: str) -> dict[tuple, object]:
@@ -68,6 +66,8 @@ def collect(op, x, name: str) -> dict[tuple, object]:
     first element lives), so ``(x + x.T).sum()`` and ``x[::3].sum()`` store nothing."""
     from dgvm.array.elementwise import Elementwise, result_placement
 
+    if host_value(x) is not None:  # its values are here: no task, nothing stored
+        return _collect_on_caller(op, x)
     d = x._deferred
     where = d and result_placement(x, d)
     if where is not None:
@@ -96,16 +96,34 @@ def collect(op, x, name: str) -> dict[tuple, object]:
     return out
 
 
+def _collect_on_caller(op, x) -> dict[tuple, object]:
+    value = host_value(x)
+    out = {}
+    for k, sl in enumerate(chunk_grid.block_slices(x.chunks)):
+        lo, hi = [s.start for s in sl], [s.stop for s in sl]
+        out[chunk_grid.block_index(k, x.numblocks)] = op.partial(value[sl], lo, hi, np)
+    return out
+
+
+def chunk_homes(where) -> list[str] | None:
+    """The home of each chunk of a result placed by ``where`` (a ``colocate=`` value): a
+    DArray of the same chunks, or ``(source, picks)`` (chunk k goes to the home of source
+    chunk picks[k]); None for the other forms (an allocation id, a buffer)."""
+    source, picks = where if isinstance(where, tuple) else (where, None)
+    alloc = getattr(source, "alloc", None)
+    if alloc is None:
+        return None
+    homes = alloc.homes()
+    return homes if picks is None else [homes[int(p)] for p in picks]
+
+
 def _homes_of(where) -> dict[str, list[int]]:
-    """Worker -> chunk indices, for ``result_placement``'s answer: a DArray of the same
-    chunks, or ``(source, picks)`` (chunk k goes to the home of source chunk picks[k])."""
+    """Worker -> chunk indices, for ``result_placement``'s answer."""
     if not isinstance(where, tuple):
-        return where.alloc.by_home()
-    source, picks = where
-    home = {k: w for w, ks in source.alloc.by_home().items() for k in ks}
+        return where.alloc.by_home()  # grouped once per chunk map
     out: dict[str, list[int]] = {}
-    for k, p in enumerate(picks):
-        out.setdefault(home[p], []).append(k)
+    for k, w in enumerate(chunk_homes(where)):
+        out.setdefault(w, []).append(k)
     return out
 
 
@@ -145,22 +163,26 @@ def _collect_tree_here(op, tree, dtype, specs, grid: ArraySpec, indices, deps):
     def read(i, lo, hi):
         return access.read(specs[i], lo, hi, xp)
 
+    reduction = getattr(op, "reduction", None)  # (fn, axes, dtype) a fused kernel can end with
     out = {}
     for k in indices:
         lo, hi = chunk_bounds(grid, k)
         with access.output_chunk():
             shape = [h - l for l, h in zip(lo, hi)]
-            reduction = getattr(op, "reduction", None)  # (fn, axes, dtype) a kernel can end with
-            if reduction is not None:
-                partial = fused.reduce_tree(tree.expr, tree.leaves(read, lo, hi, xp), xp, *reduction, shape)
-                if partial is not None:  # one pass: the tree's values are never stored
-                    out[chunk_grid.block_index(k, grid.grid)] = partial
-                    continue
-            scratch = access.scratch(shape, dtype)
-            value = scratch if tree.block_into(read, lo, hi, xp, scratch) else tree.block(read, lo, hi, xp)
-            # A partial may be a view of the chunk (a head, a slice): copied off the scratch
-            # before the next chunk overwrites it.
-            out[chunk_grid.block_index(k, grid.grid)] = _small_or_host(_detached(op.partial(value, lo, hi, xp), scratch, xp))
+            leaves = tree.leaves(read, lo, hi, xp)
+            # One pass where it can: the tree's values are never stored.
+            partial = reduction and fused.reduce_tree(tree.expr, leaves, xp, *reduction, shape)
+            if partial is None:
+                scratch = access.scratch(shape, dtype)
+                if tree.writes_into(scratch):
+                    tree.leaves_into(leaves, xp, scratch)
+                    value = scratch
+                else:
+                    value = tree.value(leaves, xp)
+                # A partial may be a view of the chunk (a head, a slice): copied off the
+                # scratch before the next chunk overwrites it.
+                partial = _detached(op.partial(value, lo, hi, xp), scratch, xp)
+            out[chunk_grid.block_index(k, grid.grid)] = _small_or_host(partial)
     return {b: _host(v) for b, v in out.items()}
 
 

@@ -13,9 +13,10 @@ import numpy as np
 
 from dgvm import chunk_grid
 from dgvm.allocation import Allocation
-from dgvm.array import blockwise
+from dgvm.array import blockwise, recycle
 from dgvm.array.darray import DArray
 from dgvm.buffer import placement_request
+from dgvm.errors import OutOfDeviceMemory
 
 
 def _client(client=None):
@@ -79,16 +80,14 @@ def empty(shape, dtype=None, chunks="auto", placement=None, colocate=None, clien
 def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zero=True) -> Allocation:
     """The GVAT allocation for an array of this shape, dtype and chunk grid (zero-filled
     unless ``zero=False``: for results whose every element the next task writes)."""
-    from dgvm.array import recycle
-    from dgvm.errors import OutOfDeviceMemory
-
     client = _client(client)
-    homes = None if zero or colocate is None else _homes_near(colocate)
-    if homes is not None:
-        kept = recycle.take(client, shape, np.dtype(dtype), grid, homes)
-        if kept is not None:  # a released array's allocation, after the tasks that used it
-            alloc, alloc.after = kept
-            return alloc
+    # An operation's result (written whole by its task, placed by its inputs) may take
+    # over a released one's allocation, and be reused once released; not host data.
+    reusable = not zero and colocate is not None
+    kept = recycle.take(client, shape, np.dtype(dtype), grid, colocate) if reusable else None
+    if kept is not None:  # ordered after the tasks still running on it
+        alloc, alloc.after = kept
+        return alloc
 
     def create():
         return Allocation.create(
@@ -105,21 +104,8 @@ def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zer
 
         settle_releases()  # the kept allocations are freed: room, perhaps
         alloc = create()
-    # An operation's result (written whole by its task, placed by its inputs) may be
-    # reused once released; arrays made from host data are not kept.
-    alloc.reusable = homes is not None
+    alloc.reusable = reusable
     return alloc
-
-
-def _homes_near(colocate) -> list[str] | None:
-    """The homes a colocated result's chunks get: those of the array's chunks, or of
-    chunks ``picks`` for ``(array, picks)``; None for other forms."""
-    if isinstance(colocate, tuple):
-        source, picks = colocate
-        alloc = getattr(source, "alloc", None)
-        return None if alloc is None else [alloc.home(int(p)) for p in picks]
-    alloc = getattr(colocate, "alloc", None)
-    return None if alloc is None else [alloc.home(k) for k in range(alloc.nchunks)]
 
 
 def zeros(shape, dtype=None, chunks="auto", placement=None, colocate=None, client=None,
@@ -356,12 +342,9 @@ def from_dask(d, chunks=None) -> DArray:
 
 def _block_from_store(spec, k: int):
     """A task: chunk ``k`` of an array as a new array of the worker's kind."""
-    from distributed import get_worker
-
     from dgvm.kernels.access import Access
 
-    w = get_worker()
-    access = Access(w, w.extensions["dgvm"])
+    access = Access.here()
     with access.output_chunk():
         return access.chunk(spec, k).copy()
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from dgvm import chunk_grid, progress
 from dgvm.allocation import Allocation
+from dgvm.array.deferred import host_value
 from dgvm.array.lifecycle import Pending, release_when_unreachable
 from dgvm.array.operators import ArrayMethods, ArrayOperators
 
@@ -48,7 +49,7 @@ class DArray(ArrayOperators, ArrayMethods):
         # read it: the next launch orders itself after them (see dgvm.kernels.launch).
         self._pending_state = Pending()
         # A reused allocation (dgvm.array.recycle): the tasks that still use it go first.
-        self._pending_state.writes = list(getattr(alloc, "after", None) or [])
+        self._pending_state.writes = list(alloc.after or [])
         alloc.after = None
         release_when_unreachable(self, alloc, self._pending_state)
         live_arrays[id(self)] = self
@@ -69,7 +70,7 @@ class DArray(ArrayOperators, ArrayMethods):
         """The Dask client of the array's cluster (known without computing a deferred array)."""
         d = self._deferred
         if self._alloc is None and d is not None:
-            return d.client if d.host is not None else d.inputs[0].client
+            return d.client or d.inputs[0].client  # a host value has no inputs
         return self.alloc.client
 
     @property
@@ -160,7 +161,7 @@ class DArray(ArrayOperators, ArrayMethods):
         """Block until every launch writing this array has finished."""
         from dgvm.kernels.launch import settle
 
-        if self._alloc is None and self._deferred is not None and self._deferred.host is not None:
+        if host_value(self) is not None:
             return self  # its values are on the caller already
         settle(self._pending.writes)
         return self
@@ -285,8 +286,8 @@ class DArray(ArrayOperators, ArrayMethods):
         return dlpack_device(self)
 
     def to_numpy(self) -> np.ndarray:
-        if self._alloc is None and self._deferred is not None and self._deferred.host is not None:
-            return self._deferred.host.copy()
+        if host_value(self) is not None:
+            return host_value(self).copy()
         self.wait()
         out = np.empty(self.shape, dtype=self.dtype)
         slices = chunk_grid.block_slices(self.chunks)

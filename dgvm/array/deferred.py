@@ -61,9 +61,15 @@ def on_caller(value, client, name: str = "value"):
 
     value = np.asarray(value)
     out = DArray(None, value.shape, value.dtype, chunk_grid.normalize("auto", value.shape, value.dtype))
-    expr = ("const", value[()]) if value.ndim == 0 else ("host",)
-    defer(out, Deferred(expr, [], name, host=value, client=client))
+    hold(out, value, client, name)
     return out
+
+
+def hold(x, value: np.ndarray, client, name: str = "value") -> None:
+    """Make ``x`` (a DArray without memory, of ``value``'s shape) a host value."""
+    undefer(x)
+    expr = ("const", value[()]) if value.ndim == 0 else ("host",)
+    defer(x, Deferred(expr, [], name, host=value, client=client))
 
 
 def host_value(a) -> np.ndarray | None:
@@ -86,8 +92,7 @@ def view(x, v, name: str):
     from dgvm.array.darray import DArray
 
     d = x._deferred
-    if d is None and x._alloc is not None:
-        x._alloc._check_live()  # a view of a freed array fails here, not at first use
+    check_usable(x)  # a view of a freed array fails here, not at first use
     if d is not None and d.expr[0] == "in":
         inner = d.views[d.expr[1]]
         x = d.inputs[d.expr[1]]
@@ -97,6 +102,12 @@ def view(x, v, name: str):
     out = DArray(None, v.shape, x.dtype, v.chunks)
     defer(out, Deferred(("in", 0), [x], name, [v]))
     return out
+
+
+def check_usable(a) -> None:
+    """Raise now if ``a`` was freed (computed or not): trees must not read it later."""
+    if a._deferred is None:
+        a.alloc._check_live()  # DArray.alloc raises for one freed before it was computed
 
 
 def nodes(expr) -> int:
@@ -119,8 +130,7 @@ def leaf(a, inputs: list, views: list):
     tree (its leaves renumbered into ``inputs``/``views``) while small enough, else a
     leaf for the real array (materializing ``a`` first if it is deferred)."""
     d = a._deferred
-    if d is None and a._alloc is None:
-        a.alloc  # freed before it was computed: raises now, not when the tree runs
+    check_usable(a)  # a freed input raises now, not when the tree runs
     if d is not None and (d.host is None or a.ndim == 0):  # an n-d host value is stored first
         fresh = sum(
             1 for b, v in zip(d.inputs, d.views)

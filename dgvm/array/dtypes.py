@@ -37,6 +37,10 @@ default_complex = complex128
 
 
 def dtype_of(x) -> np.dtype:
+    """The dtype of an array or scalar, or ``x`` itself as a dtype (a dtype, its name, a
+    scalar type such as ``np.float32``, whose ``dtype`` is a class attribute)."""
+    if isinstance(x, (type, np.dtype, str)):
+        return np.dtype(x)
     d = getattr(x, "dtype", None)
     return np.dtype(d) if d is not None else np.asarray(x).dtype
 
@@ -58,23 +62,21 @@ def result_type(*arrays_and_dtypes) -> np.dtype:
     for a in arrays_and_dtypes:
         if isinstance(a, (int, float, complex)) and not isinstance(a, np.generic):
             args.append(a)  # weak, as NumPy 2 treats Python scalars
-        elif hasattr(a, "dtype"):
-            args.append(np.dtype(a.dtype))
         else:
-            args.append(np.dtype(a))
+            args.append(dtype_of(a))
     return np.result_type(*args)
 
 
 def can_cast(from_, to) -> builtins.bool:
-    return np.can_cast(dtype_of(from_) if hasattr(from_, "dtype") else np.dtype(from_), np.dtype(to))
+    return np.can_cast(dtype_of(from_), dtype_of(to))
 
 
 def finfo(type_):
-    return np.finfo(dtype_of(type_) if hasattr(type_, "dtype") else type_)
+    return np.finfo(dtype_of(type_))
 
 
 def iinfo(type_):
-    return np.iinfo(dtype_of(type_) if hasattr(type_, "dtype") else type_)
+    return np.iinfo(dtype_of(type_))
 
 
 def isdtype(dtype, kind) -> builtins.bool:

@@ -106,34 +106,41 @@ class Elementwise:
         return out
 
     def block(self, read, lo, hi, xp):
-        return self._value(self.leaves(read, lo, hi, xp), xp)
+        return self.value(self.leaves(read, lo, hi, xp), xp)
 
     def block_into(self, read, lo, hi, xp, target) -> bool:
-        """Write the chunk straight into ``target`` (no temporary): the whole tree in one
-        pass (``dgvm.array.fused``), else its last operation as a ufunc with ``out=``.
-        False when neither applies (the caller then copies ``block``'s value in)."""
+        """Write the chunk straight into ``target`` (no temporary); False when the tree
+        cannot (the caller then copies ``block``'s value in)."""
+        if not self.writes_into(target):
+            return False
+        self.leaves_into(self.leaves(read, lo, hi, xp), xp, target)
+        return True
+
+    def writes_into(self, target) -> bool:
+        """Whether ``leaves_into`` can write this tree into ``target``."""
+        kind, *rest = self.expr
+        return kind == "in" or (kind == "call" and np.dtype(rest[2]) == target.dtype)
+
+    def leaves_into(self, leaves, xp, target) -> None:
+        """The tree's value over ``leaves`` written into ``target``: the whole tree in one
+        pass (``dgvm.array.fused``), else its last operation as a ufunc with ``out=``."""
         kind, *rest = self.expr
         if kind == "in":  # a leaf alone (``x.T`` computed): one copy into the chunk
-            target[...] = self.leaves(read, lo, hi, xp)[rest[0]]
-            return True
-        if kind != "call" or np.dtype(rest[2]) != target.dtype:
-            return False
-        leaves = self.leaves(read, lo, hi, xp)
+            target[...] = leaves[rest[0]]
+            return
         if fused.run_into(self.expr, leaves, xp, target):
-            return True
-        if rest[0] in ("where", "clip", "astype") or rest[0].startswith("logical_"):
-            target[...] = self._value(leaves, xp)
-            return True
+            return
         ufunc = getattr(xp, CLASSIC.get(rest[0], rest[0]), None)
-        if ufunc is None or not hasattr(ufunc, "nin"):
-            target[...] = self._value(leaves, xp)
-            return True
+        special = rest[0] in ("where", "clip", "astype") or rest[0].startswith("logical_")
+        if special or ufunc is None or not hasattr(ufunc, "nin"):
+            target[...] = self.value(leaves, xp)
+            return
         with np.errstate(all="ignore"):
             args = [evaluate(a, leaves, xp) for a in rest[1]]
             ufunc(*args, out=target)
-        return True
 
-    def _value(self, leaves, xp):
+    def value(self, leaves, xp):
+        """The tree's value over ``leaves`` (a new array, or a leaf itself)."""
         with np.errstate(all="ignore"):
             return evaluate(self.expr, leaves, xp)
 
@@ -224,50 +231,45 @@ def _on_caller(name, args, dtype, out, client) -> DArray:
         value = np.asarray(_call(np, name, values)).astype(dtype if out is None else out.dtype)
     if out is None:
         return deferred.on_caller(value, client, name)
-    deferred.undefer(out)
-    deferred.defer(out, deferred.Deferred(("const", value[()]) if value.ndim == 0 else ("host",),
-                                          [], name, host=value, client=client))
+    deferred.hold(out, value, client, name)
     return out
 
 
 def materialize(x: DArray) -> None:
     """Compute a deferred DArray: allocate it (colocated with a leaf of its shape and
     chunks) and run its whole tree in one pass, one task per worker; a host value is
-    written from the caller."""
+    written from the caller. Not zero-filled: every element is written next."""
     from dgvm.array.creation import allocate
 
     d = x._deferred
     if d.host is not None:
-        return _store_host_value(x, d)
+        alloc = allocate(x.shape, x.dtype, x.chunks, client=d.client, zero=False)
+        _fill(x, d, alloc, lambda: x.write_blocks(d.host))
+        return
     op = Elementwise.of(d.expr, d.inputs, d.views, x.shape)
     for a in d.inputs:
-        a.alloc  # an input freed meanwhile raises here, before anything is allocated
-    # Not zero-filled: the pass writes every element (one write pass over memory less).
+        deferred.check_usable(a)  # freed meanwhile: raises before anything is allocated
     alloc = allocate(x.shape, x.dtype, x.chunks, colocate=result_placement(x, d), client=x.client, zero=False)
-    deferred.undefer(x)
-    x._adopt(alloc)
     name = d.name if d.nodes == 1 else f"fused{d.nodes}-{d.name}"
-    try:
-        blockwise.run(op, x, d.inputs, name)
-    except BaseException:
-        # Nothing half-made: the memory goes back and x is deferred again.
-        x._alloc = None
-        alloc.free()
-        deferred.defer(x, d)
-        raise
+    _fill(x, d, alloc, lambda: blockwise.run(op, x, d.inputs, name))
 
 
-def _store_host_value(x: DArray, d) -> None:
-    from dgvm.array.creation import allocate
+def _fill(x: DArray, d, alloc, write) -> None:
+    """``x`` takes ``alloc`` and ``write()`` fills it. Nothing half-made: on failure the
+    memory goes back and ``x`` is deferred again."""
+    from dgvm.array.lifecycle import free_later
 
-    alloc = allocate(x.shape, x.dtype, x.chunks, client=d.client, zero=False)  # all written next
     deferred.undefer(x)
     x._adopt(alloc)
     try:
-        x.write_blocks(d.host)
+        write()
     except BaseException:
         x._alloc = None
-        alloc.free()
+        after = x._pending_state.writes  # a reused allocation: tasks may still run on it
+        if after:
+            free_later(alloc, after)
+        else:
+            alloc.free()
         deferred.defer(x, d)
         raise
 

@@ -69,6 +69,20 @@ _why: dict = {}  # tree key -> why the last way dropped failed
 _lock = threading.Lock()
 
 
+def _ways(key, build) -> list:
+    """The cached ways (kernels) of a tree, built on first use; a long-lived worker
+    forgets the oldest tree past ``MAX_KERNELS``."""
+    with _lock:
+        ways = _kernels.get(key)
+        if ways is None:
+            if len(_kernels) >= MAX_KERNELS:
+                oldest = next(iter(_kernels))
+                _kernels.pop(oldest)
+                _why.pop(oldest, None)
+            ways = _kernels[key] = build()
+        return ways
+
+
 def _strip(expr, scalars: list):
     """The tree with each Python scalar replaced by ``("arg", j)`` (kernel argument j)."""
     kind = expr[0]
@@ -129,15 +143,9 @@ def _cupy(expr, leaves, target) -> bool:
     scalars: list = []
     tree = _strip(expr, scalars)
     key = (tree, tuple((a.dtype.str, a.ndim) for a in leaves), target.dtype.str, target.ndim)
-    with _lock:
-        ways = _kernels.get(key)
-        if ways is None:  # try in place first; each way that fails to trace is dropped
-            if len(_kernels) >= MAX_KERNELS:  # a long-lived worker: forget the oldest tree
-                oldest = next(iter(_kernels))
-                _kernels.pop(oldest)
-                _why.pop(oldest, None)
-            ways = _kernels[key] = [(True, _build(tree, len(leaves), len(scalars), True)),
-                                    (False, _build(tree, len(leaves), len(scalars), False))]
+    # In place first; each way that fails to trace is dropped.
+    ways = _ways(key, lambda: [(True, _build(tree, len(leaves), len(scalars), True)),
+                               (False, _build(tree, len(leaves), len(scalars), False))])
     for into, fused in list(ways):
         try:
             if into:
@@ -172,20 +180,12 @@ def reduce_tree(expr, leaves: list, xp, fn: str, axes: tuple, dtype, shape):
     leaves = _flat(leaves, shape) if len(shape) > 1 else leaves
     if leaves is None or not all(a.flags.c_contiguous for a in leaves):
         return None
-    axis = None
     scalars: list = []
     tree = _strip(expr, scalars)
     dtype = None if dtype is None else np.dtype(dtype)
-    key = ("reduce", fn, axis, None if dtype is None else dtype.str, tree,
+    key = ("reduce", fn, None if dtype is None else dtype.str, tree,
            tuple((a.dtype.str, a.ndim) for a in leaves))
-    with _lock:
-        ways = _kernels.get(key)
-        if ways is None:
-            if len(_kernels) >= MAX_KERNELS:
-                oldest = next(iter(_kernels))
-                _kernels.pop(oldest)
-                _why.pop(oldest, None)
-            ways = _kernels[key] = [(True, _build_reduce(tree, len(leaves), len(scalars), fn, axis, dtype))]
+    ways = _ways(key, lambda: [(True, _build_reduce(tree, len(leaves), len(scalars), fn, dtype))])
     if not ways:
         return None
     fused = ways[0][1]
@@ -197,10 +197,10 @@ def reduce_tree(expr, leaves: list, xp, fn: str, axes: tuple, dtype, shape):
             _why[key] = f"{type(e).__name__}: {e}"
             ways.clear()
         return None
-    return value.reshape([1 if a in axes else n for a, n in enumerate(shape)])
+    return value.reshape((1,) * len(shape))  # keepdims over every axis
 
 
-def _build_reduce(tree, nleaves: int, nscalars: int, fn: str, axis, dtype):
+def _build_reduce(tree, nleaves: int, nscalars: int, fn: str, dtype):
     import cupy
 
     reducer = getattr(cupy, REDUCERS[fn])
@@ -209,7 +209,7 @@ def _build_reduce(tree, nleaves: int, nscalars: int, fn: str, axis, dtype):
         value = _trace(tree, params[:nleaves], params[nleaves:], cupy)
         if dtype is not None and value.dtype != dtype:
             value = value.astype(dtype)
-        return reducer(value, axis=axis)
+        return reducer(value)
 
     return cupy.fuse(kernel_name=f"dgvm_fused_{fn}")(kernel)
 

@@ -8,6 +8,8 @@ distribute raises a ``TypeError`` naming it: never a silent gather to one place
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 # NumPy ufunc names that differ from the array API's.
@@ -139,8 +141,9 @@ def array_function(func, types, args, kwargs):
 def dlpack(x, *, stream=None, max_version=None, dl_device=None, copy=None):
     """DLPack export of a single-chunk array (its one chunk, gathered to the caller as a
     NumPy array when ``copy`` allows): a DArray of several chunks is not one buffer."""
-    if x.alloc.nchunks != 1:
-        raise BufferError(f"__dlpack__ needs a single-chunk DArray; this one has {x.alloc.nchunks} chunks")
+    nchunks = math.prod(x.numblocks)  # known without storing a deferred x
+    if nchunks != 1:
+        raise BufferError(f"__dlpack__ needs a single-chunk DArray; this one has {nchunks} chunks")
     if copy is False:
         raise BufferError("__dlpack__(copy=False): the chunk lives on a worker, not in this process")
     return x.to_numpy().__dlpack__()

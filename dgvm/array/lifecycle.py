@@ -24,7 +24,8 @@ class Pending:
         self.reads: list = []
 
 
-_lock = threading.Lock()
+# Reentrant: a finalizer may run (a garbage collection) while this thread holds it.
+_lock = threading.RLock()
 _in_flight = 0
 _idle = threading.Condition(_lock)
 _exiting = False
@@ -48,14 +49,15 @@ def _release(alloc, pending: Pending, shape, dtype, chunks) -> None:
     if alloc.freed or _exiting:
         return
     alloc.freed = True
-    client = alloc.client
-    if client.status not in ("running", "connecting", "newly-created"):
-        return
     futures = pending.writes + pending.reads
     pending.writes, pending.reads = [], []
     # Kept for the next result of this layout (dgvm.array.recycle), or freed.
-    if not recycle.offer(alloc, shape, dtype, chunks, futures):
+    if not _running(alloc.client) or not recycle.offer(alloc, shape, dtype, chunks, futures):
         free_later(alloc, futures)
+
+
+def _running(client) -> bool:
+    return client.status in ("running", "connecting", "newly-created")
 
 
 def free_later(alloc, futures) -> None:
@@ -63,8 +65,8 @@ def free_later(alloc, futures) -> None:
     global _in_flight
     alloc.freed = True
     client = alloc.client
-    if client.status not in ("running", "connecting", "newly-created"):
-        return
+    if not _running(client):
+        return  # the cluster frees a closed client's memory itself
     with _lock:
         _in_flight += 1
     client.loop.add_callback(_free_later, client, alloc.alloc_id, alloc.owner, futures)

@@ -94,8 +94,10 @@ def tensordot(x1, x2, /, *, axes=2) -> DArray:
     else:
         a1, a2 = ([axes[0]] if isinstance(axes[0], int) else list(axes[0]),
                   [axes[1]] if isinstance(axes[1], int) else list(axes[1]))
-    a1 = [a % x1.ndim for a in a1]
-    a2 = [a % x2.ndim for a in a2]
+    a1 = list(normalize_axis(tuple(a1), x1.ndim, sort=False))
+    a2 = list(normalize_axis(tuple(a2), x2.ndim, sort=False))
+    if len(a1) != len(a2):
+        raise ValueError(f"tensordot: {len(a1)} axes of x1 against {len(a2)} axes of x2")
     for i, j in zip(a1, a2):
         if x1.shape[i] != x2.shape[j]:
             raise ValueError(f"tensordot: axis {i} of x1 ({x1.shape[i]}) and axis {j} of x2 ({x2.shape[j]}) differ")
@@ -104,8 +106,9 @@ def tensordot(x1, x2, /, *, axes=2) -> DArray:
     m = int(np.prod([x1.shape[a] for a in free1], dtype=np.int64))
     n = int(np.prod([x2.shape[a] for a in free2], dtype=np.int64))
     k = int(np.prod([x1.shape[a] for a in a1], dtype=np.int64))
-    left = reshape(permute_dims(x1, free1 + a1), (m, k))
-    right = reshape(permute_dims(x2, a2 + free2), (k, n))
+    # permute_dims copies even in the identity order: skipped then
+    left = reshape(x1 if free1 + a1 == list(range(x1.ndim)) else permute_dims(x1, free1 + a1), (m, k))
+    right = reshape(x2 if a2 + free2 == list(range(x2.ndim)) else permute_dims(x2, a2 + free2), (k, n))
     out = matmul(left, right)
     return reshape(out, tuple(x1.shape[a] for a in free1) + tuple(x2.shape[a] for a in free2))
 

@@ -89,7 +89,7 @@ def _axis_map(x: DArray, src: tuple, name: str) -> DArray:
 
 def permute_dims(x, /, axes) -> DArray:
     """``x`` with its axes in the order ``axes``."""
-    axes = tuple(int(a) % builtins.max(x.ndim, 1) for a in axes)
+    axes = normalize_axis(tuple(axes), x.ndim, sort=False)
     if sorted(axes) != list(range(x.ndim)):
         raise ValueError(f"axes {axes} are not a permutation of the {x.ndim} axes of the array")
     if axes == tuple(range(x.ndim)):
@@ -114,8 +114,8 @@ def transpose(x, /, axes=None) -> DArray:
 
 
 def moveaxis(x, source, destination, /) -> DArray:
-    src = normalize_axis(source, x.ndim) if isinstance(source, int) else tuple(int(s) % x.ndim for s in source)
-    dst = normalize_axis(destination, x.ndim) if isinstance(destination, int) else tuple(int(d) % x.ndim for d in destination)
+    src = normalize_axis(source, x.ndim, sort=False)
+    dst = normalize_axis(destination, x.ndim, sort=False)
     if len(src) != len(dst):
         raise ValueError(f"moveaxis: {len(src)} source axes but {len(dst)} destinations")
     order = [a for a in range(x.ndim) if a not in src]

@@ -78,6 +78,7 @@ class ArrayOperators:
 
         result = matmul(self, other)
         if result.shape != self.shape:
+            result.free()  # nothing left behind
             raise ValueError(f"in-place @ would change the shape {self.shape} to {result.shape}")
         self[...] = result
         return self

@@ -5,83 +5,119 @@ loop, a benchmark's repeated chain). Freeing the dropped array and allocating th
 are two GVAT requests on the critical path of every step. Instead, an allocation released
 because its array became unreachable is kept here if it held an operation's result
 (made colocated with its inputs, written whole by its task), with the futures of the
-tasks still using it; the next result of the same shape, dtype, chunks and homes whose every element
-its first task writes takes it over, ordered after those tasks (CuPy's memory pool does
-the same for device buffers; here it is whole GVAT allocations). The writer's report to
-the GVAT bumps the chunks' versions and drops their replicas, as for any write.
+tasks still running on it; the next result of the same shape, dtype, chunks and homes
+whose every element its first task writes takes it over, ordered after those tasks
+(CuPy's memory pool does the same for device buffers; here it is whole GVAT allocations).
+The writer's report to the GVAT bumps the chunks' versions and drops their replicas, as
+for any write.
 
 Bounded: at most ``MAX_KEPT`` allocations wait here, the oldest is freed first, an
 allocation refused for room frees them all and is tried again, and
 ``lifecycle.settle_releases`` (tests, shutdown) frees them. Explicit ``x.free()`` and
 ``with`` blocks always free at once.
+
+Releases come from finalizers, which may run in any thread, even inside this module
+during a garbage collection: ``offer`` only appends to a queue, and the callers that
+take or free (in the user's thread) move the queue into the pool first.
 """
 
 from __future__ import annotations
 
+import collections
 import threading
-from collections import OrderedDict
 
 MAX_KEPT = 4
 
 _lock = threading.Lock()
-# (client id, shape, dtype, chunks, homes) -> [(allocation, futures still using it)]
-_kept: "OrderedDict[tuple, list]" = OrderedDict()
+_offered: collections.deque = collections.deque()  # appends are atomic: safe anywhere
+# (client id, shape, dtype, chunks) -> [(homes, allocation, futures still running on it)]
+_kept: "collections.OrderedDict[tuple, list]" = collections.OrderedDict()
 
 
-def _key(client, shape, dtype, chunks, homes) -> tuple:
-    return (client.id, tuple(shape), str(dtype), tuple(map(tuple, chunks)), tuple(homes))
+def _key(client_id, shape, dtype, chunks) -> tuple:
+    return (client_id, tuple(shape), str(dtype), tuple(map(tuple, chunks)))
 
 
 def offer(alloc, shape, dtype, chunks, futures) -> bool:
     """Keep a released allocation for reuse; False if it is not kept (free it then)."""
-    if not getattr(alloc, "reusable", False):
+    if not alloc.reusable:
         return False
-    from dgvm.array.lifecycle import free_later
-
-    homes = [alloc.home(k) for k in range(alloc.nchunks)]
-    evicted = []
-    with _lock:
-        _kept.setdefault(_key(alloc.client, shape, dtype, chunks, homes), []).append((alloc, futures))
-        while sum(len(v) for v in _kept.values()) > MAX_KEPT:
-            key = next(iter(_kept))
-            evicted.append(_kept[key].pop(0))
-            if not _kept[key]:
-                del _kept[key]
-    for old, waits in evicted:
-        free_later(old, waits)
+    # Finished or failed tasks no longer touch the memory (and a failure must not pass
+    # to the array that takes it over).
+    _offered.append((alloc, shape, dtype, chunks, [f for f in futures if f.status == "pending"]))
     return True
 
 
-def take(client, shape, dtype, chunks, homes):
-    """A kept allocation of this layout and homes, and the futures its first task must
-    follow; None if there is none."""
-    with _lock:
-        entries = _kept.get(_key(client, shape, dtype, chunks, homes))
+def _settle_offers() -> list:
+    """Move the offered allocations into the pool (caller holds ``_lock``); returns the
+    entries to free: past ``MAX_KEPT``, or of a client that is gone."""
+    drop = []
+    while _offered:
+        alloc, shape, dtype, chunks, futures = _offered.popleft()
+        if alloc.client.status != "running":
+            drop.append((alloc, futures))
+            continue
+        homes = alloc.homes()
+        _kept.setdefault(_key(alloc.client.id, shape, dtype, chunks), []).append((homes, alloc, futures))
+    for key in [k for k, v in _kept.items() if v[0][1].client.status != "running"]:
+        drop.extend((alloc, futures) for _, alloc, futures in _kept.pop(key))  # a client gone
+    while sum(len(v) for v in _kept.values()) > MAX_KEPT:
+        key, entries = next(iter(_kept.items()))
+        _, alloc, futures = entries.pop(0)
+        drop.append((alloc, futures))
         if not entries:
-            return None
-        alloc, futures = entries.pop()
-        if not entries:
-            del _kept[_key(client, shape, dtype, chunks, homes)]
-    if alloc.stale:  # its chunks moved since: the homes asked for may not be its own now
-        alloc.freed = False
-        alloc.refresh()
-        if [alloc.home(k) for k in range(alloc.nchunks)] != list(homes):
-            alloc.freed = True
-            from dgvm.array.lifecycle import free_later
+            del _kept[key]
+    return drop
 
-            free_later(alloc, futures)
+
+def _free(entries) -> None:
+    from dgvm.array.lifecycle import free_later
+
+    for alloc, futures in entries:
+        free_later(alloc, futures)
+
+
+def take(client, shape, dtype, chunks, colocate):
+    """A kept allocation of this layout whose homes are those ``colocate`` gives, and the
+    futures its first task must follow; None if there is none."""
+    from dgvm.array.blockwise import chunk_homes
+
+    key = _key(client.id, shape, dtype, chunks)
+    with _lock:
+        drop = _settle_offers()
+        entries = _kept.get(key)
+    _free(drop)
+    if not entries:
+        return None
+    homes = chunk_homes(colocate)
+    with _lock:
+        entries = _kept.get(key, [])
+        for n, (kept_homes, alloc, futures) in enumerate(entries):
+            if kept_homes == homes:
+                del entries[n]
+                if not entries:
+                    del _kept[key]
+                break
+        else:
             return None
     alloc.freed = False
+    if alloc.stale:  # its chunks moved since: its homes may not be the ones asked for
+        try:
+            alloc.refresh()
+            moved = alloc.homes() != homes
+        except Exception:  # noqa: BLE001  (the GVAT no longer knows it: not reusable)
+            moved = True
+        if moved:
+            _free([(alloc, futures)])
+            return None
     return alloc, futures
 
 
 def flush(client=None) -> int:
     """Free every kept allocation (of ``client``, or all); returns how many."""
-    from dgvm.array.lifecycle import free_later
-
     with _lock:
+        drop = _settle_offers()
         keys = [k for k in _kept if client is None or k[0] == client.id]
-        entries = [e for k in keys for e in _kept.pop(k)]
-    for alloc, futures in entries:
-        free_later(alloc, futures)
-    return len(entries)
+        kept = [(alloc, futures) for k in keys for _, alloc, futures in _kept.pop(k)]
+    _free(drop + kept)
+    return len(kept)

@@ -19,8 +19,9 @@ from dgvm.array import blockwise
 from dgvm.array.darray import DArray
 
 
-def normalize_axis(axis, ndim: int) -> tuple[int, ...]:
-    """``axis`` (None, an int or a tuple) -> sorted tuple of non-negative axes."""
+def normalize_axis(axis, ndim: int, *, sort: bool = True) -> tuple[int, ...]:
+    """``axis`` (None, an int or a tuple) -> tuple of non-negative axes, sorted unless
+    ``sort=False``; AxisError for an axis out of range, ValueError for a repeated one."""
     if axis is None:
         return tuple(range(ndim))
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
@@ -31,7 +32,7 @@ def normalize_axis(axis, ndim: int) -> tuple[int, ...]:
         out.append(int(a) % builtins.max(ndim, 1))
     if len(set(out)) != len(out):
         raise ValueError(f"repeated axis in {axis}")
-    return tuple(sorted(out))
+    return tuple(sorted(out)) if sort else tuple(out)
 
 
 def _result(value, like: DArray) -> DArray:

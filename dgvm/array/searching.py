@@ -27,12 +27,6 @@ from dgvm.array.darray import DArray
 from dgvm.array.sorting import check_real, count_before, sort_key
 
 
-def _result(value, like: DArray) -> DArray:
-    from dgvm.array.creation import from_numpy
-
-    return from_numpy(np.asarray(value), client=like.client)
-
-
 # -- searchsorted ------------------------------------------------------------------------
 
 @dataclass
@@ -122,24 +116,15 @@ def searchsorted(x1, x2, /, *, side="left", sorter=None) -> DArray:
 
 # -- count_nonzero ------------------------------------------------------------------------
 
-@dataclass
-class _CountNonzero:
-    axes: tuple
-
-    def partial(self, chunk, lo, hi, xp):
-        return xp.sum(chunk != 0, axis=self.axes, keepdims=True, dtype=np.int64)
-
-
 def count_nonzero(x, /, *, axis=None, keepdims=False) -> DArray:
-    """How many elements of ``x`` are nonzero (True, NaN count), over ``axis``; int64."""
-    from dgvm.array.reductions import normalize_axis
+    """How many elements of ``x`` are nonzero (True, NaN count), over ``axis``; int64.
+    A sum of ``x != 0``: one fused pass over ``x``, the result kept on the caller."""
+    from dgvm.array.elementwise import apply
+    from dgvm.array.reductions import sum as total
 
     if not isinstance(x, DArray):
         raise TypeError(f"dgvm.array.count_nonzero expects a DArray, got {type(x).__name__}")
-    axes = normalize_axis(axis, x.ndim)
-    parts = blockwise.collect(_CountNonzero(axes), x, "count_nonzero")
-    whole = blockwise.assemble(parts, x.numblocks)
-    return _result(np.sum(whole, axis=axes, keepdims=keepdims, dtype=np.int64), x)
+    return total(apply("not_equal", x, 0), axis=axis, keepdims=keepdims, dtype=np.int64)
 
 
 # -- nonzero --------------------------------------------------------------------------------
@@ -161,6 +146,16 @@ class _Nonzero:
         base = int(self.firsts[s])
         found = xp.nonzero(region)[self.axis][lo[0] - base: hi[0] - base].astype(np.int64)
         return found + r0 if self.axis == 0 else found
+
+
+@dataclass
+class _CountNonzero:
+    """Partial: the nonzero elements of a chunk over ``axes``."""
+
+    axes: tuple
+
+    def partial(self, chunk, lo, hi, xp):
+        return xp.sum(chunk != 0, axis=self.axes, keepdims=True, dtype=np.int64)
 
 
 def nonzero(x, /) -> tuple[DArray, ...]:

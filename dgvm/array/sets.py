@@ -89,7 +89,6 @@ class _Inverse:
     starts: list
     ranges: dict  # block -> (first, last + 1) of the distinct values the chunk holds
     nan_ranks: dict  # block -> the entries of the chunk's NaNs (C order), or absent
-    shape: tuple
 
     def block(self, read, lo, hi, xp):
         block = block_of(self.starts, lo)
@@ -132,7 +131,7 @@ def _unique(x, name: str, inverse: bool):
     values = np.concatenate([values, np.full(len(nans), np.nan, x.dtype)])
     counts = np.concatenate([counts, np.ones(len(nans), np.int64)])
     firsts = np.concatenate([firsts, nans])
-    client = x.alloc.client
+    client = x.client  # a deferred x stays unstored
     result = from_numpy(values, client=client)
     if not inverse:
         return result, counts, firsts, None
@@ -148,14 +147,15 @@ def _unique(x, name: str, inverse: bool):
             nan_ranks[b] = len(distinct) + np.searchsorted(nans, parts[b][3])
     starts = [np.concatenate([[0], np.cumsum(c)]).astype(np.int64) for c in x.chunks]
     inv = empty(x.shape, np.int64, x.chunks, colocate=x, client=client)
-    blockwise.run(_Inverse(starts, ranges, nan_ranks, x.shape), inv, [x, result], f"{name}-inverse")
+    blockwise.run(_Inverse(starts, ranges, nan_ranks), inv, [x, result], f"{name}-inverse")
     return result, counts, firsts, inv
 
 
 def _array(a, like: DArray) -> DArray:
-    from dgvm.array.creation import from_numpy
+    # Combined here: kept on the caller until a cluster operation needs it.
+    from dgvm.array.deferred import on_caller
 
-    return from_numpy(a, client=like.client)
+    return on_caller(a, like.client)
 
 
 def unique_values(x, /) -> DArray:

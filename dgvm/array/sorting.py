@@ -410,8 +410,8 @@ def _sorted(x: DArray, axis: int, descending: bool, indices: bool, name: str) ->
 
     client = x.alloc.client
     dtype = np.dtype(np.int64) if indices else x.dtype
-    out = empty(x.shape, dtype, x.chunks, colocate=x, client=client)
     if x.numblocks[axis] == 1:
+        out = empty(x.shape, dtype, x.chunks, colocate=x, client=client)
         blockwise.run(_LocalSort(axis, descending, indices), out, [x], name)
         return out
     s = empty(x.shape, x.dtype, x.chunks, colocate=x, client=client)
@@ -424,6 +424,8 @@ def _sorted(x: DArray, axis: int, descending: bool, indices: bool, name: str) ->
         blockwise.run(_LocalSort(axis, descending, False), s, [x], f"{name}-local")
         inputs = [s]
     c = splits(s, axis, descending)
+    # Made once the splits are known: a failure before leaves no result allocated.
+    out = empty(x.shape, dtype, x.chunks, colocate=x, client=client)
     blockwise.run(_Merge(axis, descending, indices, _starts(x.chunks), c), out, inputs, name)
     return out  # the temporaries free themselves once the merge has read them
 

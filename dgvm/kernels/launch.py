@@ -16,6 +16,7 @@ from distributed import wait as dask_wait
 from distributed.protocol import to_serialize
 from distributed.utils import sync
 
+from dgvm import streams
 from dgvm.errors import DgvmError, KernelError
 from dgvm.kernels.access import Access, ArraySpec
 from dgvm.kernels.blocks import Blocks
@@ -110,10 +111,6 @@ def unfinished(futures) -> list:
     return [f for f in futures if f.status != "finished"]
 
 
-# The stream message of a task's report (dgvm.scheduler handles it).
-REPORT = "dgvm-launched"
-
-
 def report(out: ArraySpec, indices, access: Access) -> None:
     """Tell the GVAT what a task wrote and read: it counts hits and misses, bumps the
     written chunks' versions, drops their replicas and may move chunks read here often
@@ -134,7 +131,7 @@ def report(out: ArraySpec, indices, access: Access) -> None:
         str(a): {**r, "home": sorted(r["home"]), "remote": sorted(r["remote"])}
         for a, r in access.reads.items()
     }
-    message = {"op": REPORT, "alloc_id": out.alloc_id,
+    message = {"op": streams.REPORT, "alloc_id": out.alloc_id,
                "wrote": [k for k in indices if k not in done], "reads": reads}
     worker.loop.add_callback(worker.batched_stream.send, message)
 
@@ -146,72 +143,90 @@ def wait(*arrays) -> None:
         x.wait()
 
 
+def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, kernel_errors: bool) -> int:
+    """The body of a task that writes chunks ``indices`` of ``out`` here: ``per_chunk(k)``
+    for each (the store locked), one wait for the device for the whole task (it runs one
+    chunk while the next is queued; one stream, so a buffer freed meanwhile is reused only
+    after the work queued on it), then the report to the GVAT. The chunks written are
+    reported also when a later one fails: their replicas elsewhere must go.
+
+    ``kernel_errors``: a failure in ``per_chunk`` comes back as a ``KernelError`` naming
+    ``what``, the chunk and the worker (else as raised). A device fault found by the wait
+    is a ``KernelError`` for the task's chunks either way."""
+    written = []
+    where = f"of allocation {out.alloc_id} on worker {access.worker.address}"
+    try:
+        for k in indices:
+            try:
+                with access.output_chunk():
+                    per_chunk(k)
+            except Exception as e:
+                if not kernel_errors or isinstance(e, DgvmError):
+                    raise
+                block = tuple(int(b) for b in np.unravel_index(k, out.grid))
+                raise KernelError(
+                    f"{what} failed on chunk {k} (block {block}) {where}: {type(e).__name__}: "
+                    f"{e}\n{traceback.format_exc()}"
+                ) from None
+            written.append(k)
+        try:
+            access.store.backend.synchronize()
+        except Exception as e:  # a fault ends the CUDA context
+            raise KernelError(f"{what} failed on chunks {list(indices)} {where}: {type(e).__name__}: {e}") from None
+    finally:
+        if written:
+            report(out, written, access)
+    return len(indices)
+
+
 def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices, deps):
     access = Access.here()
-    worker, store = access.worker, access.store
+    store = access.store
     backend = store.backend
     xp = backend.xp
     aliased = any((v.alloc_id if kind == "array" else v[0].alloc_id) == out.alloc_id
                   for kind, v in specs if kind != "scalar")
-    for k in indices:
+    keep_copy = kernel.may_fail_halfway(backend.name)
+
+    def per_chunk(k):
         block = tuple(int(b) for b in np.unravel_index(k, out.grid))
-        try:
-            with access.output_chunk():
-                args = []
-                for kind, v in specs:
-                    if kind == "scalar":
-                        args.append(v)
-                    elif kind == "blocks":
-                        spec, select = v
-                        sel = select(block)
-                        args.append(access.blocks(spec, sel if isinstance(sel, tuple) else (sel,), xp))
-                    elif halo:
-                        args.append(access.with_halo(v, block, halo, xp))
-                    else:
-                        args.append(access.chunk(v, k))
-                target = access.chunk(out, k)
-                griddim, blockdim = launch_config(target.shape, tpb)
-                if pass_origin:
-                    origin = tuple(int(out.starts(a)[b]) for a, b in enumerate(block))
-                    args.insert(0, origin)
-                if aliased or not store.is_home(out.alloc_id, k):
-                    # Run on a copy: the kernel reads the output's old values through an
-                    # argument, or the home moved after the task was placed (put_result
-                    # forwards the copy there).
-                    scratch = access.scratch(target.shape, target.dtype)
-                    scratch[...] = target
-                    kernel.run(backend.name, griddim, blockdim, [*args, scratch])
-                    access.put_result(out, k, target, scratch)
-                elif kernel.may_fail_halfway(backend.name):
-                    # A kernel that fails halfway leaves the chunk as it was.
-                    saved = access.scratch(target.shape, target.dtype)
-                    saved[...] = target
-                    try:
-                        kernel.run(backend.name, griddim, blockdim, [*args, target])
-                    except BaseException:
-                        target[...] = saved
-                        raise
-                else:  # in place: read and written once
-                    kernel.run(backend.name, griddim, blockdim, [*args, target])
-        except DgvmError:
-            raise
-        except Exception as e:
-            raise KernelError(
-                f"kernel {kernel.name!r} failed on chunk {k} (block {block}) of allocation "
-                f"{out.alloc_id} on worker {worker.address}: {type(e).__name__}: {e}\n"
-                f"{traceback.format_exc()}"
-            ) from None
-    try:
-        # Once per task: the device runs one chunk while the next is launched. (A fault
-        # found here ends the CUDA context; it is reported for the task's chunks.)
-        backend.synchronize()
-    except Exception as e:
-        raise KernelError(
-            f"kernel {kernel.name!r} failed on chunks {list(indices)} of allocation "
-            f"{out.alloc_id} on worker {worker.address}: {type(e).__name__}: {e}"
-        ) from None
-    report(out, indices, access)
-    return len(indices)
+        args = []
+        for kind, v in specs:
+            if kind == "scalar":
+                args.append(v)
+            elif kind == "blocks":
+                spec, select = v
+                sel = select(block)
+                args.append(access.blocks(spec, sel if isinstance(sel, tuple) else (sel,), xp))
+            elif halo:
+                args.append(access.with_halo(v, block, halo, xp))
+            else:
+                args.append(access.chunk(v, k))
+        target = access.chunk(out, k)
+        griddim, blockdim = launch_config(target.shape, tpb)
+        if pass_origin:
+            args.insert(0, tuple(int(out.starts(a)[b]) for a, b in enumerate(block)))
+        if aliased or not store.is_home(out.alloc_id, k):
+            # Run on a copy: the kernel reads the output's old values through an
+            # argument, or the home moved after the task was placed (put_result
+            # forwards the copy there).
+            scratch = access.scratch(target.shape, target.dtype)
+            scratch[...] = target
+            kernel.run(backend.name, griddim, blockdim, [*args, scratch])
+            access.put_result(out, k, target, scratch)
+        elif keep_copy:
+            # A kernel that fails halfway leaves the chunk as it was.
+            saved = access.scratch(target.shape, target.dtype)
+            saved[...] = target
+            try:
+                kernel.run(backend.name, griddim, blockdim, [*args, target])
+            except BaseException:
+                target[...] = saved
+                raise
+        else:  # in place: read and written once
+            kernel.run(backend.name, griddim, blockdim, [*args, target])
+
+    return write_chunks(access, out, indices, f"kernel {kernel.name!r}", per_chunk, kernel_errors=True)
 
 
 def settle(futures) -> None:
