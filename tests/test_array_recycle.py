@@ -68,18 +68,9 @@ def test_kept_allocations_give_way_to_an_allocation_that_needs_the_room(case):
     assert len(dgvm.table(client=case.client)) == 2
 
 
-@dgvm.kernel
-def _fails_on_three(x, out):
-    from numba import cuda
-
-    i = cuda.grid(1)
-    if i < out.size:
-        if x[i] == 3:
-            raise ValueError("3 is bad")
-        out[i] = x[i]
-
-
 def test_a_failed_reader_of_a_released_result_does_not_fail_its_successor(case):
+    from test_kernels import fails  # raises on an element equal to 3
+
     if case.backend == "cuda":
         pytest.skip("GPU kernels raise only when compiled with debug=True")
     x = dnp.from_numpy(np.arange(10.0), chunks=5)
@@ -87,7 +78,7 @@ def test_a_failed_reader_of_a_released_result_does_not_fail_its_successor(case):
     y.wait()
     first = y.alloc_id
     w = dnp.zeros(10, chunks=5, colocate=x)
-    dgvm.launch(_fails_on_three, y, out=w)  # reads y, fails
+    dgvm.launch(fails, y, out=w)  # reads y, fails
     with pytest.raises(dgvm.KernelError):
         w.wait()
     del y
