@@ -362,3 +362,38 @@ def test_gpu_host_without_dask_cuda(monkeypatch):
         deploy.worker_command(["tcp://h:8786"], backend="cuda", gpus=2)
     with pytest.raises(DgvmError, match="no CUDA GPU"):
         deploy.worker_command(["tcp://h:8786"], backend="cuda", gpus=0)
+
+
+NUMBA_FIRST = """
+import numba  # imported before the cluster, as a program using Numba or dgvm.kernel does
+import dgvm
+
+def pool_size():
+    from numba.np.ufunc import parallel
+    import os
+    return os.environ.get("NUMBA_NUM_THREADS"), parallel.NUM_THREADS, numba.get_num_threads()
+
+if __name__ == "__main__":
+    with dgvm.LocalCluster(n_workers=2, backend="cpu", device_memory="64MiB",
+                           dashboard_address=None) as cluster, cluster.get_client() as client:
+        for size in client.run(pool_size).values():
+            print(*size)
+"""
+
+
+def test_cpu_workers_launch_the_numba_threads_their_environment_names(tmp_path):
+    # The workers import the main module, and so Numba, before their environment is set;
+    # their thread pools must follow the environment (one core each here), not the count
+    # Numba read at import.
+    script = tmp_path / "numba_first.py"
+    script.write_text(NUMBA_FIRST)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_NUM_THREADS"}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [line.split() for line in out.stdout.splitlines() if line.strip()]
+    wanted = str(max(1, (os.cpu_count() or 1) // 2))  # deploy.cpu_worker_env's share
+    assert len(lines) == 2
+    for env_threads, pool, used in lines:
+        assert env_threads == wanted
+        assert int(pool) == int(used) == int(wanted)

@@ -53,6 +53,9 @@ class CpuBackend(Backend):
 
     def _init_device(self, capacity):
         from dgvm import config
+        from dgvm.kernels.numba_compat import follow_numba_num_threads
+
+        follow_numba_num_threads()
 
         if capacity is None:
             capacity = config.get_bytes("cpu-default-memory")
