@@ -6,9 +6,11 @@ On a local cluster of 2 workers (one per GPU on ``cuda``; 2 processes on ``cpu``
 chunks of 1 MiB to 1 GiB, prints in one run:
 
 - **link** (dgvm): the copy itself as the receiving worker timed it (CUDA IPC peer copy,
-  device to device, on ``cuda``; from the holder's shared memory on ``cpu``);
-- **fetch** (dgvm): the receiving worker's whole fetch: ask the holder for the chunk (one
-  request), allocate, open the IPC handle or arena, copy;
+  device to device, timed by CUDA events on ``cuda``; from the holder's shared memory,
+  by the wall clock, on ``cpu``);
+- **fetch** (dgvm): the receiving worker's whole fetch, by the wall clock: ask the holder
+  for the chunk (one request), allocate, open the IPC handle (kept open for the next
+  fetch from that buffer) or arena, copy;
 - **migrate** (dgvm): ``buf.migrate([0], other)`` end to end from this process: the GVAT's
   requests to both workers, the copy, the old home freeing its copy, the client's map;
 - **Dask**: the same bytes (a CuPy or NumPy array held by one worker) moved by Dask to a

@@ -57,6 +57,7 @@ class ChunkStorePlugin(WorkerPlugin):
             "dgvm_drop_replicas": self.drop_replicas,
             "dgvm_pull": self.pull,
             "dgvm_store_release": self.release,
+            "dgvm_ipc_forget": self.ipc_forget,
         }
 
     def setup(self, worker):
@@ -72,6 +73,10 @@ class ChunkStorePlugin(WorkerPlugin):
         worker.handlers.update(self.handlers())
         worker.metrics["dgvm"] = lambda w: self.metrics()
         worker.extensions["dgvm"] = self.store
+        self._retire_lock = asyncio.Lock()
+        exports = getattr(backend, "exports", None)
+        if exports is not None:  # buffers peers map through IPC: free them after asking
+            exports.on_retire = lambda: worker.loop.add_callback(self._retire)
         streams.tune(worker.batched_stream)
         logger.info("dgvm chunk store on %s: %s", worker.address, self.profile)
 
@@ -87,7 +92,13 @@ class ChunkStorePlugin(WorkerPlugin):
             self.store = None
 
     def metrics(self) -> dict:
-        return {"profile": self.profile.to_dict(), **self.store.metrics()}
+        m = {"profile": self.profile.to_dict(), **self.store.metrics()}
+        exports = getattr(self.store.backend, "exports", None)
+        if exports is not None:  # CUDA IPC mappings kept: this worker's and its peers'
+            from dgvm.transfer import cuda_ipc
+
+            m["stats"]["ipc"] = {**cuda_ipc.mappings().counters(), **exports.counters()}
+        return m
 
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -122,15 +133,15 @@ class ChunkStorePlugin(WorkerPlugin):
         arrays = await self._run(self.store.read, alloc_id, owner, pieces)
         return [to_serialize(a) for a in arrays]
 
-    async def export(self, alloc_id: int, indices: list, path: str):
+    async def export(self, alloc_id: int, indices: list, path: str, to: str | None = None):
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._export_executor, self._export, alloc_id, indices, path)
+        return await loop.run_in_executor(self._export_executor, self._export, alloc_id, indices, path, to)
 
-    def _export(self, alloc_id, indices, path):
+    def _export(self, alloc_id, indices, path, to):
         # No store lock (see setup); launch ordering keeps writers off an exported chunk.
         p = transfer.PATHS[path]
         return [
-            p.export(self.store, alloc_id, i) if self.store.is_home(alloc_id, i)
+            p.export(self.store, alloc_id, i, to) if self.store.is_home(alloc_id, i)
             else {"moved": True}
             for i in indices
         ]
@@ -180,6 +191,36 @@ class ChunkStorePlugin(WorkerPlugin):
             moved.append(i)
             versions.append(c["version"])
         return {"moved": moved, "versions": versions}
+
+    async def _retire(self):
+        """Free the exported buffers the store gave up, once every peer that opened them
+        forgot them (``transfer.ipc_exports``). Runs on the event loop, one at a time."""
+        async with self._retire_lock:
+            store = self.store
+            if store is None:
+                return  # closed: the buffers went with the store
+            exports = store.backend.exports
+            ask, keys = exports.take_retiring()
+            if not keys:
+                return
+            answers = await asyncio.gather(*(
+                self.worker.rpc(peer).dgvm_ipc_forget(holder=self.worker.address, handles=handles)
+                for peer, handles in ask.items()
+            ), return_exceptions=True)
+            for peer, a in zip(ask, answers):
+                if isinstance(a, BaseException):  # gone: its mappings went with it
+                    logger.info("dgvm: %s did not answer to forget %s's buffers: %r",
+                                peer, self.worker.address, a)
+            try:  # cudaFree waits for the device: off the event loop
+                await self._run(exports.retired, keys)
+            except RuntimeError:  # the store's thread is shut down: closing
+                exports.retired(keys)
+
+    async def ipc_forget(self, holder: str, handles: list):
+        """A peer frees buffers this worker may keep mapped: close them first."""
+        from dgvm.transfer import cuda_ipc
+
+        return await cuda_ipc.mappings().forget(holder, handles)
 
     async def release(self, alloc_id: int, indices: list):
         return await self._run(self.store.release, alloc_id, indices)

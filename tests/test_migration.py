@@ -1,6 +1,8 @@
 """Homes that move: re-homing after remote reads, x.migrate, dgvm.rebalance, launches
 placed before a move, and reads that find no room for a replica."""
 
+import time
+
 import dask
 import numpy as np
 import pytest
@@ -108,6 +110,58 @@ def test_migrate_moves_data_and_memory(case):
             buf.migrate([7], dst)
     finally:
         buf.free()
+
+
+def _ipc(case) -> dict:
+    return {w: s["ipc"] for w, s in dgvm.stats()["workers"].items()}
+
+
+def _until(cond, what, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_ipc_mappings_are_kept_see_new_writes_and_close_before_the_holder_frees(case):
+    if case.backend != "cuda":
+        pytest.skip("IPC mappings are the cuda path's (cpu peers map whole arenas once)")
+    n = len(case.capacities)
+    with dask.config.set({"dgvm.migration.rehome-after": 100}):  # homes stay put
+        x, out = spread_and_gather(8 * n, 8)
+        try:
+            owner = out.alloc.home(0)
+            remote = sum(w != owner for w in homes(x))
+            dgvm.launch(axpy, 1.0, x, x, out=out)  # misses: the owner opens x's buffers
+            dgvm.wait(out)
+            first = _ipc(case)[owner]
+            assert first["opened"] >= remote > 0
+            x.write_blocks(np.full(8 * n, 3.0))  # in place at the homes; replicas dropped
+            dgvm.launch(axpy, 1.0, x, x, out=out)  # misses again, through kept mappings
+            assert np.array_equal(dnp.asnumpy(out), np.full(8 * n, 6.0))
+            again = _ipc(case)[owner]
+            assert again["opened"] == first["opened"] and again["reused"] >= first["reused"] + remote
+            # A chunk going back and forth: each end keeps the other's buffer open.
+            buf = dgvm.malloc(MiB, chunk_bytes=MiB, placement="packed")
+            try:
+                data = np.random.default_rng(1).integers(0, 255, MiB, dtype=np.uint8)
+                buf.write(0, data)
+                a = buf.home(0)
+                b = next(w for w in case.store_used() if w != a)
+                for k in range(4):
+                    assert buf.migrate([0], (b, a)[k % 2]) == [0]
+                    assert np.array_equal(buf.read(0, MiB), data)
+            finally:
+                buf.free()
+        finally:
+            x.free()
+            out.free()
+    # Freed buffers wait in the holders' caches, still exported; given back to the
+    # driver they retire: the peers close their mappings first, then they are freed.
+    assert any(i["exported"] for i in _ipc(case).values())
+    case.client.run(lambda dask_worker: dask_worker.extensions["dgvm"].backend.drop_cache())
+    _until(lambda: all(i["exported"] == i["retiring"] == i["open"] == 0 for i in _ipc(case).values()),
+           f"mappings and exports left: {_ipc(case)}")
 
 
 def test_darray_migrate_by_block_over_comm(case):

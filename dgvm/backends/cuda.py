@@ -10,6 +10,9 @@ the next of the same shape at every step, and ``cudaMalloc``/``cudaFree`` of GiB
 buffers cost milliseconds each (``cudaFree`` also waits for the whole device). Cached
 buffers count as free memory, and are given back to the driver when an allocation would
 otherwise fail.
+
+A buffer a peer opened through CUDA IPC (and keeps mapped, ``transfer.ipc_mappings``) is
+not freed before that peer forgot it: it *retires* (``transfer.ipc_exports``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 import numpy as np
 
 from dgvm.backends.base import Backend
+from dgvm.transfer.ipc_exports import ExportedBuffers
 
 
 def gpu_count() -> int:
@@ -50,6 +54,7 @@ class CudaBackend(Backend):
             capacity = total
         self._cache: dict[int, list] = {}  # size -> freed chunk buffers kept for reuse
         self._cached = 0
+        self.exports = ExportedBuffers(lambda mem: cupy.cuda.runtime.ipcGetMemHandle(mem.ptr))
         return min(capacity, total)
 
     def _allocate(self, nbytes, zero):
@@ -75,16 +80,33 @@ class CudaBackend(Backend):
 
     def _free(self, handle):
         # Kept for the next chunk of this size while the cache has room; otherwise
-        # cudaFree runs when the last reference to the Memory goes (the store drops its own).
+        # cudaFree runs when the last reference to the Memory goes (the store drops its
+        # own; an exported one is kept until its importers forgot it).
         if self._cached + handle.size <= CACHE_FRACTION * self.capacity:
             self._cache.setdefault(handle.size, []).append(handle)
             self._cached += handle.size
+        else:
+            self.exports.retire(handle.ptr)
 
     def drop_cache(self) -> None:
-        """Give kept chunk buffers and CuPy's cached blocks back to the driver."""
+        """Give kept chunk buffers and CuPy's cached blocks back to the driver (exported
+        ones once their importers forgot them)."""
+        kept = [mem for mems in self._cache.values() for mem in mems]
         self._cache.clear()
         self._cached = 0
+        for mem in kept:
+            self.exports.retire(mem.ptr)
+        del kept
         self._cupy.get_default_memory_pool().free_all_blocks()
+
+    def ipc_handle(self, mem, importer: str | None) -> bytes:
+        """The CUDA IPC handle of chunk buffer ``mem``, for worker ``importer``."""
+        return self.exports.handle(mem.ptr, mem, importer)
+
+    def close(self):
+        self._cache.clear()
+        self._cached = 0
+        self.exports.clear()
 
     def view(self, handle, nbytes):
         cp = self._cupy

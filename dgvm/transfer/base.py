@@ -23,8 +23,9 @@ class TransferPath(abc.ABC):
         """Can this path move a chunk from a worker like ``src`` to one like ``dst``?"""
 
     @abc.abstractmethod
-    def export(self, store, alloc_id: int, index: int) -> dict:
-        """On the holder: what the receiver needs to copy chunk ``index``."""
+    def export(self, store, alloc_id: int, index: int, to: str | None = None) -> dict:
+        """On the holder: what the receiver (worker ``to``, when known) needs to copy
+        chunk ``index``."""
 
     @abc.abstractmethod
     def fetch_into(self, desc: dict, dst) -> float:

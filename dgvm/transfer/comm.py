@@ -19,7 +19,7 @@ class CommPath(TransferPath):
     def usable(self, src, dst):
         return True
 
-    def export(self, store, alloc_id, index):
+    def export(self, store, alloc_id, index, to=None):
         c = store.chunk(alloc_id, index, None)
         data = store.backend.read(c.handle, c.nbytes, 0, c.nbytes)
         return {"data": to_serialize(data), "nbytes": c.nbytes}

@@ -17,6 +17,6 @@ async def request_exports(worker, holder: str, alloc_id: int, indices, path: str
     order. A chunk the holder no longer has (it moved meanwhile) comes back as
     ``{"moved": True}``: ask the GVAT again."""
     descs = await worker.rpc(holder).dgvm_export(
-        alloc_id=alloc_id, indices=[int(i) for i in indices], path=path
+        alloc_id=alloc_id, indices=[int(i) for i in indices], path=path, to=worker.address
     )
     return [_unwrap(d) for d in descs]

@@ -40,7 +40,7 @@ class SharedMemoryPath(TransferPath):
     def usable(self, src, dst):
         return src.backend == dst.backend == "cpu" and src.host == dst.host
 
-    def export(self, store, alloc_id, index):
+    def export(self, store, alloc_id, index, to=None):
         c = store.chunk(alloc_id, index, None)
         return {"shm": store.backend.shm_name, "offset": int(c.handle), "nbytes": c.nbytes}
 

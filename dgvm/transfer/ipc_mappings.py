@@ -1,0 +1,118 @@
+"""Peers' device buffers opened through IPC handles, kept open for the next copy.
+
+Opening a CUDA IPC handle costs about a millisecond (the driver maps the peer's buffer
+into this process), five times the copy of a 64 MiB chunk over NVLink; a fresh mapping
+also makes the first copy slower. A chunk is fetched from the same home buffer again and
+again (after every write that drops the replicas; a home writes in place), so the
+receiver keeps its mappings, as UCX's IPC cache does.
+
+A mapping must be closed before its holder frees the buffer (freeing first is undefined
+behaviour in CUDA). So the holder never frees a buffer it exported without asking the
+importers to ``forget`` it first (``backends.cuda``, ``worker.ChunkStorePlugin._retire``);
+``forget`` waits for copies in progress. At most ``limit`` mappings are kept; the least
+recently used unused one is closed beyond that.
+
+The class takes the open and close functions, so its bookkeeping runs (and is tested)
+without a GPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+Key = tuple  # (holder address, handle bytes)
+
+
+@dataclass
+class _Mapping:
+    ptr: Any
+    users: int = 0  # copies reading through it now
+    forgotten: bool = False  # the holder asked: close when the last user is done
+
+
+class ImportedMappings:
+    """Mappings of peers' buffers, keyed by (holder address, IPC handle). Every open and
+    close happens under one lock, so a ``forget`` that returns has closed the mapping
+    (the holder frees the buffer right after); copies hold no lock while they run."""
+
+    def __init__(self, open_handle: Callable[[bytes], Any], close: Callable[[Any], None],
+                 limit: int = 64):
+        self._open_handle = open_handle
+        self._close = close
+        self.limit = limit
+        self._lock = threading.Condition()
+        self._maps: OrderedDict[Key, _Mapping] = OrderedDict()  # least recently used first
+        self.opened = 0
+        self.reused = 0
+
+    def acquire(self, holder: str, handle: bytes):
+        """The local pointer to the peer's buffer, opened now or kept from before; pair
+        every call with ``release``."""
+        key = (holder, bytes(handle))
+        with self._lock:
+            m = self._maps.get(key)
+            if m is not None and m.forgotten:  # the holder frees it: it exports it no more
+                raise RuntimeError(f"a buffer of {holder} was asked for while its holder frees it")
+            if m is None:
+                m = self._maps[key] = _Mapping(self._open_handle(key[1]))
+                self.opened += 1
+            else:
+                self._maps.move_to_end(key)
+                self.reused += 1
+            m.users += 1
+            self._close_over_limit()
+            return m.ptr
+
+    def release(self, holder: str, handle: bytes) -> None:
+        """A copy through ``acquire``'s pointer is done."""
+        key = (holder, bytes(handle))
+        with self._lock:
+            m = self._maps[key]
+            m.users -= 1
+            if m.forgotten and not m.users:
+                del self._maps[key]
+                self._close(m.ptr)
+                self._lock.notify_all()  # a ``forget`` waits for this
+            self._close_over_limit()
+
+    def _close_over_limit(self) -> None:
+        # The least recently used mappings nobody reads now, beyond the limit.
+        for key in list(self._maps):
+            if len(self._maps) <= self.limit:
+                break
+            if not self._maps[key].users:
+                self._close(self._maps.pop(key).ptr)
+
+    def forget_now(self, holder: str, handles=None) -> int:
+        """Close the mappings of ``handles`` (all of ``holder``'s when None), waiting for
+        copies through them to end; returns how many were open. Blocks: keep it off the
+        event loop."""
+        with self._lock:
+            keys = [k for k in self._maps if k[0] == holder] if handles is None else [
+                (holder, bytes(h)) for h in handles
+            ]
+            found = [k for k in keys if k in self._maps]
+            for key in found:
+                m = self._maps[key]
+                m.forgotten = True
+                if not m.users:
+                    del self._maps[key]
+                    self._close(m.ptr)
+            while any(k in self._maps for k in found):  # the last copy closes it
+                self._lock.wait()
+            return len(found)
+
+    async def forget(self, holder: str, handles=None) -> int:
+        """``forget_now`` from the event loop (in a thread)."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.forget_now, holder, handles)
+
+    def __len__(self) -> int:
+        return len(self._maps)
+
+    def counters(self) -> dict:
+        """Mappings open now, opened in all, and copies that found theirs open."""
+        return {"open": len(self._maps), "opened": self.opened, "reused": self.reused}

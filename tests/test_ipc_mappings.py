@@ -1,0 +1,96 @@
+"""Kept IPC mappings: the receiver's cache (``ipc_mappings``) and the holder's record of
+what peers opened (``ipc_exports``). Their bookkeeping runs here with stand-in open and
+close functions; the GPU test in test_migration.py runs them with CUDA IPC."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from dgvm.transfer.ipc_exports import ExportedBuffers
+from dgvm.transfer.ipc_mappings import ImportedMappings
+
+
+class Driver:
+    """Stands in for cudaIpcOpenMemHandle / cudaIpcCloseMemHandle: counts what is open."""
+
+    def __init__(self):
+        self.open = {}  # pointer -> handle
+        self.next = 1
+
+    def open_handle(self, handle):
+        ptr, self.next = self.next, self.next + 1
+        self.open[ptr] = handle
+        return ptr
+
+    def close(self, ptr):
+        del self.open[ptr]
+
+
+def test_second_copy_reuses_the_mapping_and_limit_closes_the_oldest_unused():
+    d = Driver()
+    maps = ImportedMappings(d.open_handle, d.close, limit=2)
+    p = maps.acquire("w1", b"a")
+    maps.release("w1", b"a")
+    assert maps.acquire("w1", b"a") == p  # kept
+    maps.release("w1", b"a")
+    assert maps.counters() == {"open": 1, "opened": 1, "reused": 1}
+    maps.acquire("w2", b"a")  # same bytes from another holder: another buffer
+    maps.acquire("w1", b"b")  # a third mapping: the oldest unused one closes
+    assert sorted(d.open.values()) == [b"a", b"b"] and p not in d.open
+    assert maps.acquire("w1", b"a") != p  # opened again
+    assert len(maps) == len(d.open) == 3  # beyond the limit: none closed under a copy
+    maps.release("w2", b"a")  # unused and the oldest: closed
+    maps.release("w1", b"b")
+    maps.release("w1", b"a")
+    assert len(maps) == len(d.open) == 2
+    assert maps.counters() == {"open": 2, "opened": 4, "reused": 1}
+
+
+def test_forget_closes_at_once_or_after_the_copy_in_progress():
+    d = Driver()
+    maps = ImportedMappings(d.open_handle, d.close)
+    maps.acquire("w1", b"idle")
+    maps.release("w1", b"idle")
+    busy = maps.acquire("w1", b"busy")
+    maps.acquire("w2", b"other")
+    maps.release("w2", b"other")
+    done = []
+
+    def forget():
+        done.append(maps.forget_now("w1", [b"idle", b"busy", b"never-opened"]))
+
+    t = threading.Thread(target=forget)
+    t.start()
+    time.sleep(0.2)
+    assert not done and busy in d.open  # waits for the copy through it
+    with pytest.raises(RuntimeError, match="while its holder frees it"):
+        maps.acquire("w1", b"busy")
+    maps.release("w1", b"busy")
+    t.join(5)
+    assert done == [2]
+    assert set(d.open.values()) == {b"other"}
+    assert asyncio.run(maps.forget("w2")) == 1  # every buffer of a holder
+    assert not d.open and len(maps) == 0
+
+
+def test_holder_frees_unopened_buffers_at_once_and_opened_ones_after_asking():
+    exports = ExportedBuffers(lambda buf: b"handle-" + buf)
+    alive = {1: b"one", 2: b"two", 3: b"three"}  # key -> buffer (held by the owner)
+    asked = []
+    exports.on_retire = lambda: asked.append(True)
+    assert exports.handle(1, alive[1], "w2") == b"handle-one"
+    assert exports.handle(1, alive[1], "w3") == b"handle-one"
+    exports.handle(2, alive[2], None)  # exported, importer unknown: nobody to ask
+    exports.retire(2)
+    exports.retire(3)  # never exported: nothing to do
+    assert not exports.exported(2) and not asked
+    exports.retire(1)
+    assert asked and exports.exported(1)  # kept until the importers forgot it
+    ask, keys = exports.take_retiring()
+    assert ask == {"w2": [b"handle-one"], "w3": [b"handle-one"]} and keys == [1]
+    assert exports.take_retiring() == ({}, [])
+    assert exports.counters() == {"exported": 1, "retiring": 0}
+    exports.retired(keys)
+    assert len(exports) == 0
