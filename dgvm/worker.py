@@ -134,6 +134,8 @@ class ChunkStorePlugin(WorkerPlugin):
         return [to_serialize(a) for a in arrays]
 
     async def export(self, alloc_id: int, indices: list, path: str, to: str | None = None):
+        if not transfer.PATHS[path].export_reads:  # a descriptor: no thread hop
+            return self._export(alloc_id, indices, path, to)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._export_executor, self._export, alloc_id, indices, path, to)
 
@@ -164,14 +166,7 @@ class ChunkStorePlugin(WorkerPlugin):
             for (home, path), group in need.items():
                 t0 = time.perf_counter()  # the first chunk's time includes the request
                 descs = await request_exports(self.worker, home, alloc_id, [c["index"] for c in group], path)
-                for c, desc in zip(group, descs):
-                    if desc.get("moved"):
-                        continue  # moved meanwhile: the GVAT keeps the chunk where it is
-                    handle, copy_s = await self._run(store.fetch, transfer.PATHS[path], desc)
-                    fetched[c["index"]] = (handle, desc["nbytes"], c["version"])
-                    now = time.perf_counter()
-                    store.stats.moved(path, desc["nbytes"], now - t0, copy_s)
-                    t0 = now
+                await self._run(self._fetch_group, path, group, descs, fetched, t0)
         except BaseException as e:
             # Nothing half-made: what was fetched goes back before the error is answered.
             for handle, n, _ in fetched.values():
@@ -180,13 +175,27 @@ class ChunkStorePlugin(WorkerPlugin):
                 raise
             return {"oom": f"no room on {self.worker.address} for the chunks of allocation "
                            f"{alloc_id} to move there: {e}"}
+        return await self._run(self._promote_pulled, alloc_id, owner, chunks, fetched, local)
+
+    def _fetch_group(self, path: str, group: list, descs: list, fetched: dict, t0: float):
+        # In the store's thread: one hop for a home's chunks, not one per chunk.
+        for c, desc in zip(group, descs):
+            if desc.get("moved"):
+                continue  # moved meanwhile: the GVAT keeps the chunk where it is
+            handle, copy_s = self.store.fetch(transfer.PATHS[path], desc)
+            fetched[c["index"]] = (handle, desc["nbytes"], c["version"])
+            now = time.perf_counter()
+            self.store.stats.moved(path, desc["nbytes"], now - t0, copy_s)
+            t0 = now
+
+    def _promote_pulled(self, alloc_id, owner, chunks, fetched, local) -> dict:
         moved, versions = [], []
         for c in chunks:
             i = c["index"]
             if i in fetched:
                 handle, n, v = fetched[i]
-                await self._run(store.promote, alloc_id, owner, i, StoredChunk(handle, n, v))
-            elif not (i in local and await self._run(store.promote, alloc_id, owner, i)):
+                self.store.promote(alloc_id, owner, i, StoredChunk(handle, n, v))
+            elif not (i in local and self.store.promote(alloc_id, owner, i)):
                 continue
             moved.append(i)
             versions.append(c["version"])

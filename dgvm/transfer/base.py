@@ -17,6 +17,9 @@ from dgvm.records import DeviceProfile
 
 class TransferPath(abc.ABC):
     name = ""
+    #: ``export`` reads the chunk's bytes (keep it off the event loop); otherwise it only
+    #: describes where they are, and the holder answers at once
+    export_reads = False
 
     @abc.abstractmethod
     def usable(self, src: DeviceProfile, dst: DeviceProfile) -> bool:

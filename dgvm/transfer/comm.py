@@ -15,6 +15,7 @@ from dgvm.transfer.base import TransferPath
 
 class CommPath(TransferPath):
     name = "comm"
+    export_reads = True
 
     def usable(self, src, dst):
         return True
