@@ -9,6 +9,7 @@ touches device memory, so the scheduler's event loop is never blocked.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import numpy as np
@@ -46,6 +47,7 @@ class GVATPlugin(SchedulerPlugin):
         return {
             "dgvm_allocate": self.allocate,
             "dgvm_free": self.free,
+            "dgvm_free_all": self.free_all,
             "dgvm_translate": self.translate,
             "dgvm_table": self.table,
             "dgvm_workers": self.workers,
@@ -88,6 +90,15 @@ class GVATPlugin(SchedulerPlugin):
         rec = self.gvat.inventory.remove(worker)
         if rec is not None and rec.chunks:
             logger.warning("dgvm worker %s left holding %d chunks; they are marked lost", worker, rec.chunks)
+        # Peers stop waiting on it to forget their buffers (ipc_retire); on the loop's
+        # next turn, as telling every worker is O(workers).
+        scheduler.loop.add_callback(self._tell_peer_left, worker)
+
+    def _tell_peer_left(self, worker: str):
+        for address, comm in list(self.scheduler.stream_comms.items()):
+            if address != worker:
+                with contextlib.suppress(Exception):  # that one is closing too
+                    comm.send({"op": "dgvm-peer-left", "worker": worker})
 
     def remove_client(self, scheduler, client: str):
         # A client that goes away frees what it allocated, as a process exit frees its
@@ -97,12 +108,22 @@ class GVATPlugin(SchedulerPlugin):
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
+    async def free_all(self):
+        """Free every allocation (a local cluster closing: before its workers go, so no
+        chunk is reported lost and no store is asked after it closed). Answers the count."""
+        alloc_ids = list(self.gvat.allocations)
+        await asyncio.gather(*(self._free_quietly(a) for a in alloc_ids))
+        return len(alloc_ids)
+
+    async def _free_quietly(self, alloc_id: int):
+        try:
+            await self.free(alloc_id)
+        except Exception:  # freed meanwhile by another request: nothing to do
+            logger.debug("allocation %s already gone", alloc_id)
+
     async def _free_owned(self, client: str):
         for alloc_id in self.gvat.owned_by(client):
-            try:
-                await self.free(alloc_id)
-            except Exception:  # freed meanwhile by another request: nothing to do
-                logger.debug("allocation %s of %s already gone", alloc_id, client)
+            await self._free_quietly(alloc_id)
 
     # -- inventory -----------------------------------------------------------------------
     def _sync_worker(self, address: str):

@@ -19,9 +19,11 @@ from distributed import WorkerPlugin
 from distributed.protocol import to_serialize
 
 from dgvm import backends, config, streams, transfer
-from dgvm.errors import OutOfDeviceMemory
+from dgvm.errors import InvalidAddress, OutOfDeviceMemory
 from dgvm.store import ChunkStore, StoredChunk
 from dgvm.transfer.fetch import request_exports
+from dgvm.transfer.ipc_mappings import BufferGone
+from dgvm.transfer.ipc_retire import IpcRetirement
 
 logger = logging.getLogger("dgvm.worker")
 
@@ -73,19 +75,27 @@ class ChunkStorePlugin(WorkerPlugin):
         worker.handlers.update(self.handlers())
         worker.metrics["dgvm"] = lambda w: self.metrics()
         worker.extensions["dgvm"] = self.store
-        self._retire_lock = asyncio.Lock()
         exports = getattr(backend, "exports", None)
-        if exports is not None:  # buffers peers map through IPC: free them after asking
-            exports.on_retire = lambda: worker.loop.add_callback(self._retire)
+        # Buffers peers map through IPC are freed after asking them (cuda).
+        self.retirement = IpcRetirement(worker, exports) if exports is not None else None
+        worker.stream_handlers["dgvm-peer-left"] = self.peer_left
         streams.tune(worker.batched_stream)
         logger.info("dgvm chunk store on %s: %s", worker.address, self.profile)
 
-    def teardown(self, worker):
+    # Still answered once closed: frees may be on the way, and this process's mappings
+    # of peers' buffers outlive the store.
+    KEPT_AFTER_TEARDOWN = ("dgvm_store_free", "dgvm_ipc_forget")
+
+    async def teardown(self, worker):
         for op in self.handlers():
-            worker.handlers.pop(op, None)
+            if op not in self.KEPT_AFTER_TEARDOWN:
+                worker.handlers.pop(op, None)
+        worker.stream_handlers.pop("dgvm-peer-left", None)
         worker.metrics.pop("dgvm", None)
         worker.extensions.pop("dgvm", None)
         if self.store is not None:
+            if self.retirement is not None:  # peers close their mappings first
+                await self.retirement.forget_everywhere()
             self._executor.shutdown(wait=True)
             self._export_executor.shutdown(wait=True)
             self.store.close()
@@ -115,11 +125,23 @@ class ChunkStorePlugin(WorkerPlugin):
         if store is None:
             return 0  # the store closed with the worker: its memory is gone already
         try:
-            return await self._run(store.free, alloc_id)
+            n = await self._run(store.free, alloc_id)
         except RuntimeError:
             if self.store is None or self._executor._shutdown:
                 return 0  # closing while asked: same as above
             raise
+        await self._retired()
+        return n
+
+    async def _retired(self):
+        # A free answers once the memory is back, also that of buffers peers had mapped.
+        if self.retirement is not None:
+            await self.retirement.run()
+
+    def peer_left(self, worker: str):
+        """The scheduler says a worker left (stream message ``dgvm-peer-left``)."""
+        if self.retirement is not None:
+            self.retirement.peer_left(worker)
 
     async def write(self, alloc_id: int, owner: str, pieces: list):
         n = await self._run(self.store.write, alloc_id, owner, pieces)
@@ -142,11 +164,14 @@ class ChunkStorePlugin(WorkerPlugin):
     def _export(self, alloc_id, indices, path, to):
         # No store lock (see setup); launch ordering keeps writers off an exported chunk.
         p = transfer.PATHS[path]
-        return [
-            p.export(self.store, alloc_id, i, to) if self.store.is_home(alloc_id, i)
-            else {"moved": True}
-            for i in indices
-        ]
+        out = []
+        for i in indices:
+            try:
+                out.append(p.export(self.store, alloc_id, i, to) if self.store.is_home(alloc_id, i)
+                           else {"moved": True})
+            except InvalidAddress:  # released meanwhile
+                out.append({"moved": True})
+        return out
 
     async def pull(self, alloc_id: int, owner: str, chunks: list):
         """Become the home of ``chunks`` (dicts: index, home, path, version): promote a
@@ -166,27 +191,43 @@ class ChunkStorePlugin(WorkerPlugin):
             for (home, path), group in need.items():
                 t0 = time.perf_counter()  # the first chunk's time includes the request
                 descs = await request_exports(self.worker, home, alloc_id, [c["index"] for c in group], path)
-                await self._run(self._fetch_group, path, group, descs, fetched, t0)
+                job = asyncio.ensure_future(self._run(self._fetch_group, path, group, descs, t0))
+                try:
+                    fetched.update(await asyncio.shield(job))
+                except asyncio.CancelledError:  # its buffers still come back, then go
+                    fetched.update(await job)
+                    raise
         except BaseException as e:
             # Nothing half-made: what was fetched goes back before the error is answered.
             for handle, n, _ in fetched.values():
-                await self._run(store.discard, handle, n)
+                await self._run(self.store.discard, handle, n)
             if not isinstance(e, MemoryError):
                 raise
             return {"oom": f"no room on {self.worker.address} for the chunks of allocation "
                            f"{alloc_id} to move there: {e}"}
         return await self._run(self._promote_pulled, alloc_id, owner, chunks, fetched, local)
 
-    def _fetch_group(self, path: str, group: list, descs: list, fetched: dict, t0: float):
-        # In the store's thread: one hop for a home's chunks, not one per chunk.
-        for c, desc in zip(group, descs):
-            if desc.get("moved"):
-                continue  # moved meanwhile: the GVAT keeps the chunk where it is
-            handle, copy_s = self.store.fetch(transfer.PATHS[path], desc)
-            fetched[c["index"]] = (handle, desc["nbytes"], c["version"])
-            now = time.perf_counter()
-            self.store.stats.moved(path, desc["nbytes"], now - t0, copy_s)
-            t0 = now
+    def _fetch_group(self, path: str, group: list, descs: list, t0: float) -> dict:
+        # In the store's thread: one hop for a home's chunks, not one per chunk; all or
+        # nothing (a failure gives back what this call fetched).
+        fetched = {}
+        try:
+            for c, desc in zip(group, descs):
+                if desc.get("moved"):
+                    continue  # moved meanwhile: the GVAT keeps the chunk where it is
+                try:
+                    handle, copy_s = self.store.fetch(transfer.PATHS[path], desc)
+                except BufferGone:  # freed or moved after the export: same as above
+                    continue
+                fetched[c["index"]] = (handle, desc["nbytes"], c["version"])
+                now = time.perf_counter()
+                self.store.stats.moved(path, desc["nbytes"], now - t0, copy_s)
+                t0 = now
+        except BaseException:
+            for handle, n, _ in fetched.values():
+                self.store.discard(handle, n)
+            raise
+        return fetched
 
     def _promote_pulled(self, alloc_id, owner, chunks, fetched, local) -> dict:
         moved, versions = [], []
@@ -201,41 +242,22 @@ class ChunkStorePlugin(WorkerPlugin):
             versions.append(c["version"])
         return {"moved": moved, "versions": versions}
 
-    async def _retire(self):
-        """Free the exported buffers the store gave up, once every peer that opened them
-        forgot them (``transfer.ipc_exports``). Runs on the event loop, one at a time."""
-        async with self._retire_lock:
-            store = self.store
-            if store is None:
-                return  # closed: the buffers went with the store
-            exports = store.backend.exports
-            ask, keys = exports.take_retiring()
-            if not keys:
-                return
-            answers = await asyncio.gather(*(
-                self.worker.rpc(peer).dgvm_ipc_forget(holder=self.worker.address, handles=handles)
-                for peer, handles in ask.items()
-            ), return_exceptions=True)
-            for peer, a in zip(ask, answers):
-                if isinstance(a, BaseException):  # gone: its mappings went with it
-                    logger.info("dgvm: %s did not answer to forget %s's buffers: %r",
-                                peer, self.worker.address, a)
-            try:  # cudaFree waits for the device: off the event loop
-                await self._run(exports.retired, keys)
-            except RuntimeError:  # the store's thread is shut down: closing
-                exports.retired(keys)
-
-    async def ipc_forget(self, holder: str, handles: list):
-        """A peer frees buffers this worker may keep mapped: close them first."""
+    async def ipc_forget(self, holder: str, handles: list | None, timeout: float | None = None):
+        """A peer frees buffers this worker may keep mapped (all of its own when
+        ``handles`` is None): close them first."""
         from dgvm.transfer import cuda_ipc
 
-        return await cuda_ipc.mappings().forget(holder, handles)
+        return await cuda_ipc.mappings().forget(holder, handles, timeout)
 
     async def release(self, alloc_id: int, indices: list):
-        return await self._run(self.store.release, alloc_id, indices)
+        n = await self._run(self.store.release, alloc_id, indices)
+        await self._retired()
+        return n
 
     async def drop_replicas(self, alloc_id: int, indices: list):
-        return await self._run(self.store.drop_replicas, alloc_id, indices)
+        n = await self._run(self.store.drop_replicas, alloc_id, indices)
+        await self._retired()
+        return n
 
     async def info(self):
         return {"address": self.worker.address, **self.metrics()}

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from dgvm.transfer.ipc_exports import ExportedBuffers
-from dgvm.transfer.ipc_mappings import ImportedMappings
+from dgvm.transfer.ipc_mappings import BufferGone, ImportedMappings
 
 
 class Driver:
@@ -59,20 +59,33 @@ def test_forget_closes_at_once_or_after_the_copy_in_progress():
     done = []
 
     def forget():
-        done.append(maps.forget_now("w1", [b"idle", b"busy", b"never-opened"]))
+        done.append(maps.forget_now("w1", [b"idle", b"busy", b"busy", b"sent"], timeout=10))
 
-    t = threading.Thread(target=forget)
+    t = threading.Thread(target=forget, daemon=True)
     t.start()
     time.sleep(0.2)
     assert not done and busy in d.open  # waits for the copy through it
-    with pytest.raises(RuntimeError, match="while its holder frees it"):
+    with pytest.raises(BufferGone):
         maps.acquire("w1", b"busy")
     maps.release("w1", b"busy")
     t.join(5)
     assert done == [2]
     assert set(d.open.values()) == {b"other"}
+    # A descriptor on its way when its buffer was forgotten: refused, never opened.
+    with pytest.raises(BufferGone):
+        maps.acquire("w1", b"sent")
     assert asyncio.run(maps.forget("w2")) == 1  # every buffer of a holder
     assert not d.open and len(maps) == 0
+
+
+def test_forget_gives_up_after_its_timeout_while_a_copy_runs():
+    d = Driver()
+    maps = ImportedMappings(d.open_handle, d.close)
+    maps.acquire("w1", b"busy")
+    with pytest.raises(TimeoutError, match="still running"):
+        maps.forget_now("w1", [b"busy"], timeout=0.1)
+    maps.release("w1", b"busy")  # the copy ends: closed then
+    assert not d.open
 
 
 def test_holder_frees_unopened_buffers_at_once_and_opened_ones_after_asking():
@@ -87,10 +100,29 @@ def test_holder_frees_unopened_buffers_at_once_and_opened_ones_after_asking():
     exports.retire(3)  # never exported: nothing to do
     assert not exports.exported(2) and not asked
     exports.retire(1)
-    assert asked and exports.exported(1)  # kept until the importers forgot it
+    exports.retire(1)  # given up twice (two paths dropping caches): retires once
+    assert asked == [True] and exports.exported(1)  # kept until the importers forgot it
+    assert exports.handle(1, alive[1], "w4") is None  # retiring: never handed out again
+    assert exports.importers() == {"w2", "w3"}
     ask, keys = exports.take_retiring()
     assert ask == {"w2": [b"handle-one"], "w3": [b"handle-one"]} and keys == [1]
     assert exports.take_retiring() == ({}, [])
-    assert exports.counters() == {"exported": 1, "retiring": 0}
+    exports.retry(keys)  # w3 did not answer: asked again later
+    exports.peer_gone("w3")  # ... until it left the cluster
+    assert exports.take_retiring() == ({"w2": [b"handle-one"]}, [1])
+    assert exports.counters() == {"exported": 1, "retiring": 1}
+    assert not exports.wait_retired(0.05)
     exports.retired(keys)
-    assert len(exports) == 0
+    assert len(exports) == 0 and exports.wait_retired(0.05)
+
+
+def test_an_export_racing_a_release_is_moved_or_asked_to_forget():
+    exports = ExportedBuffers(lambda buf: b"h")
+    exports.on_retire = lambda: None
+    # Released before the export looked again under the lock: the chunk moved.
+    assert exports.handle(7, b"buf", "w2", current=lambda: False) is None
+    assert len(exports) == 0  # nothing kept alive for it
+    # Exported first: the release that follows retires it and asks w2.
+    assert exports.handle(7, b"buf", "w2", current=lambda: True) == b"h"
+    exports.retire(7)
+    assert exports.take_retiring() == ({"w2": [b"h"]}, [7])

@@ -1,11 +1,13 @@
 """Owners, disconnects, lost workers, and the plugins' wiring."""
 
+import logging
 import time
 
 import pytest
 from distributed import Client
 
 import dgvm
+import dgvm.array as dnp
 from dgvm.scheduler import GVATPlugin
 from dgvm.worker import ChunkStorePlugin
 
@@ -146,3 +148,23 @@ def test_connect_without_address_starts_and_owns_a_local_cluster():
     finally:
         client.close()
     assert cluster.status.name == "closed"
+
+
+def test_closing_a_cluster_frees_its_allocations_before_its_workers_go(caplog):
+    # A script that ends with arrays alive: closing frees them first, so no worker is
+    # reported leaving with chunks, and no free reaches a store that closed.
+    cluster = dgvm.LocalCluster(n_workers=2, backend="cpu", device_memory="64MiB",
+                                processes=False, dashboard_address=None)
+    client = dgvm.connect(cluster)
+    try:
+        x = dnp.ones((64, 64), chunks=(16, 16))
+        y = x + 1
+        assert float(y.sum()) == 2 * 64 * 64
+        with caplog.at_level(logging.INFO):
+            cluster.close()
+        noise = [r.getMessage() for r in caplog.records
+                 if "left holding" in r.getMessage() or "No handler" in r.getMessage()]
+        assert not noise, noise
+    finally:
+        client.close()
+        cluster.close()

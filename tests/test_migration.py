@@ -116,6 +116,12 @@ def _ipc(case) -> dict:
     return {w: s["ipc"] for w, s in dgvm.stats()["workers"].items()}
 
 
+def _drop_cache(dask_worker):
+    store = dask_worker.extensions["dgvm"]
+    with store.lock:  # as every use of the backend's buffers
+        store.backend.drop_cache()
+
+
 def _until(cond, what, timeout=10.0):
     deadline = time.monotonic() + timeout
     while not cond():
@@ -159,7 +165,7 @@ def test_ipc_mappings_are_kept_see_new_writes_and_close_before_the_holder_frees(
     # Freed buffers wait in the holders' caches, still exported; given back to the
     # driver they retire: the peers close their mappings first, then they are freed.
     assert any(i["exported"] for i in _ipc(case).values())
-    case.client.run(lambda dask_worker: dask_worker.extensions["dgvm"].backend.drop_cache())
+    case.client.run(_drop_cache)
     _until(lambda: all(i["exported"] == i["retiring"] == i["open"] == 0 for i in _ipc(case).values()),
            f"mappings and exports left: {_ipc(case)}")
 

@@ -17,6 +17,7 @@ not freed before that peer forgot it: it *retires* (``transfer.ipc_exports``).
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import numpy as np
@@ -36,6 +37,15 @@ def gpu_count() -> int:
 
 
 CACHE_FRACTION = 0.25
+RETIRE_WAIT = 10.0  # seconds an allocation waits for exported buffers to be given back
+
+
+def _on_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class CudaBackend(Backend):
@@ -68,8 +78,11 @@ class CudaBackend(Backend):
                 mem = cp.cuda.memory.Memory(nbytes)
             except (cp.cuda.memory.OutOfMemoryError, cp.cuda.runtime.CUDARuntimeError):
                 # Freed buffers kept here and CuPy's pool of finished temporaries hold
-                # memory nobody uses: give it back to the driver and try once more.
+                # memory nobody uses: give it back to the driver and try once more
+                # (exported ones once their importers forgot them).
                 self.drop_cache()
+                if not _on_event_loop():  # the loop runs the retirement: never wait there
+                    self.exports.wait_retired(RETIRE_WAIT)
                 try:
                     mem = cp.cuda.memory.Memory(nbytes)
                 except (cp.cuda.memory.OutOfMemoryError, cp.cuda.runtime.CUDARuntimeError) as e:
@@ -99,9 +112,10 @@ class CudaBackend(Backend):
         del kept
         self._cupy.get_default_memory_pool().free_all_blocks()
 
-    def ipc_handle(self, mem, importer: str | None) -> bytes:
-        """The CUDA IPC handle of chunk buffer ``mem``, for worker ``importer``."""
-        return self.exports.handle(mem.ptr, mem, importer)
+    def ipc_handle(self, mem, importer: str | None, current=lambda: True) -> bytes | None:
+        """The CUDA IPC handle of chunk buffer ``mem``, for worker ``importer``; None if
+        ``current()`` says it no longer holds the chunk (see ``ExportedBuffers.handle``)."""
+        return self.exports.handle(mem.ptr, mem, importer, current)
 
     def close(self):
         self._cache.clear()

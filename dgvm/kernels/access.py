@@ -20,6 +20,7 @@ from distributed.utils import sync
 from dgvm.errors import ChunkLost, DgvmError, OutOfDeviceMemory
 from dgvm.transfer import PATHS
 from dgvm.transfer.fetch import request_exports
+from dgvm.transfer.ipc_mappings import BufferGone
 
 
 @dataclass
@@ -152,22 +153,29 @@ class Access:
         """A miss: copy the chunk here from its home, as a replica registered in the GVAT;
         with no room even after evicting unused replicas, as a transient read."""
         w = self.worker
-        for _ in range(8):  # the home may move between locate and export: ask again
+        # The home may move (or free the buffer) between locate, export and copy: ask again.
+        for _ in range(8):
             where = self.locate(alloc_id, index)
             path = PATHS[where["path"]]
             t0 = time.perf_counter()
             desc, = sync(w.loop, request_exports, w, where["home"], alloc_id, [index], path.name)
-            if not desc.get("moved"):
+            if desc.get("moved"):
+                continue
+            n = desc["nbytes"]
+            try:
+                handle, copy_s = self._fetch_replica(path, desc)
                 break
+            except BufferGone:
+                continue
+            except MemoryError:
+                try:
+                    copy_s = self._fetch_transient(alloc_id, index, path, desc)
+                except BufferGone:
+                    continue
+                self.store.stats.moved(path.name, n, time.perf_counter() - t0, copy_s)
+                return
         else:
             raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while fetched")
-        n = desc["nbytes"]
-        try:
-            handle, copy_s = self._fetch_replica(path, desc)
-        except MemoryError:
-            copy_s = self._fetch_transient(alloc_id, index, path, desc)
-            self.store.stats.moved(path.name, n, time.perf_counter() - t0, copy_s)
-            return
         seconds = time.perf_counter() - t0
         self.store.add_replica(alloc_id, index, handle, n, where["version"])
         self.store.stats.moved(path.name, n, seconds, copy_s)

@@ -5,8 +5,6 @@ forget the buffer before freeing it."""
 
 from __future__ import annotations
 
-import functools
-
 from dgvm.transfer.base import TransferPath
 from dgvm.transfer.ipc_mappings import ImportedMappings
 
@@ -24,10 +22,13 @@ def _close(ptr) -> None:
     cupy.cuda.runtime.ipcCloseMemHandle(ptr)
 
 
-@functools.cache
+_MAPPINGS = ImportedMappings(_open, _close)
+
+
 def mappings() -> ImportedMappings:
-    """This process's mappings of peers' buffers."""
-    return ImportedMappings(_open, _close)
+    """This process's mappings of peers' buffers (one per process: made at import, so
+    that threads never race to make it)."""
+    return _MAPPINGS
 
 
 class CudaIpcPath(TransferPath):
@@ -38,7 +39,13 @@ class CudaIpcPath(TransferPath):
 
     def export(self, store, alloc_id, index, to=None):
         c = store.chunk(alloc_id, index, None)
-        handle = store.backend.ipc_handle(c.handle, to)
+        # Checked again under the exports' lock: a release between here and there either
+        # finds the buffer exported to ``to`` (and asks it to forget) or makes this moved.
+        handle = store.backend.ipc_handle(
+            c.handle, to, lambda: store.is_home(alloc_id, index) and store.local(alloc_id, index) is c
+        )
+        if handle is None:
+            return {"moved": True}
         return {"ipc": handle, "holder": store.address, "nbytes": c.nbytes}
 
     def fetch_into(self, desc, dst):

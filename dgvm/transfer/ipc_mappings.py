@@ -27,6 +27,11 @@ from typing import Any, Callable
 Key = tuple  # (holder address, handle bytes)
 
 
+class BufferGone(Exception):
+    """The holder freed (or is freeing) the buffer a descriptor names: the chunk moved or
+    was freed after it was exported. Ask the GVAT again, as for ``{"moved": True}``."""
+
+
 @dataclass
 class _Mapping:
     ptr: Any
@@ -37,7 +42,11 @@ class _Mapping:
 class ImportedMappings:
     """Mappings of peers' buffers, keyed by (holder address, IPC handle). Every open and
     close happens under one lock, so a ``forget`` that returns has closed the mapping
-    (the holder frees the buffer right after); copies hold no lock while they run."""
+    (the holder frees the buffer right after); copies hold no lock while they run. A
+    handle forgotten before it was opened (its descriptor was on the way) is refused
+    afterwards: CUDA gives every allocation a new handle, so a real one never is."""
+
+    FORGOTTEN_KEPT = 4096  # handles remembered as forgotten
 
     def __init__(self, open_handle: Callable[[bytes], Any], close: Callable[[Any], None],
                  limit: int = 64):
@@ -46,17 +55,18 @@ class ImportedMappings:
         self.limit = limit
         self._lock = threading.Condition()
         self._maps: OrderedDict[Key, _Mapping] = OrderedDict()  # least recently used first
+        self._forgotten: OrderedDict[Key, None] = OrderedDict()
         self.opened = 0
         self.reused = 0
 
     def acquire(self, holder: str, handle: bytes):
         """The local pointer to the peer's buffer, opened now or kept from before; pair
-        every call with ``release``."""
+        every call with ``release``. ``BufferGone`` if the holder frees it."""
         key = (holder, bytes(handle))
         with self._lock:
             m = self._maps.get(key)
-            if m is not None and m.forgotten:  # the holder frees it: it exports it no more
-                raise RuntimeError(f"a buffer of {holder} was asked for while its holder frees it")
+            if key in self._forgotten or (m is not None and m.forgotten):
+                raise BufferGone(f"a buffer of {holder} was freed after it was exported")
             if m is None:
                 m = self._maps[key] = _Mapping(self._open_handle(key[1]))
                 self.opened += 1
@@ -87,28 +97,43 @@ class ImportedMappings:
             if not self._maps[key].users:
                 self._close(self._maps.pop(key).ptr)
 
-    def forget_now(self, holder: str, handles=None) -> int:
-        """Close the mappings of ``handles`` (all of ``holder``'s when None), waiting for
-        copies through them to end; returns how many were open. Blocks: keep it off the
-        event loop."""
+    def forget_now(self, holder: str, handles=None, timeout: float | None = None) -> int:
+        """Close the mappings of ``handles`` (all of ``holder``'s when None) and refuse
+        them from now on; one in use is closed by its last copy, and this waits for that
+        (``TimeoutError`` after ``timeout`` seconds). Returns how many were open.
+        Blocks: keep it off the event loop."""
         with self._lock:
-            keys = [k for k in self._maps if k[0] == holder] if handles is None else [
-                (holder, bytes(h)) for h in handles
-            ]
-            found = [k for k in keys if k in self._maps]
-            for key in found:
-                m = self._maps[key]
+            if handles is None:
+                keys = [k for k in self._maps if k[0] == holder]
+            else:
+                keys = list(dict.fromkeys((holder, bytes(h)) for h in handles))
+            for key in keys:
+                self._forgotten[key] = None
+                self._forgotten.move_to_end(key)
+            while len(self._forgotten) > self.FORGOTTEN_KEPT:
+                self._forgotten.popitem(last=False)
+            busy, found = [], 0
+            for key in keys:
+                m = self._maps.get(key)
+                if m is None:
+                    continue
+                found += 1
                 m.forgotten = True
-                if not m.users:
+                if m.users:
+                    busy.append((key, m))
+                else:
                     del self._maps[key]
                     self._close(m.ptr)
-            while any(k in self._maps for k in found):  # the last copy closes it
-                self._lock.wait()
-            return len(found)
+            # The last copy through a busy one closes it (``release``).
+            if not self._lock.wait_for(lambda: all(self._maps.get(k) is not m for k, m in busy), timeout):
+                raise TimeoutError(f"copies from {holder}'s buffers still running after {timeout} s")
+            return found
 
-    async def forget(self, holder: str, handles=None) -> int:
+    async def forget(self, holder: str, handles=None, timeout: float | None = None) -> int:
         """``forget_now`` from the event loop (in a thread)."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.forget_now, holder, handles)
+        return await asyncio.get_running_loop().run_in_executor(
+            None, self.forget_now, holder, handles, timeout
+        )
 
     def __len__(self) -> int:
         return len(self._maps)
