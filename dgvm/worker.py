@@ -186,50 +186,46 @@ class ChunkStorePlugin(WorkerPlugin):
                 local.add(c["index"])
             else:
                 need.setdefault((c["home"], c["path"]), []).append(c)
+        groups = list(need.items())
+        t0 = time.perf_counter()  # the first chunk's time includes the request
+        # One export request per home, all at once; then one hop to the store's thread.
+        descs = await asyncio.gather(*(
+            request_exports(self.worker, home, alloc_id, [c["index"] for c in group], path)
+            for (home, path), group in groups
+        ))
+        job = asyncio.ensure_future(self._run(self._fetch_and_promote, alloc_id, owner, chunks,
+                                              groups, descs, local, t0))
+        try:
+            return await asyncio.shield(job)
+        except asyncio.CancelledError:  # the chunks it made homes here go again
+            answer = await job
+            if answer.get("moved"):
+                await self._run(self.store.release, alloc_id, answer["moved"])
+            raise
+
+    def _fetch_and_promote(self, alloc_id, owner, chunks, groups, descs, local, t0) -> dict:
+        # In the store's thread. Nothing half-made: a failure gives back what was fetched.
         fetched: dict[int, tuple] = {}
         try:
-            for (home, path), group in need.items():
-                t0 = time.perf_counter()  # the first chunk's time includes the request
-                descs = await request_exports(self.worker, home, alloc_id, [c["index"] for c in group], path)
-                job = asyncio.ensure_future(self._run(self._fetch_group, path, group, descs, t0))
-                try:
-                    fetched.update(await asyncio.shield(job))
-                except asyncio.CancelledError:  # its buffers still come back, then go
-                    fetched.update(await job)
-                    raise
+            for ((_, path), group), group_descs in zip(groups, descs):
+                for c, desc in zip(group, group_descs):
+                    if desc.get("moved"):
+                        continue  # moved meanwhile: the GVAT keeps the chunk where it is
+                    try:
+                        handle, copy_s = self.store.fetch(transfer.PATHS[path], desc)
+                    except BufferGone:  # freed or moved after the export: same as above
+                        continue
+                    fetched[c["index"]] = (handle, desc["nbytes"], c["version"])
+                    now = time.perf_counter()
+                    self.store.stats.moved(path, desc["nbytes"], now - t0, copy_s)
+                    t0 = now
         except BaseException as e:
-            # Nothing half-made: what was fetched goes back before the error is answered.
             for handle, n, _ in fetched.values():
-                await self._run(self.store.discard, handle, n)
+                self.store.discard(handle, n)
             if not isinstance(e, MemoryError):
                 raise
             return {"oom": f"no room on {self.worker.address} for the chunks of allocation "
                            f"{alloc_id} to move there: {e}"}
-        return await self._run(self._promote_pulled, alloc_id, owner, chunks, fetched, local)
-
-    def _fetch_group(self, path: str, group: list, descs: list, t0: float) -> dict:
-        # In the store's thread: one hop for a home's chunks, not one per chunk; all or
-        # nothing (a failure gives back what this call fetched).
-        fetched = {}
-        try:
-            for c, desc in zip(group, descs):
-                if desc.get("moved"):
-                    continue  # moved meanwhile: the GVAT keeps the chunk where it is
-                try:
-                    handle, copy_s = self.store.fetch(transfer.PATHS[path], desc)
-                except BufferGone:  # freed or moved after the export: same as above
-                    continue
-                fetched[c["index"]] = (handle, desc["nbytes"], c["version"])
-                now = time.perf_counter()
-                self.store.stats.moved(path, desc["nbytes"], now - t0, copy_s)
-                t0 = now
-        except BaseException:
-            for handle, n, _ in fetched.values():
-                self.store.discard(handle, n)
-            raise
-        return fetched
-
-    def _promote_pulled(self, alloc_id, owner, chunks, fetched, local) -> dict:
         moved, versions = [], []
         for c in chunks:
             i = c["index"]
