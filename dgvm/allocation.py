@@ -100,6 +100,10 @@ class Allocation:
     def home(self, index: int) -> str:
         return self._workers[self._home[index]]
 
+    def backends(self) -> set[str]:
+        """The backends of the devices its chunks live on (``"cpu"``, ``"cuda"``)."""
+        return {d.split(":")[0] for d in self._devices}
+
     def homes(self) -> list[str]:
         """The home worker of every chunk, from a fresh chunk map."""
         self._fresh()

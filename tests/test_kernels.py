@@ -171,6 +171,31 @@ def test_kernel_error_keeps_previous_contents(case):
         free(x, out)
 
 
+def test_kernel_error_leaves_every_workers_chunks_as_they_were(case):
+    if case.backend == "cuda":
+        pytest.skip("GPU kernels raise only when compiled with debug=True")
+    from dgvm.kernels.staged import staged_here
+
+    h = np.arange(30, dtype=np.int64)[::-1].copy()  # 3 is in the last chunk
+    x = dnp.from_numpy(h, chunks=5, placement="round_robin")
+    out = dnp.from_numpy(np.full(30, 7, dtype=np.int64), chunks=5, colocate=x)
+    try:
+        assert len(set(out.locations().values())) == len(case.capacities)
+        dgvm.launch(fails, x, out=out)
+        with pytest.raises(dgvm.KernelError, match="fails.*chunk 5 .*worker"):
+            out.wait()
+        out._pending.writes = []  # forget the failed launch, read what the chunks hold
+        assert (dnp.asnumpy(out) == 7).all()  # no worker wrote any chunk
+        assert set(case.client.run(lambda dask_worker: staged_here(dask_worker.address)).values()) == {0}
+        x[26] = 100  # no bad element now: the same kernel commits on every worker
+        dgvm.launch(fails, x, out=out)
+        expect = h.copy()
+        expect[26] = 100
+        np.testing.assert_array_equal(dnp.asnumpy(out), expect)
+    finally:
+        free(x, out)
+
+
 @dgvm.kernel
 def reverse_in_chunk(x, out):
     i = cuda.grid(1)

@@ -198,10 +198,13 @@ class DArray(ArrayOperators, ArrayMethods):
     # -- host round trip -----------------------------------------------------------------
     def write_blocks(self, source: np.ndarray) -> None:
         """Copy a host array of this shape into the blocks, one request per worker."""
-        from dgvm.kernels.launch import settle
+        from distributed import wait as dask_wait
+
+        from dgvm.kernels.launch import settle, still_reading
 
         self._before_write()
-        settle(self._pending.writes + self._pending.reads)
+        settle(self._pending.writes)
+        dask_wait(still_reading(self._pending.reads))  # their errors are theirs
         pieces = []
         for k, sl in enumerate(chunk_grid.block_slices(self.chunks)):
             block = np.ascontiguousarray(source[sl], dtype=self.dtype)

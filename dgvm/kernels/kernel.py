@@ -56,6 +56,8 @@ class Kernel:
         it was). Never on ``cuda``: a kernel either fails before it starts (compiling,
         launching) or runs to its end (Numba CUDA kernels do not raise; a device fault
         ends the CUDA context, and every chunk of the device with it)."""
+        if backend == "cuda":  # the caller need not compile it to know
+            return False
         return getattr(self.compiled(backend), "may_raise", True)
 
     def __repr__(self):

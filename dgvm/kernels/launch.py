@@ -71,36 +71,55 @@ def launch(kernel, *args, out, halo: int = 0, pass_origin: bool = False,
         raise ValueError(f"halo must be >= 0, got {halo}")
     _check_args(args, out)
     specs = [_spec(a) for a in args]
-    dispatch(
-        _launch_here, out, _inputs(args), f"launch-{kernel.name}",
-        kernel, ArraySpec.of(out), specs, halo, pass_origin, threads_per_block,
-    )
+    task_args = (kernel, ArraySpec.of(out), specs, halo, pass_origin, threads_per_block)
+    name = f"launch-{kernel.name}"
+    if any(kernel.may_fail_halfway(b) for b in out.alloc.backends()):
+        # All or nothing: the output stays as it was on every worker if one fails.
+        from dgvm.kernels import staged
+
+        stage_id = uuid.uuid4().hex
+        dispatch(staged.stage, out, _inputs(args), name, stage_id, *task_args,
+                 then=(staged.commit, stage_id, ArraySpec.of(out), f"kernel {kernel.name!r}"))
+    else:
+        dispatch(_launch_here, out, _inputs(args), name, *task_args)
 
 
-def dispatch(fn, out, inputs, name: str, *task_args) -> None:
+def dispatch(fn, out, inputs, name: str, *task_args, then=None) -> None:
     """Submit ``fn(*task_args, indices, deps)`` as one task per home worker of ``out``'s
     chunks, ordered after earlier launches: after those that wrote ``inputs`` or ``out``,
     and after those that read ``out``. Record the new tasks as writers of ``out`` and
-    readers of ``inputs``."""
+    readers of ``inputs``. ``then=(fn2, *args2)``: a second task per worker,
+    ``fn2(*args2, indices, results)`` with the results of every first task (a step all
+    workers must finish first), recorded instead."""
     before_write = getattr(out, "_before_write", None)  # DArrays: deferred readers run first
     if before_write is not None:
         before_write()
-    deps = out._pending.writes + out._pending.reads
+    deps = out._pending.writes + still_reading(out._pending.reads)
     for a in inputs:
         deps += a._pending.writes
     deps = unfinished(deps)
     client = out.alloc.client
+    homes = out.alloc.by_home()
     futures = [
         client.submit(
             fn, *task_args, idx, deps, workers=[w], allow_other_workers=False, pure=False,
             key=f"dgvm-{name}-{uuid.uuid4().hex[:10]}",
         )
-        for w, idx in out.alloc.by_home().items()
+        for w, idx in homes.items()
     ]
+    if then is not None:
+        fn2, *args2 = then
+        futures = [
+            client.submit(
+                fn2, *args2, idx, futures, workers=[w], allow_other_workers=False, pure=False,
+                key=f"dgvm-{name}-commit-{uuid.uuid4().hex[:10]}",
+            )
+            for w, idx in homes.items()
+        ]
     out._pending.writes, out._pending.reads = futures, []
     for a in inputs:
         if a is not out:
-            a._pending.reads = unfinished(a._pending.reads) + futures
+            a._pending.reads = still_reading(a._pending.reads) + futures
 
 
 def unfinished(futures) -> list:
@@ -109,6 +128,12 @@ def unfinished(futures) -> list:
     its result there first), and reader lists stay short in long loops. Failed tasks stay:
     their error belongs to whoever waits next."""
     return [f for f in futures if f.status != "finished"]
+
+
+def still_reading(futures) -> list:
+    """The readers a later writer must wait for: those not finished. A reader that failed
+    reads no more, and its error belongs to its own output, not to the array it read."""
+    return [f for f in futures if f.status not in ("finished", "error", "cancelled")]
 
 
 def report(out: ArraySpec, indices, access: Access) -> None:
@@ -154,7 +179,6 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
     ``what``, the chunk and the worker (else as raised). A device fault found by the wait
     is a ``KernelError`` for the task's chunks either way."""
     written = []
-    where = f"of allocation {out.alloc_id} on worker {access.worker.address}"
     try:
         for k in indices:
             try:
@@ -163,49 +187,63 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
             except Exception as e:
                 if not kernel_errors or isinstance(e, DgvmError):
                     raise
-                block = tuple(int(b) for b in np.unravel_index(k, out.grid))
-                raise KernelError(
-                    f"{what} failed on chunk {k} (block {block}) {where}: {type(e).__name__}: "
-                    f"{e}\n{traceback.format_exc()}"
-                ) from None
+                raise kernel_error(what, out, [k], access, e) from None
             written.append(k)
         try:
             access.store.backend.synchronize()
         except Exception as e:  # a fault ends the CUDA context
-            raise KernelError(f"{what} failed on chunks {list(indices)} {where}: {type(e).__name__}: {e}") from None
+            raise kernel_error(what, out, indices, access, e) from None
     finally:
         if written:
             report(out, written, access)
     return len(indices)
 
 
+def kernel_error(what: str, out: ArraySpec, indices, access: Access, e: Exception) -> KernelError:
+    """``e``, raised by ``what`` on chunks ``indices`` of ``out`` here, as the caller's
+    ``KernelError`` naming the kernel, the chunk (block) and the worker, with the traceback."""
+    where = f"of allocation {out.alloc_id} on worker {access.worker.address}"
+    if len(indices) == 1:
+        block = tuple(int(b) for b in np.unravel_index(indices[0], out.grid))
+        return KernelError(f"{what} failed on chunk {indices[0]} (block {block}) {where}: "
+                           f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+    return KernelError(f"{what} failed on chunks {list(indices)} {where}: {type(e).__name__}: {e}")
+
+
+def kernel_call(access: Access, out: ArraySpec, specs, k: int, halo: int, pass_origin: bool, tpb):
+    """(arguments before the output, output chunk, grid, block) of a launch's chunk ``k``."""
+    xp = access.store.backend.xp
+    block = tuple(int(b) for b in np.unravel_index(k, out.grid))
+    args = []
+    for kind, v in specs:
+        if kind == "scalar":
+            args.append(v)
+        elif kind == "blocks":
+            spec, select = v
+            sel = select(block)
+            args.append(access.blocks(spec, sel if isinstance(sel, tuple) else (sel,), xp))
+        elif halo:
+            args.append(access.with_halo(v, block, halo, xp))
+        else:
+            args.append(access.chunk(v, k))
+    target = access.chunk(out, k)
+    if pass_origin:
+        args.insert(0, tuple(int(out.starts(a)[b]) for a, b in enumerate(block)))
+    return args, target, *launch_config(target.shape, tpb)
+
+
 def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices, deps):
     access = Access.here()
     store = access.store
     backend = store.backend
-    xp = backend.xp
     aliased = any((v.alloc_id if kind == "array" else v[0].alloc_id) == out.alloc_id
                   for kind, v in specs if kind != "scalar")
+    # ``launch`` stages kernels that may stop halfway; this copy is for a worker whose
+    # backend the caller did not expect.
     keep_copy = kernel.may_fail_halfway(backend.name)
 
     def per_chunk(k):
-        block = tuple(int(b) for b in np.unravel_index(k, out.grid))
-        args = []
-        for kind, v in specs:
-            if kind == "scalar":
-                args.append(v)
-            elif kind == "blocks":
-                spec, select = v
-                sel = select(block)
-                args.append(access.blocks(spec, sel if isinstance(sel, tuple) else (sel,), xp))
-            elif halo:
-                args.append(access.with_halo(v, block, halo, xp))
-            else:
-                args.append(access.chunk(v, k))
-        target = access.chunk(out, k)
-        griddim, blockdim = launch_config(target.shape, tpb)
-        if pass_origin:
-            args.insert(0, tuple(int(out.starts(a)[b]) for a, b in enumerate(block)))
+        args, target, griddim, blockdim = kernel_call(access, out, specs, k, halo, pass_origin, tpb)
         if aliased or not store.is_home(out.alloc_id, k):
             # Run on a copy: the kernel reads the output's old values through an
             # argument, or the home moved after the task was placed (put_result

@@ -1,0 +1,91 @@
+"""All-or-nothing launches, for kernels that may stop halfway.
+
+A kernel that can raise after writing part of a chunk (on ``cpu``: ``raise``, ``assert``,
+calls into Python or NumPy, bounds checks; anything in the simulator) must leave the
+output as it was when it fails, on every worker, not only on the chunk that failed. So
+``dgvm.launch`` runs it in two steps (``launch.dispatch(..., then=...)``):
+
+1. ``stage``, one task per home of the output: the kernel writes copies of the worker's
+   output chunks, kept here under the launch's id; an error is returned, not raised, so
+   that every worker's second step runs;
+2. ``commit``, one task per home, after every ``stage``: with no error anywhere, the
+   copies become the output (and the GVAT hears of the writes); else every worker drops
+   its copies and raises the first error, a ``KernelError`` naming the kernel, the chunk
+   and the worker.
+
+It costs a copy of the output and one more step, so kernels that cannot stop halfway
+(every CUDA kernel: it runs to its end or ends the context) write in place in one step.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from dgvm.errors import DgvmError
+from dgvm.kernels.access import Access, ArraySpec
+from dgvm.kernels.launch import kernel_call, kernel_error, report, write_chunks
+
+# (launch id, worker address) -> (alloc id of the output, {chunk index: new value})
+_STAGED: dict[tuple[str, str], tuple[int, dict]] = {}
+_LOCK = threading.Lock()
+
+
+def stage(stage_id: str, kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices, deps) -> dict:
+    """Step 1 on one worker: {"staged": n} or {"error": exception}."""
+    access = Access.here()
+    backend = access.store.backend
+    _sweep(access)
+    made = {}
+    try:
+        for k in indices:
+            with access.output_chunk():
+                args, target, griddim, blockdim = kernel_call(access, out, specs, k, halo, pass_origin, tpb)
+                copy = backend.xp.array(target, copy=True)  # elements it leaves keep their value
+                try:
+                    kernel.run(backend.name, griddim, blockdim, [*args, copy])
+                except Exception as e:
+                    if isinstance(e, DgvmError):
+                        raise
+                    raise kernel_error(f"kernel {kernel.name!r}", out, [k], access, e) from None
+                made[k] = copy
+        backend.synchronize()
+    except Exception as e:  # every worker's commit raises it; nothing was written
+        return {"error": e if isinstance(e, DgvmError) else kernel_error(
+            f"kernel {kernel.name!r}", out, list(indices), access, e)}
+    finally:
+        if access.reads:  # hits, misses and remote reads count either way
+            report(out, [], access)
+    with _LOCK:
+        _STAGED[(stage_id, access.worker.address)] = (out.alloc_id, made)
+    return {"staged": len(made)}
+
+
+def commit(stage_id: str, out: ArraySpec, what: str, indices, results: list) -> int:
+    """Step 2 on one worker: the staged copies become the output, or all are dropped."""
+    access = Access.here()
+    with _LOCK:
+        _, made = _STAGED.pop((stage_id, access.worker.address), (None, {}))
+    errors = [r["error"] for r in results if "error" in r]
+    if errors:
+        made.clear()
+        raise errors[0]
+
+    def per_chunk(k):
+        target = access.chunk(out, k)
+        access.put_result(out, k, target, made.pop(k))
+
+    return write_chunks(access, out, indices, what, per_chunk, kernel_errors=False)
+
+
+def _sweep(access: Access) -> None:
+    # Copies whose commit will never run (their output was freed before it did).
+    with _LOCK:
+        for key, (alloc_id, _) in list(_STAGED.items()):
+            if key[1] == access.worker.address and not access.store.holds(alloc_id):
+                del _STAGED[key]
+
+
+def staged_here(address: str) -> int:
+    """How many launches have copies waiting on worker ``address`` (for tests)."""
+    with _LOCK:
+        return sum(1 for key in _STAGED if key[1] == address)
