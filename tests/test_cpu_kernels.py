@@ -324,3 +324,38 @@ def test_may_raise_says_when_a_launch_can_stop_with_part_of_its_output_written()
         assert not compile_cpu(pyfunc).may_raise, pyfunc.__name__
     for pyfunc in (_asserts, _calls_numpy):
         assert compile_cpu(pyfunc).may_raise, pyfunc.__name__
+
+
+KERNEL_FILE = '''
+from numba import cuda
+
+
+def double(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = 2 * x[i]
+'''
+
+
+def test_a_kernel_compiles_from_its_source_as_it_was_defined(tmp_path):
+    # A worker unpickles the function and compiles it later; the file may have been
+    # edited meanwhile (a notebook, a script open in an editor): the lines at the old
+    # place are another function by then.
+    import importlib.util
+
+    import cloudpickle
+
+    import dgvm
+
+    path = tmp_path / "edited_kernels.py"
+    path.write_text(KERNEL_FILE)
+    spec = importlib.util.spec_from_file_location("edited_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    shipped = cloudpickle.dumps(dgvm.kernel(module.double))
+    path.write_text("\n\ndef other(a):\n    return a\n" + KERNEL_FILE)
+    kernel = cloudpickle.loads(shipped)
+    x = np.arange(8.0)
+    out = np.zeros(8)
+    kernel.run("cpu", (1,), (8,), [x, out])
+    np.testing.assert_array_equal(out, 2 * x)

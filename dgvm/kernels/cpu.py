@@ -145,11 +145,18 @@ class _Rewriter(ast.NodeTransformer):
         return ast.Name(id=name, ctx=ast.Load())
 
 
-def _parse(pyfunc: Callable) -> ast.FunctionDef:
+def source_of(pyfunc: Callable) -> str | None:
+    """The source of ``pyfunc`` as its file says now (None where there is none)."""
     try:
-        source = textwrap.dedent(inspect.getsource(pyfunc))
-    except (OSError, TypeError) as exc:
-        raise Unsupported(f"the source of kernel {pyfunc!r} is not available: {exc}") from exc
+        return textwrap.dedent(inspect.getsource(pyfunc))
+    except (OSError, TypeError):
+        return None
+
+
+def _parse(pyfunc: Callable, source: str | None = None) -> ast.FunctionDef:
+    source = source if source is not None else source_of(pyfunc)
+    if source is None:
+        raise Unsupported(f"the source of kernel {pyfunc!r} is not available")
     node = ast.parse(source).body[0]
     # At the kernel's own lines, so that Numba's errors point into the user's file.
     ast.increment_lineno(node, pyfunc.__code__.co_firstlineno - 1)
@@ -230,8 +237,8 @@ class CpuKernel:
     dimensionality (1, 2 or 3); Numba compiles each of those once per argument types.
     """
 
-    def __init__(self, pyfunc: Callable):
-        tree = _parse(pyfunc)
+    def __init__(self, pyfunc: Callable, source: str | None = None):
+        tree = _parse(pyfunc, source)
         self.__name__ = tree.name
         self.__doc__ = pyfunc.__doc__
         self._params = [param.arg for param in tree.args.args]
@@ -373,8 +380,9 @@ _KERNELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _KERNELS_LOCK = threading.Lock()
 
 
-def compile_cpu(pyfunc: Callable) -> CpuKernel:
-    """Compile a ``numba.cuda``-style kernel (a plain function) to run on the CPU.
+def compile_cpu(pyfunc: Callable, source: str | None = None) -> CpuKernel:
+    """Compile a ``numba.cuda``-style kernel (a plain function) to run on the CPU, from
+    ``source`` (its def statement, as read where it was defined) or its file as it is now.
 
     Raises ``Unsupported`` at once if the kernel uses anything from ``numba.cuda`` but
     thread indexing. The result is cached per function; a ``cuda.jit`` dispatcher is
@@ -384,5 +392,5 @@ def compile_cpu(pyfunc: Callable) -> CpuKernel:
     with _KERNELS_LOCK:
         kernel = _KERNELS.get(pyfunc)
         if kernel is None:
-            kernel = _KERNELS[pyfunc] = CpuKernel(pyfunc)
+            kernel = _KERNELS[pyfunc] = CpuKernel(pyfunc, source)
         return kernel

@@ -33,19 +33,24 @@ class Kernel:
     """A kernel written against ``numba.cuda``; compiled lazily, once per process and
     backend (Numba adds one specialization per argument signature)."""
 
-    def __init__(self, pyfunc, key: str | None = None):
+    def __init__(self, pyfunc, key: str | None = None, source: str | None = None):
+        from dgvm.kernels.cpu import source_of
+
         self.pyfunc = pyfunc
         self.name = pyfunc.__name__
         self.key = key or new_key(self.name)
+        # Read where it is defined and shipped with it: a worker reading the file later
+        # would find other lines there once the file is edited.
+        self.source = source if source is not None else source_of(getattr(pyfunc, "py_func", pyfunc))
 
     def __getstate__(self):  # ship the Python function only; workers compile their own
-        return {"pyfunc": self.pyfunc, "key": self.key}
+        return {"pyfunc": self.pyfunc, "key": self.key, "source": self.source}
 
     def __setstate__(self, state):
-        self.__init__(state["pyfunc"], state["key"])
+        self.__init__(state["pyfunc"], state["key"], state.get("source"))
 
     def compiled(self, backend: str):
-        return compiled_once(self.key, backend, lambda: _COMPILERS[backend](self.pyfunc))
+        return compiled_once(self.key, backend, lambda: _COMPILERS[backend](self.pyfunc, self.source))
 
     def run(self, backend: str, griddim, blockdim, args) -> None:
         self.compiled(backend)(griddim, blockdim, *args)
@@ -64,7 +69,7 @@ class Kernel:
         return f"<dgvm.kernel {self.name}>"
 
 
-def _compile_cuda(pyfunc):
+def _compile_cuda(pyfunc, source=None):
     patch_numpy_for_numba_cuda()
     from numba import cuda
 
@@ -80,11 +85,11 @@ def _compile_cuda(pyfunc):
 _warned: set[str] = set()
 
 
-def _compile_cpu(pyfunc):
+def _compile_cpu(pyfunc, source=None):
     from dgvm.kernels.cpu import Unsupported, compile_cpu
 
     try:
-        return compile_cpu(pyfunc)
+        return compile_cpu(pyfunc, source)
     except Unsupported as e:
         if pyfunc.__name__ not in _warned:
             _warned.add(pyfunc.__name__)
