@@ -95,8 +95,10 @@ class GVATPlugin(SchedulerPlugin):
         scheduler.loop.add_callback(self._tell_peer_left, worker)
 
     def _tell_peer_left(self, worker: str):
-        for address, comm in list(self.scheduler.stream_comms.items()):
-            if address != worker:
+        # dgvm workers only: an unknown stream message closes a plain Dask worker.
+        for rec in self.gvat.inventory.live():
+            comm = self.scheduler.stream_comms.get(rec.address)
+            if comm is not None and rec.address != worker:
                 with contextlib.suppress(Exception):  # that one is closing too
                     comm.send({"op": "dgvm-peer-left", "worker": worker})
 

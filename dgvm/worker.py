@@ -28,6 +28,8 @@ from dgvm.transfer.ipc_retire import IpcRetirement
 logger = logging.getLogger("dgvm.worker")
 
 PLUGIN_NAME = "dgvm-store"
+PEER_LEFT = "dgvm-peer-left"  # scheduler -> workers: a worker left the cluster
+RETIRE_WAIT = 2.0  # seconds a free waits for buffers peers had mapped to come back
 
 
 class ChunkStorePlugin(WorkerPlugin):
@@ -78,7 +80,7 @@ class ChunkStorePlugin(WorkerPlugin):
         exports = getattr(backend, "exports", None)
         # Buffers peers map through IPC are freed after asking them (cuda).
         self.retirement = IpcRetirement(worker, exports) if exports is not None else None
-        worker.stream_handlers["dgvm-peer-left"] = self.peer_left
+        worker.stream_handlers[PEER_LEFT] = self.peer_left
         streams.tune(worker.batched_stream)
         logger.info("dgvm chunk store on %s: %s", worker.address, self.profile)
 
@@ -90,16 +92,21 @@ class ChunkStorePlugin(WorkerPlugin):
         for op in self.handlers():
             if op not in self.KEPT_AFTER_TEARDOWN:
                 worker.handlers.pop(op, None)
-        worker.stream_handlers.pop("dgvm-peer-left", None)
+        # An unknown stream message would close the worker: this one may still come.
+        worker.stream_handlers[PEER_LEFT] = lambda worker=None: None
         worker.metrics.pop("dgvm", None)
         worker.extensions.pop("dgvm", None)
         if self.store is not None:
             if self.retirement is not None:  # peers close their mappings first
                 await self.retirement.forget_everywhere()
-            self._executor.shutdown(wait=True)
-            self._export_executor.shutdown(wait=True)
-            self.store.close()
-            self.store = None
+            store, self.store = self.store, None
+
+            def close():  # waits for the store's thread: off the event loop
+                self._executor.shutdown(wait=True)
+                self._export_executor.shutdown(wait=True)
+                store.close()
+
+            await asyncio.get_running_loop().run_in_executor(None, close)
 
     def metrics(self) -> dict:
         m = {"profile": self.profile.to_dict(), **self.store.metrics()}
@@ -134,9 +141,10 @@ class ChunkStorePlugin(WorkerPlugin):
         return n
 
     async def _retired(self):
-        # A free answers once the memory is back, also that of buffers peers had mapped.
+        # A free answers once the memory is back, also that of buffers peers had mapped
+        # (for a while: a peer that does not answer is asked again later, unawaited).
         if self.retirement is not None:
-            await self.retirement.run()
+            await asyncio.wait([asyncio.ensure_future(self.retirement.run())], timeout=RETIRE_WAIT)
 
     def peer_left(self, worker: str):
         """The scheduler says a worker left (stream message ``dgvm-peer-left``)."""
@@ -169,7 +177,7 @@ class ChunkStorePlugin(WorkerPlugin):
             try:
                 out.append(p.export(self.store, alloc_id, i, to) if self.store.is_home(alloc_id, i)
                            else {"moved": True})
-            except InvalidAddress:  # released meanwhile
+            except (InvalidAddress, RuntimeError):  # released meanwhile (the store changed under it)
                 out.append({"moved": True})
         return out
 
@@ -251,9 +259,8 @@ class ChunkStorePlugin(WorkerPlugin):
         return n
 
     async def drop_replicas(self, alloc_id: int, indices: list):
-        n = await self._run(self.store.drop_replicas, alloc_id, indices)
-        await self._retired()
-        return n
+        # Not waiting for retirement: writes wait for this (and replicas are rarely exported).
+        return await self._run(self.store.drop_replicas, alloc_id, indices)
 
     async def info(self):
         return {"address": self.worker.address, **self.metrics()}
@@ -281,7 +288,7 @@ def dask_setup(worker, others, dgvm_backend, dgvm_device_memory, dgvm_device_spe
     worker.plugins[plugin.name] = plugin  # so that the worker tears it down on close
 
 
-def dask_teardown(worker):
+async def dask_teardown(worker):
     plugin = worker.plugins.pop(PLUGIN_NAME, None)
     if plugin is not None:
-        plugin.teardown(worker)
+        await plugin.teardown(worker)

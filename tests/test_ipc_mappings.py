@@ -93,36 +93,48 @@ def test_holder_frees_unopened_buffers_at_once_and_opened_ones_after_asking():
     alive = {1: b"one", 2: b"two", 3: b"three"}  # key -> buffer (held by the owner)
     asked = []
     exports.on_retire = lambda: asked.append(True)
-    assert exports.handle(1, alive[1], "w2") == b"handle-one"
-    assert exports.handle(1, alive[1], "w3") == b"handle-one"
-    exports.handle(2, alive[2], None)  # exported, importer unknown: nobody to ask
+    assert exports.handle(1, alive[1], 100, "w2") == b"handle-one"
+    assert exports.handle(1, alive[1], 100, "w3") == b"handle-one"
+    exports.handle(2, alive[2], 100, None)  # exported, importer unknown: nobody to ask
     exports.retire(2)
     exports.retire(3)  # never exported: nothing to do
     assert not exports.exported(2) and not asked
     exports.retire(1)
     exports.retire(1)  # given up twice (two paths dropping caches): retires once
     assert asked == [True] and exports.exported(1)  # kept until the importers forgot it
-    assert exports.handle(1, alive[1], "w4") is None  # retiring: never handed out again
-    assert exports.importers() == {"w2", "w3"}
-    ask, keys = exports.take_retiring()
-    assert ask == {"w2": [b"handle-one"], "w3": [b"handle-one"]} and keys == [1]
-    assert exports.take_retiring() == ({}, [])
-    exports.retry(keys)  # w3 did not answer: asked again later
+    assert exports.retiring_bytes() == 100  # counted as memory about to be free
+    assert exports.handle(1, alive[1], 100, "w4") is None  # retiring: never handed out again
+    assert exports.importers() == {"w2": [b"handle-one"], "w3": [b"handle-one"]}
+    ask, who = exports.take_retiring()
+    assert ask == {"w2": [b"handle-one"], "w3": [b"handle-one"]} and who == {1: {"w2", "w3"}}
+    assert exports.take_retiring() == ({}, {})
+    exports.retry(list(who))  # w3 did not answer: asked again later
     exports.peer_gone("w3")  # ... until it left the cluster
-    assert exports.take_retiring() == ({"w2": [b"handle-one"]}, [1])
+    assert exports.take_retiring() == ({"w2": [b"handle-one"]}, {1: {"w2"}})
     assert exports.counters() == {"exported": 1, "retiring": 1}
     assert not exports.wait_retired(0.05)
-    exports.retired(keys)
-    assert len(exports) == 0 and exports.wait_retired(0.05)
+    exports.retired([1])
+    assert len(exports) == 0 and exports.wait_retired(0.05) and exports.retiring_bytes() == 0
+    assert exports.handle(3, alive[3], 100, "w3") is None  # w3 left: nothing for it
 
 
 def test_an_export_racing_a_release_is_moved_or_asked_to_forget():
     exports = ExportedBuffers(lambda buf: b"h")
     exports.on_retire = lambda: None
     # Released before the export looked again under the lock: the chunk moved.
-    assert exports.handle(7, b"buf", "w2", current=lambda: False) is None
+    assert exports.handle(7, b"buf", 8, "w2", current=lambda: False) is None
     assert len(exports) == 0  # nothing kept alive for it
     # Exported first: the release that follows retires it and asks w2.
-    assert exports.handle(7, b"buf", "w2", current=lambda: True) == b"h"
+    assert exports.handle(7, b"buf", 8, "w2", current=lambda: True) == b"h"
     exports.retire(7)
-    assert exports.take_retiring() == ({"w2": [b"h"]}, [7])
+    assert exports.take_retiring() == ({"w2": [b"h"]}, {7: {"w2"}})
+
+
+def test_a_handle_that_cannot_be_opened_is_gone():
+    def refuse(handle):
+        raise OSError("invalid resource handle")
+
+    maps = ImportedMappings(refuse, lambda ptr: None)
+    with pytest.raises(BufferGone, match="cannot be opened"):
+        maps.acquire("w1", b"h")
+    assert len(maps) == 0

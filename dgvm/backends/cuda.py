@@ -115,7 +115,7 @@ class CudaBackend(Backend):
     def ipc_handle(self, mem, importer: str | None, current=lambda: True) -> bytes | None:
         """The CUDA IPC handle of chunk buffer ``mem``, for worker ``importer``; None if
         ``current()`` says it no longer holds the chunk (see ``ExportedBuffers.handle``)."""
-        return self.exports.handle(mem.ptr, mem, importer, current)
+        return self.exports.handle(mem.ptr, mem, mem.size, importer, current)
 
     def close(self):
         self._cache.clear()
@@ -144,7 +144,9 @@ class CudaBackend(Backend):
         the blocks CuPy's pool keeps from this worker's finished temporaries: ``_allocate``
         reuses or returns them when a chunk needs them; they are not another program's."""
         free, total = self._cupy.cuda.runtime.memGetInfo()
-        reusable = self._cupy.get_default_memory_pool().free_bytes() + self._cached
+        # ... and exported buffers given up, freed once their importers answer.
+        reusable = (self._cupy.get_default_memory_pool().free_bytes() + self._cached
+                    + self.exports.retiring_bytes())
         return int(total), int(free) + int(reusable)
 
     def memory_state(self):

@@ -3,7 +3,7 @@
 A receiver keeps a peer's buffer mapped for the next copy (``ipc_mappings``), and a CUDA
 buffer must not be freed while another process has it mapped. So the backend asks here
 before it frees a buffer: one never exported is freed at once; an exported one *retires*:
-the worker asks every importer to forget it (``ChunkStorePlugin._retire``) and only then
+the worker asks every importer to forget it (``ipc_retire.IpcRetirement``) and only then
 drops the last reference. A retiring buffer is never handed out again. Reusing an
 exported buffer for a new chunk of its size is fine: the importers' mappings stay valid,
 and every copy is asked for by its descriptor.
@@ -22,6 +22,7 @@ from typing import Any, Callable
 class _Exported:
     buffer: Any  # kept alive here until every importer forgot it
     handle: bytes
+    nbytes: int
     importers: set = field(default_factory=set)
     retiring: bool = False
 
@@ -34,19 +35,21 @@ class ExportedBuffers:
         self._lock = threading.Condition()
         self._exported: dict[int, _Exported] = {}  # buffer id -> export
         self._retiring: list[int] = []  # keys to ask the importers about
+        self._gone: set[str] = set()  # importers that left: never exported to again
         self.on_retire: Callable[[], None] | None = None  # set by the worker
 
-    def handle(self, key: int, buffer, importer: str | None,
+    def handle(self, key: int, buffer, nbytes: int, importer: str | None,
                current: Callable[[], bool] = lambda: True) -> bytes | None:
         """The IPC handle of ``buffer`` (named ``key``, unique while it lives), noting that
         ``importer`` may keep it mapped; None if ``current()`` says the buffer no longer
-        holds the chunk asked for, or it retires (it moved or was freed meanwhile)."""
+        holds the chunk asked for, or it retires (it moved or was freed meanwhile), or the
+        importer left the cluster."""
         with self._lock:
             e = self._exported.get(key)
-            if (e is not None and e.retiring) or not current():
+            if (e is not None and e.retiring) or importer in self._gone or not current():
                 return None
             if e is None:
-                e = self._exported[key] = _Exported(buffer, bytes(self._get_handle(buffer)))
+                e = self._exported[key] = _Exported(buffer, bytes(self._get_handle(buffer)), nbytes)
             if importer is not None:
                 e.importers.add(importer)
             return e.handle
@@ -69,15 +72,18 @@ class ExportedBuffers:
             self.on_retire()
         del drop  # the last reference, outside the lock
 
-    def take_retiring(self) -> tuple[dict[str, list[bytes]], list[int]]:
-        """({importer: handles to forget}, keys) of the buffers retiring now."""
+    def take_retiring(self) -> tuple[dict[str, list[bytes]], dict[int, set]]:
+        """({importer: handles to forget}, {key: its importers}) of the buffers retiring now."""
         with self._lock:
             keys, self._retiring = self._retiring, []
             ask: dict[str, list[bytes]] = {}
+            who = {}
             for k in keys:
-                for imp in self._exported[k].importers:
-                    ask.setdefault(imp, []).append(self._exported[k].handle)
-            return ask, keys
+                e = self._exported[k]
+                who[k] = set(e.importers)
+                for imp in e.importers:
+                    ask.setdefault(imp, []).append(e.handle)
+            return ask, who
 
     def retry(self, keys) -> None:
         """Some importers did not answer: ask again later."""
@@ -87,28 +93,41 @@ class ExportedBuffers:
     def peer_gone(self, importer: str) -> None:
         """``importer`` left the cluster: its mappings went with its process."""
         with self._lock:
+            self._gone.add(importer)
             for e in self._exported.values():
                 e.importers.discard(importer)
 
     def retired(self, keys) -> None:
-        """Importers forgot ``keys``: drop the buffers (the backend's last reference)."""
+        """Importers forgot ``keys``: free the buffers, then say so (``wait_retired``)."""
         with self._lock:
-            dropped = [self._exported.pop(k, None) for k in keys]
+            entries = [self._exported[k] for k in keys if k in self._exported]
+        for e in entries:
+            e.buffer = None  # cudaFree, outside the lock, before anyone is told
+        with self._lock:
+            for k in keys:
+                self._exported.pop(k, None)
             self._lock.notify_all()
-        dropped.clear()  # cudaFree, outside the lock
+
+    def retiring_bytes(self) -> int:
+        """Bytes that come back once the importers answer (memory about to be free)."""
+        with self._lock:
+            return sum(e.nbytes for e in self._exported.values() if e.retiring)
 
     def wait_retired(self, timeout: float) -> bool:
-        """Wait until no buffer is retiring (an allocation that needs their memory);
-        False after ``timeout`` seconds. Never from the thread that runs ``retired``."""
+        """Wait until the buffers retiring now are freed (an allocation needs their
+        memory); False after ``timeout`` seconds. Never from the event loop."""
         with self._lock:
-            return self._lock.wait_for(
-                lambda: not any(e.retiring for e in self._exported.values()), timeout
-            )
+            keys = [k for k, e in self._exported.items() if e.retiring]
+            return self._lock.wait_for(lambda: not any(k in self._exported for k in keys), timeout)
 
-    def importers(self) -> set[str]:
-        """Every worker that may keep one of these buffers mapped."""
+    def importers(self) -> dict[str, list[bytes]]:
+        """Every worker that may keep one of these buffers mapped, with their handles."""
         with self._lock:
-            return set().union(*(e.importers for e in self._exported.values()))
+            out: dict[str, list[bytes]] = {}
+            for e in self._exported.values():
+                for imp in e.importers:
+                    out.setdefault(imp, []).append(e.handle)
+            return out
 
     def clear(self) -> None:
         with self._lock:

@@ -8,7 +8,7 @@ receiver keeps its mappings, as UCX's IPC cache does.
 
 A mapping must be closed before its holder frees the buffer (freeing first is undefined
 behaviour in CUDA). So the holder never frees a buffer it exported without asking the
-importers to ``forget`` it first (``backends.cuda``, ``worker.ChunkStorePlugin._retire``);
+importers to ``forget`` it first (``backends.cuda``, ``ipc_retire.IpcRetirement``);
 ``forget`` waits for copies in progress. At most ``limit`` mappings are kept; the least
 recently used unused one is closed beyond that.
 
@@ -68,13 +68,17 @@ class ImportedMappings:
             if key in self._forgotten or (m is not None and m.forgotten):
                 raise BufferGone(f"a buffer of {holder} was freed after it was exported")
             if m is None:
-                m = self._maps[key] = _Mapping(self._open_handle(key[1]))
+                try:
+                    ptr = self._open_handle(key[1])
+                except Exception as e:  # its holder left, or freed it
+                    raise BufferGone(f"a buffer of {holder} cannot be opened: {e}") from e
+                self._close_over_limit(room_for=1)
+                m = self._maps[key] = _Mapping(ptr)
                 self.opened += 1
             else:
                 self._maps.move_to_end(key)
                 self.reused += 1
             m.users += 1
-            self._close_over_limit()
             return m.ptr
 
     def release(self, holder: str, handle: bytes) -> None:
@@ -85,14 +89,16 @@ class ImportedMappings:
             m.users -= 1
             if m.forgotten and not m.users:
                 del self._maps[key]
-                self._close(m.ptr)
-                self._lock.notify_all()  # a ``forget`` waits for this
+                try:
+                    self._close(m.ptr)
+                finally:
+                    self._lock.notify_all()  # a ``forget`` waits for this
             self._close_over_limit()
 
-    def _close_over_limit(self) -> None:
+    def _close_over_limit(self, room_for: int = 0) -> None:
         # The least recently used mappings nobody reads now, beyond the limit.
         for key in list(self._maps):
-            if len(self._maps) <= self.limit:
+            if len(self._maps) + room_for <= self.limit:
                 break
             if not self._maps[key].users:
                 self._close(self._maps.pop(key).ptr)

@@ -30,20 +30,26 @@ class IpcRetirement:
         self.worker.loop.add_callback(self.run)
 
     async def run(self) -> None:
-        """Ask the importers of every retiring buffer to forget it, then free them."""
+        """Ask the importers of every retiring buffer to forget it, then free those whose
+        importers all answered; the others are asked again a second later."""
         async with self._lock:
-            ask, keys = self.exports.take_retiring()
-            if not keys:
+            ask, who = self.exports.take_retiring()
+            if not who:
                 return
-            answers = await self._ask(ask)
-            failed = {p: a for p, a in zip(ask, answers) if isinstance(a, BaseException)}
-            if failed:
-                logger.info("dgvm: %s kept %d buffers to retire: %s did not forget them (%r)",
-                            self.worker.address, len(keys), sorted(failed), next(iter(failed.values())))
-                self.exports.retry(keys)
-                self.worker.loop.call_later(RETRY_AFTER, self.soon)
-                return
-            await asyncio.get_running_loop().run_in_executor(None, self.exports.retired, keys)
+            try:
+                answers = await self._ask(ask)
+                failed = {p: a for p, a in zip(ask, answers) if isinstance(a, BaseException)}
+                done = [k for k, importers in who.items() if not importers & failed.keys()]
+                if failed:
+                    logger.info("dgvm: %s asks %s again to forget its buffers (%r)",
+                                self.worker.address, sorted(failed), next(iter(failed.values())))
+                    self.exports.retry([k for k in who if k not in done])
+                    self.worker.loop.call_later(RETRY_AFTER, self.soon)
+                # cudaFree waits for the device: off the event loop
+                await asyncio.get_running_loop().run_in_executor(None, self.exports.retired, done)
+            except BaseException:  # cancelled (closing): nothing is lost, asked again later
+                self.exports.retry(list(who))
+                raise
 
     async def _ask(self, ask: dict) -> list:
         me = self.worker.address
@@ -56,14 +62,15 @@ class IpcRetirement:
         ), return_exceptions=True)
 
     async def forget_everywhere(self) -> None:
-        """Closing: every importer closes all its mappings of this worker's buffers
-        before they go with the store (best effort: peers may be closing too)."""
-        await self._ask({peer: None for peer in self.exports.importers()})
+        """Closing: every importer closes its mappings of this worker's buffers (and
+        refuses those handles later) before they go with the store; best effort, as
+        peers may be closing too."""
+        await self._ask(self.exports.importers())
 
     def peer_left(self, address: str) -> None:
         """``address`` left: no importer to ask any more, and its buffers are gone."""
         from dgvm.transfer import cuda_ipc
 
         self.exports.peer_gone(address)
-        self.worker.loop.run_in_executor(None, cuda_ipc.mappings().forget_now, address)
+        self.worker.loop.run_in_executor(None, cuda_ipc.mappings().forget_now, address, None, FORGET_TIMEOUT)
         self.soon()
