@@ -143,7 +143,7 @@ class ChunkStorePlugin(WorkerPlugin):
     async def _retired(self):
         # A free answers once the memory is back, also that of buffers peers had mapped
         # (for a while: a peer that does not answer is asked again later, unawaited).
-        if self.retirement is not None:
+        if self.retirement is not None and self.retirement.exports.any_retiring():
             await asyncio.wait([asyncio.ensure_future(self.retirement.run())], timeout=RETIRE_WAIT)
 
     def peer_left(self, worker: str):

@@ -108,6 +108,10 @@ class ExportedBuffers:
                 self._exported.pop(k, None)
             self._lock.notify_all()
 
+    def any_retiring(self) -> bool:
+        """Whether some buffer waits for its importers (a lock-free glance)."""
+        return any(e.retiring for e in list(self._exported.values()))
+
     def retiring_bytes(self) -> int:
         """Bytes that come back once the importers answer (memory about to be free)."""
         with self._lock:
