@@ -235,8 +235,9 @@ class GVATPlugin(SchedulerPlugin):
         return {"home": home.address, "path": path, "version": int(alloc.versions[index])}
 
     def replica_added(self, alloc_id: int, index: int, worker: str, nbytes: int,
-                      path: str, seconds: float):
-        return self.gvat.add_replica(alloc_id, index, worker, nbytes, path, seconds)
+                      path: str, seconds: float, source: str | None = None,
+                      version: int | None = None):
+        return self.gvat.add_replica(alloc_id, index, worker, nbytes, path, seconds, source, version)
 
     async def launched(self, alloc_id: int, wrote: list, reads: dict, worker: str | None = None):
         """A launch on ``worker`` wrote ``wrote`` chunks of ``alloc_id`` and read others

@@ -114,3 +114,20 @@ def test_reused_arena_memory_is_zeroed():
     h2 = b.allocate(2 * MiB)  # overlaps the dirty range and fresh pages
     assert h2 == h and not b.view(h2, 2 * MiB).any()
     b.close()
+
+
+def test_a_replica_counts_only_if_copied_from_the_current_home_and_version():
+    # The copy's source buffer may have been released and reused if the chunk moved or
+    # was written while a worker copied it: such a replica is refused ("stale").
+    g = make_gvat(1024 * MiB, 1024 * MiB)
+    a = g.allocate("me", np.full(2, MiB), placement="packed")
+    home = g.inventory.by_uid[int(a.homes[0])].address
+    other = next(w for w in ("tcp://w0", "tcp://w1") if w != home)
+    args = (a.alloc_id, 0, other, MiB, "shm", 0.001)
+    assert g.add_replica(*args, source=other, version=0) == "stale"  # not its home
+    assert g.add_replica(*args, source=home, version=1) == "stale"  # written meanwhile
+    assert not a.replicas.get(0)
+    assert g.add_replica(*args, source=home, version=0) == "kept"
+    assert a.replicas[0] == {g.inventory.by_address[other].uid}
+    g.free(a.alloc_id)
+    assert g.add_replica(*args, source=home, version=0) == "gone"

@@ -231,13 +231,22 @@ class GVAT:
 
     # -- coherence: versions and replicas -------------------------------------------------
     def add_replica(self, alloc_id: int, index: int, address: str, nbytes: int,
-                    path: str, seconds: float) -> bool:
-        """Record that ``address`` now holds a replica of a chunk (after a miss). False
-        when the allocation is gone or the worker unknown: the worker drops its copy."""
+                    path: str, seconds: float, source: str | None = None,
+                    version: int | None = None) -> str:
+        """Record that ``address`` now holds a replica of a chunk (after a miss): "kept".
+        "gone" when the allocation is gone or the worker unknown; "stale" when the chunk
+        is no longer homed at ``source`` or no longer at ``version`` (it moved, or was
+        written, while it was copied: the buffer read may hold something else by now).
+        Unless kept, the worker drops its copy."""
         alloc = self.allocations.get(alloc_id)
         rec = self.inventory.by_address.get(address)
         if alloc is None or rec is None:
-            return False
+            return "gone"
+        home = self.inventory.by_uid.get(int(alloc.homes[index]))
+        if (source is not None and (home is None or home.address != source)) or (
+            version is not None and int(alloc.versions[index]) != int(version)
+        ):
+            return "stale"
         holders = alloc.replicas.setdefault(index, set())
         if rec.uid not in holders:
             holders.add(rec.uid)
@@ -246,7 +255,7 @@ class GVAT:
         p["count"] += 1
         p["bytes"] += nbytes
         p["seconds"] += seconds
-        return True
+        return "kept"
 
     def wrote(self, alloc_id: int, indices) -> dict[str, list[int]]:
         """Chunks were written at their home: bump their versions and forget their

@@ -153,9 +153,12 @@ class Access:
         """A miss: copy the chunk here from its home, as a replica registered in the GVAT;
         with no room even after evicting unused replicas, as a transient read."""
         w = self.worker
-        # The home may move (or free the buffer) between locate, export and copy: ask again.
+        # The home may move, free the buffer or write the chunk between locate, export and
+        # copy: the GVAT checks the copy's source and version before it counts; ask again.
         for _ in range(8):
             where = self.locate(alloc_id, index)
+            if where["home"] == w.address and self.store.local(alloc_id, index) is not None:
+                return  # its home moved here meanwhile
             path = PATHS[where["path"]]
             t0 = time.perf_counter()
             desc, = sync(w.loop, request_exports, w, where["home"], alloc_id, [index], path.name)
@@ -164,7 +167,6 @@ class Access:
             n = desc["nbytes"]
             try:
                 handle, copy_s = self._fetch_replica(path, desc)
-                break
             except BufferGone:
                 continue
             except MemoryError:
@@ -172,20 +174,28 @@ class Access:
                     copy_s = self._fetch_transient(alloc_id, index, path, desc)
                 except BufferGone:
                     continue
+                if not self._same(where, self.locate(alloc_id, index)):
+                    continue
                 self.store.stats.moved(path.name, n, time.perf_counter() - t0, copy_s)
                 return
-        else:
-            raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while fetched")
-        seconds = time.perf_counter() - t0
-        self.store.add_replica(alloc_id, index, handle, n, where["version"])
-        self.store.stats.moved(path.name, n, seconds, copy_s)
-        kept = sync(
-            w.loop, w.scheduler.dgvm_replica_added, alloc_id=alloc_id, index=index,
-            worker=w.address, nbytes=n, path=path.name, seconds=seconds,
-        )
-        if not kept:
+            seconds = time.perf_counter() - t0
+            self.store.add_replica(alloc_id, index, handle, n, where["version"])
+            kept = sync(
+                w.loop, w.scheduler.dgvm_replica_added, alloc_id=alloc_id, index=index,
+                worker=w.address, nbytes=n, path=path.name, seconds=seconds,
+                source=where["home"], version=where["version"],
+            )
+            if kept == "kept":
+                self.store.stats.moved(path.name, n, seconds, copy_s)
+                return
             self.store.drop_replicas(alloc_id, [index])
-            raise DgvmError(f"allocation {alloc_id} was freed while chunk {index} was fetched")
+            if kept != "stale":
+                raise DgvmError(f"allocation {alloc_id} was freed while chunk {index} was fetched")
+        raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while fetched")
+
+    @staticmethod
+    def _same(before: dict, after: dict) -> bool:
+        return before.get("home") == after.get("home") and before.get("version") == after.get("version")
 
     def _fetch_replica(self, path, desc):
         store = self.store
