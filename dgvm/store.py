@@ -141,13 +141,16 @@ class ChunkStore:
     def promote(self, alloc_id: int, owner: str, index: int, chunk: StoredChunk | None = None) -> bool:
         """Make this worker the home of a chunk: from ``chunk`` (just fetched) or from the
         replica held here (False if a write dropped it meanwhile)."""
+        held = self._replicas.get(alloc_id, {})
+        replica = held.pop(index, None)
         if chunk is None:
-            held = self._replicas.get(alloc_id, {})
-            chunk = held.pop(index, None)
+            chunk = replica
             if chunk is None:
                 return False
-            if not held:
-                del self._replicas[alloc_id]
+        elif replica is not None:  # a copy made meanwhile: the fetched one is home now
+            self.backend.release(replica.handle, replica.nbytes)
+        if alloc_id in self._replicas and not held:
+            del self._replicas[alloc_id]
         self._allocs.setdefault(alloc_id, {})[index] = chunk
         self._owners.setdefault(alloc_id, owner)
         self.stats.rehomes += 1

@@ -252,3 +252,22 @@ def test_migrate_without_room_raises_and_changes_nothing(case):
         assert bytes(buf.read(n - 4, 4)) == b"tail"
     finally:
         buf.free()
+
+
+def test_a_fetched_home_replaces_a_replica_made_meanwhile():
+    # A pull checks for a replica before a launch's miss adds one; the fetched copy
+    # becomes the home and the replica must go (else it outlives a later move, untracked).
+    from dgvm import backends
+    from dgvm.store import ChunkStore, StoredChunk
+
+    store = ChunkStore(backends.create("cpu", 8 * MiB, None), "tcp://here")
+    try:
+        b = store.backend
+        store.add_replica(5, 0, b.allocate(MiB), MiB, 3)
+        fetched = StoredChunk(b.allocate(MiB), MiB, 3)
+        assert b.used == 2 * MiB
+        assert store.promote(5, "me", 0, fetched)
+        assert store.replica(5, 0) is None and store.is_home(5, 0)
+        assert b.used == MiB
+    finally:
+        store.close()

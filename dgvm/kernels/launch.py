@@ -107,6 +107,7 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None) -> None:
         )
         for w, idx in homes.items()
     ]
+    readers = futures  # the first tasks read the inputs; the second ones only write out
     if then is not None:
         fn2, *args2 = then
         futures = [
@@ -119,7 +120,7 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None) -> None:
     out._pending.writes, out._pending.reads = futures, []
     for a in inputs:
         if a is not out:
-            a._pending.reads = still_reading(a._pending.reads) + futures
+            a._pending.reads = still_reading(a._pending.reads) + readers
 
 
 def unfinished(futures) -> list:

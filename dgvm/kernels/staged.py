@@ -15,6 +15,9 @@ output as it was when it fails, on every worker, not only on the chunk that fail
 
 It costs a copy of the output and one more step, so kernels that cannot stop halfway
 (every CUDA kernel: it runs to its end or ends the context) write in place in one step.
+What it covers is the kernel's own failure: the commit only copies (or forwards a chunk
+whose home moved meanwhile), and a failure there (a worker lost) can still leave part
+of the output written. Copies of an output freed before its commit are dropped with it.
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ def stage(stage_id: str, kernel, out: ArraySpec, specs, halo, pass_origin, tpb, 
     """Step 1 on one worker: {"staged": n} or {"error": exception}."""
     access = Access.here()
     backend = access.store.backend
-    _sweep(access)
     made = {}
     try:
         for k in indices:
@@ -70,18 +72,26 @@ def commit(stage_id: str, out: ArraySpec, what: str, indices, results: list) -> 
         made.clear()
         raise errors[0]
 
+    missing = [k for k in indices if k not in made]
+    if missing:
+        raise DgvmError(f"launch {stage_id}: no staged chunks {missing} of allocation "
+                        f"{out.alloc_id} on {access.worker.address} (freed meanwhile?)")
+
     def per_chunk(k):
-        target = access.chunk(out, k)
-        access.put_result(out, k, target, made.pop(k))
+        if access.store.is_home(out.alloc_id, k):
+            access.chunk(out, k)[...] = made.pop(k)
+        else:  # its home moved after the launch was placed: ``report`` forwards it
+            access.forwarded.append((k, made.pop(k)))
 
     return write_chunks(access, out, indices, what, per_chunk, kernel_errors=False)
 
 
-def _sweep(access: Access) -> None:
-    # Copies whose commit will never run (their output was freed before it did).
+def drop_for(address: str, alloc_id: int) -> None:
+    """Allocation ``alloc_id`` was freed on worker ``address``: copies staged for it
+    there will never be committed."""
     with _LOCK:
-        for key, (alloc_id, _) in list(_STAGED.items()):
-            if key[1] == access.worker.address and not access.store.holds(alloc_id):
+        for key, (staged_alloc, _) in list(_STAGED.items()):
+            if key[1] == address and staged_alloc == alloc_id:
                 del _STAGED[key]
 
 
