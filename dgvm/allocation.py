@@ -102,6 +102,7 @@ class Allocation:
 
     def backends(self) -> set[str]:
         """The backends of the devices its chunks live on (``"cpu"``, ``"cuda"``)."""
+        self._fresh()
         return {d.split(":")[0] for d in self._devices}
 
     def homes(self) -> list[str]:

@@ -120,12 +120,19 @@ def _scheduler_kwargs(kwargs: dict) -> dict:
     return options
 
 
-class _FreesFirst:
-    """Closing frees every allocation before the workers go: their chunks would go with
-    them anyway, and a worker that leaves holding chunks is otherwise reported as having
-    lost them (and frees still on the way reach stores already closed)."""
+class _DgvmCluster:
+    """What both ``dgvm.LocalCluster`` classes add to their Dask cluster: each worker's
+    preload arguments, and a close that frees every allocation before the workers go
+    (their chunks would go with them anyway, and a worker that leaves holding chunks is
+    otherwise reported as having lost them, and frees on the way reach closed stores)."""
 
+    backend = ""
     FREE_TIMEOUT = 2  # seconds, of the few Dask gives a close at exit; then it closes anyway
+    __repr__ = LocalCluster.__repr__
+
+    def _preload_argv_of(self, i: int) -> list[str]:
+        """Worker ``i``'s preload arguments (a worker beyond those asked for: defaults)."""
+        return self._argvs[i] if i < len(self._argvs) else _preload_argv(self.backend)
 
     async def _close(self):
         if self.status == Status.running and self.scheduler_comm is not None:
@@ -134,12 +141,11 @@ class _FreesFirst:
         await super()._close()
 
 
-class CPUCluster(_FreesFirst, distributed.LocalCluster):
+class CPUCluster(_DgvmCluster, distributed.LocalCluster):
     """``dgvm.LocalCluster`` on cpu: Dask's ``LocalCluster`` whose workers hold emulated
     devices (made by ``LocalCluster(backend="cpu", ...)``)."""
 
     backend = "cpu"
-    __repr__ = LocalCluster.__repr__
 
     def __init__(self, n_workers: int, argvs: list, processes: bool, **kwargs):
         self._argvs = argvs
@@ -163,8 +169,7 @@ class CPUCluster(_FreesFirst, distributed.LocalCluster):
         # worker replaced after a scale-down takes the settings of the one it replaces).
         i = next(i for i in range(len(self.worker_spec) + 1) if i not in self.worker_spec)
         spec = {**self.new_spec, "options": dict(self.new_spec["options"])}
-        argv = self._argvs[i] if i < len(self._argvs) else _preload_argv("cpu")
-        spec["options"]["preload_argv"] = argv
+        spec["options"]["preload_argv"] = self._preload_argv_of(i)
         if self._processes:
             spec["options"]["env"] = {**spec["options"].get("env", {}), **deploy.cpu_worker_env(len(self._argvs))}
         return {i: spec}
@@ -185,12 +190,11 @@ def _local_cuda_cluster():
 def _cuda_cluster_class():
     base = _local_cuda_cluster()
 
-    class CUDACluster(_FreesFirst, base):
+    class CUDACluster(_DgvmCluster, base):
         """``dgvm.LocalCluster`` on cuda: dask-cuda's ``LocalCUDACluster`` (one worker per
         GPU) with the GVAT and chunk store preloads."""
 
         backend = "cuda"
-        __repr__ = LocalCluster.__repr__
 
         def __init__(self, n_workers: int, argvs: list, gpus: list, **kwargs):
             self._argvs = argvs  # read by new_worker_spec, which the parent's __init__ calls
@@ -204,7 +208,7 @@ def _cuda_cluster_class():
             for name, spec in specs.items():
                 options = spec["options"]
                 i = self.cuda_visible_devices.index(name)
-                argv = self._argvs[i] if i < len(self._argvs) else _preload_argv("cuda")
+                argv = self._preload_argv_of(i)
                 # One argument list per preload: dask-cuda's own preload takes only its
                 # --create-cuda-context, and ours only the --dgvm-* options.
                 own = options.get("preload_argv") or []

@@ -207,10 +207,9 @@ class GVAT:
         del self._at[alloc.vaddr]
         self.space.free(alloc.vaddr)
         self._book(alloc, -1)
-        sizes = alloc.sizes()
         for i, holders in alloc.replicas.items():
             for uid in holders:
-                self.inventory.by_uid[uid].used -= int(sizes[i])
+                self.inventory.by_uid[uid].used -= alloc.size(i)
         owned = self._by_owner[alloc.owner]
         owned.discard(alloc_id)
         if not owned:
@@ -231,8 +230,7 @@ class GVAT:
 
     # -- coherence: versions and replicas -------------------------------------------------
     def add_replica(self, alloc_id: int, index: int, address: str, nbytes: int,
-                    path: str, seconds: float, source: str | None = None,
-                    version: int | None = None) -> str:
+                    path: str, seconds: float, source: str, version: int) -> str:
         """Record that ``address`` now holds a replica of a chunk (after a miss): "kept".
         "gone" when the allocation is gone or the worker unknown; "stale" when the chunk
         is no longer homed at ``source`` or no longer at ``version`` (it moved, or was
@@ -243,9 +241,7 @@ class GVAT:
         if alloc is None or rec is None:
             return "gone"
         home = self.inventory.by_uid.get(int(alloc.homes[index]))
-        if (source is not None and (home is None or home.address != source)) or (
-            version is not None and int(alloc.versions[index]) != int(version)
-        ):
+        if home is None or home.address != source or int(alloc.versions[index]) != int(version):
             return "stale"
         holders = alloc.replicas.setdefault(index, set())
         if rec.uid not in holders:

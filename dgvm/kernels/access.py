@@ -200,7 +200,7 @@ class Access:
     def _fetch_replica(self, path, desc):
         store = self.store
         try:
-            return path.fetch(desc, store.backend)
+            return store.fetch(path, desc)
         except MemoryError:
             pass
         # No room: drop replicas this task is not using (least recently used first).
@@ -210,7 +210,7 @@ class Access:
         w = self.worker
         sync(w.loop, w.scheduler.dgvm_replicas_dropped, worker=w.address,
              dropped={str(a): v for a, v in dropped.items()})
-        return path.fetch(desc, store.backend)
+        return store.fetch(path, desc)
 
     def _fetch_transient(self, alloc_id, index, path, desc) -> float:
         """Read the chunk for the current output chunk only, keeping no replica."""

@@ -78,7 +78,6 @@ def _compile_cuda(pyfunc, source=None):
     def run(griddim, blockdim, *args):
         jitted[griddim, blockdim](*args)
 
-    run.may_raise = False
     return run
 
 

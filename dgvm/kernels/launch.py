@@ -91,9 +91,7 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None) -> None:
     readers of ``inputs``. ``then=(fn2, *args2)``: a second task per worker,
     ``fn2(*args2, indices, results)`` with the results of every first task (a step all
     workers must finish first), recorded instead."""
-    before_write = getattr(out, "_before_write", None)  # DArrays: deferred readers run first
-    if before_write is not None:
-        before_write()
+    out._before_write()  # deferred readers of out run first
     deps = out._pending.writes + still_reading(out._pending.reads)
     for a in inputs:
         deps += a._pending.writes
@@ -169,7 +167,8 @@ def wait(*arrays) -> None:
         x.wait()
 
 
-def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, kernel_errors: bool) -> int:
+def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, kernel_errors: bool,
+                 writes: bool = True) -> int:
     """The body of a task that writes chunks ``indices`` of ``out`` here: ``per_chunk(k)``
     for each (the store locked), one wait for the device for the whole task (it runs one
     chunk while the next is queued; one stream, so a buffer freed meanwhile is reused only
@@ -178,7 +177,8 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
 
     ``kernel_errors``: a failure in ``per_chunk`` comes back as a ``KernelError`` naming
     ``what``, the chunk and the worker (else as raised). A device fault found by the wait
-    is a ``KernelError`` for the task's chunks either way."""
+    is a ``KernelError`` for the task's chunks either way. ``writes=False``: ``per_chunk``
+    leaves ``out`` as it is (a staged launch); only the reads are reported."""
     written = []
     try:
         for k in indices:
@@ -195,8 +195,9 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
         except Exception as e:  # a fault ends the CUDA context
             raise kernel_error(what, out, indices, access, e) from None
     finally:
-        if written:
-            report(out, written, access)
+        wrote = written if writes else []
+        if wrote or access.reads:
+            report(out, wrote, access)
     return len(indices)
 
 
@@ -239,9 +240,6 @@ def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices,
     backend = store.backend
     aliased = any((v.alloc_id if kind == "array" else v[0].alloc_id) == out.alloc_id
                   for kind, v in specs if kind != "scalar")
-    # ``launch`` stages kernels that may stop halfway; this copy is for a worker whose
-    # backend the caller did not expect.
-    keep_copy = kernel.may_fail_halfway(backend.name)
 
     def per_chunk(k):
         args, target, griddim, blockdim = kernel_call(access, out, specs, k, halo, pass_origin, tpb)
@@ -253,16 +251,7 @@ def _launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices,
             scratch[...] = target
             kernel.run(backend.name, griddim, blockdim, [*args, scratch])
             access.put_result(out, k, target, scratch)
-        elif keep_copy:
-            # A kernel that fails halfway leaves the chunk as it was.
-            saved = access.scratch(target.shape, target.dtype)
-            saved[...] = target
-            try:
-                kernel.run(backend.name, griddim, blockdim, [*args, target])
-            except BaseException:
-                target[...] = saved
-                raise
-        else:  # in place: read and written once
+        else:  # in place: read and written once (``launch`` stages kernels that may stop halfway)
             kernel.run(backend.name, griddim, blockdim, [*args, target])
 
     return write_chunks(access, out, indices, f"kernel {kernel.name!r}", per_chunk, kernel_errors=True)

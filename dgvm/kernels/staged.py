@@ -26,7 +26,7 @@ import threading
 
 from dgvm.errors import DgvmError
 from dgvm.kernels.access import Access, ArraySpec
-from dgvm.kernels.launch import kernel_call, kernel_error, report, write_chunks
+from dgvm.kernels.launch import kernel_call, write_chunks
 
 # (launch id, worker address) -> (alloc id of the output, {chunk index: new value})
 _STAGED: dict[tuple[str, str], tuple[int, dict]] = {}
@@ -38,25 +38,18 @@ def stage(stage_id: str, kernel, out: ArraySpec, specs, halo, pass_origin, tpb, 
     access = Access.here()
     backend = access.store.backend
     made = {}
+
+    def per_chunk(k):
+        args, target, griddim, blockdim = kernel_call(access, out, specs, k, halo, pass_origin, tpb)
+        copy = backend.xp.array(target, copy=True)  # elements it leaves keep their value
+        kernel.run(backend.name, griddim, blockdim, [*args, copy])
+        made[k] = copy
+
     try:
-        for k in indices:
-            with access.output_chunk():
-                args, target, griddim, blockdim = kernel_call(access, out, specs, k, halo, pass_origin, tpb)
-                copy = backend.xp.array(target, copy=True)  # elements it leaves keep their value
-                try:
-                    kernel.run(backend.name, griddim, blockdim, [*args, copy])
-                except Exception as e:
-                    if isinstance(e, DgvmError):
-                        raise
-                    raise kernel_error(f"kernel {kernel.name!r}", out, [k], access, e) from None
-                made[k] = copy
-        backend.synchronize()
-    except Exception as e:  # every worker's commit raises it; nothing was written
-        return {"error": e if isinstance(e, DgvmError) else kernel_error(
-            f"kernel {kernel.name!r}", out, list(indices), access, e)}
-    finally:
-        if access.reads:  # hits, misses and remote reads count either way
-            report(out, [], access)
+        write_chunks(access, out, indices, f"kernel {kernel.name!r}", per_chunk,
+                     kernel_errors=True, writes=False)
+    except DgvmError as e:  # every worker's commit raises it; nothing was written
+        return {"error": e}
     with _LOCK:
         _STAGED[(stage_id, access.worker.address)] = (out.alloc_id, made)
     return {"staged": len(made)}
@@ -69,7 +62,6 @@ def commit(stage_id: str, out: ArraySpec, what: str, indices, results: list) -> 
         _, made = _STAGED.pop((stage_id, access.worker.address), (None, {}))
     errors = [r["error"] for r in results if "error" in r]
     if errors:
-        made.clear()
         raise errors[0]
 
     missing = [k for k in indices if k not in made]
