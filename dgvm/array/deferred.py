@@ -82,10 +82,6 @@ def view_shape(a, view) -> tuple:
     return a.shape if view is None else view.shape
 
 
-def view_chunks(a, view) -> tuple:
-    return a.chunks if view is None else view.chunks
-
-
 def view(x, v, name: str):
     """A deferred DArray reading ``x`` through the View ``v`` (no copy). A view of a
     view reads the first array through one View; other deferred ``x`` are computed."""

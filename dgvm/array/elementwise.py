@@ -201,12 +201,9 @@ def apply(name: str, *args, dtype=None, out: DArray | None = None) -> DArray:
     if all(deferred.host_value(a) is not None for a in arrays) and (out is None or deferred.host_value(out) is not None):
         return _on_caller(name, args, dtype, out, arrays[0].client)
     if out is not None and out._deferred is None:
-        # x += x.T: the tasks write x's chunks while others read them through the view.
-        # Such arguments are computed first (reading x as it is, x += x * 2, is safe).
-        for a in arrays:
-            d = a._deferred
-            if d is not None and any(b is out and v is not None for b, v in zip(d.inputs, d.views)):
-                a._materialize_if_deferred()
+        # Deferred results that read out's present values (x * 2 in x += x * 2, x.T in
+        # x += x.T) are computed before out is written: once, and the tree reads them.
+        out._before_write()
     inputs: list = []
     views: list = []
     expr = ("call", name, [_leaf(a, inputs, views) for a in args], dtype)

@@ -52,11 +52,11 @@ def _release(alloc, pending: Pending, shape, dtype, chunks) -> None:
     futures = pending.writes + pending.reads
     pending.writes, pending.reads = [], []
     # Kept for the next result of this layout (dgvm.array.recycle), or freed.
-    if not _running(alloc.client) or not recycle.offer(alloc, shape, dtype, chunks, futures):
+    if not client_running(alloc.client) or not recycle.offer(alloc, shape, dtype, chunks, futures):
         free_later(alloc, futures)
 
 
-def _running(client) -> bool:
+def client_running(client) -> bool:
     return client.status in ("running", "connecting", "newly-created")
 
 
@@ -65,7 +65,7 @@ def free_later(alloc, futures) -> None:
     global _in_flight
     alloc.freed = True
     client = alloc.client
-    if not _running(client):
+    if not client_running(client):
         return  # the cluster frees a closed client's memory itself
     with _lock:
         _in_flight += 1

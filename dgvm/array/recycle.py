@@ -30,7 +30,7 @@ MAX_KEPT = 4
 
 _lock = threading.Lock()
 _offered: collections.deque = collections.deque()  # appends are atomic: safe anywhere
-# (client id, shape, dtype, chunks) -> [(homes, allocation, futures still running on it)]
+# (client id, shape, dtype, chunks) -> [(allocation, futures still running on it)]
 _kept: "collections.OrderedDict[tuple, list]" = collections.OrderedDict()
 
 
@@ -42,29 +42,31 @@ def offer(alloc, shape, dtype, chunks, futures) -> bool:
     """Keep a released allocation for reuse; False if it is not kept (free it then)."""
     if not alloc.reusable:
         return False
+    from dgvm.kernels.launch import still_reading
+
     # Finished or failed tasks no longer touch the memory (and a failure must not pass
     # to the array that takes it over).
-    _offered.append((alloc, shape, dtype, chunks, [f for f in futures if f.status == "pending"]))
+    _offered.append((alloc, shape, dtype, chunks, still_reading(futures)))
     return True
 
 
 def _settle_offers() -> list:
     """Move the offered allocations into the pool (caller holds ``_lock``); returns the
     entries to free: past ``MAX_KEPT``, or of a client that is gone."""
+    from dgvm.array.lifecycle import client_running
+
     drop = []
     while _offered:
         alloc, shape, dtype, chunks, futures = _offered.popleft()
-        if alloc.client.status != "running":
+        if not client_running(alloc.client):
             drop.append((alloc, futures))
             continue
-        homes = alloc.homes()
-        _kept.setdefault(_key(alloc.client.id, shape, dtype, chunks), []).append((homes, alloc, futures))
-    for key in [k for k, v in _kept.items() if v[0][1].client.status != "running"]:
-        drop.extend((alloc, futures) for _, alloc, futures in _kept.pop(key))  # a client gone
+        _kept.setdefault(_key(alloc.client.id, shape, dtype, chunks), []).append((alloc, futures))
+    for key in [k for k, v in _kept.items() if not client_running(v[0][0].client)]:
+        drop.extend(_kept.pop(key))  # a client gone
     while sum(len(v) for v in _kept.values()) > MAX_KEPT:
         key, entries = next(iter(_kept.items()))
-        _, alloc, futures = entries.pop(0)
-        drop.append((alloc, futures))
+        drop.append(entries.pop(0))
         if not entries:
             del _kept[key]
     return drop
@@ -92,8 +94,9 @@ def take(client, shape, dtype, chunks, colocate):
     homes = chunk_homes(colocate)
     with _lock:
         entries = _kept.get(key, [])
-        for n, (kept_homes, alloc, futures) in enumerate(entries):
-            if kept_homes == homes:
+        # The chunk map it was released with: no request, as it is not refreshed while freed.
+        for n, (alloc, futures) in enumerate(entries):
+            if alloc.homes() == homes:
                 del entries[n]
                 if not entries:
                     del _kept[key]
@@ -118,6 +121,6 @@ def flush(client=None) -> int:
     with _lock:
         drop = _settle_offers()
         keys = [k for k in _kept if client is None or k[0] == client.id]
-        kept = [(alloc, futures) for k in keys for _, alloc, futures in _kept.pop(k)]
+        kept = [entry for k in keys for entry in _kept.pop(k)]
     _free(drop + kept)
     return len(kept)

@@ -39,7 +39,7 @@ def _result(value, like: DArray) -> DArray:
     # Combined here, so kept here until a cluster operation needs it (a host value).
     from dgvm.array.deferred import on_caller
 
-    return on_caller(np.asarray(value), like.client)
+    return on_caller(value, like.client)
 
 
 @dataclass

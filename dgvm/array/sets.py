@@ -26,6 +26,7 @@ import numpy as np
 
 from dgvm.array import blockwise
 from dgvm.array.darray import DArray
+from dgvm.array.deferred import on_caller  # results combined here stay on the caller
 from dgvm.array.sorting import argsort_lines, block_of, check_real, count_before, sort_key
 
 
@@ -151,13 +152,6 @@ def _unique(x, name: str, inverse: bool):
     return result, counts, firsts, inv
 
 
-def _array(a, like: DArray) -> DArray:
-    # Combined here: kept on the caller until a cluster operation needs it.
-    from dgvm.array.deferred import on_caller
-
-    return on_caller(a, like.client)
-
-
 def unique_values(x, /) -> DArray:
     """The distinct values of ``x`` (flattened), sorted; each NaN is one of them."""
     return _unique(x, "unique_values", False)[0]
@@ -166,7 +160,7 @@ def unique_values(x, /) -> DArray:
 def unique_counts(x, /) -> UniqueCountsResult:
     """The distinct values and how often each occurs."""
     values, counts, _, _ = _unique(x, "unique_counts", False)
-    return UniqueCountsResult(values, _array(counts, x))
+    return UniqueCountsResult(values, on_caller(counts, x.client))
 
 
 def unique_inverse(x, /) -> UniqueInverseResult:
@@ -179,4 +173,4 @@ def unique_all(x, /) -> UniqueAllResult:
     """Distinct values, the flat index of each one's first occurrence, the inverse
     indices (``x``'s shape) and the counts."""
     values, counts, firsts, inv = _unique(x, "unique_all", True)
-    return UniqueAllResult(values, _array(firsts, x), inv, _array(counts, x))
+    return UniqueAllResult(values, on_caller(firsts, x.client), inv, on_caller(counts, x.client))
