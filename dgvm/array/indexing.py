@@ -119,7 +119,7 @@ def _basic(x: DArray, key):
 
 
 def getitem(x: DArray, key) -> DArray:
-    from dgvm.array.manipulation import _axis_map, take_along_maps
+    from dgvm.array.manipulation import _axis_view, take_along_maps
 
     if _is_mask(key):
         return _masked(x, key[0] if isinstance(key, tuple) else key)
@@ -136,7 +136,7 @@ def getitem(x: DArray, key) -> DArray:
         src = [a for a in range(x.ndim) if a not in drop]
         for pos in new_axes:
             src.insert(pos, None)
-        out = _axis_map(out, tuple(src), "getitem")
+        out = _axis_view(out, tuple(src), "getitem")
     return out
 
 

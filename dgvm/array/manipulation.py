@@ -50,41 +50,11 @@ def _chunk_at(grid, starts, coords) -> int:
     return int(np.ravel_multi_index(block, grid)) if block else 0
 
 
-# -- axis maps: permute_dims, expand_dims, squeeze, moveaxis ------------------------------
-@dataclass
-class _AxisMap:
-    """Output axis a is input axis ``src[a]`` (None: a new axis of length 1); input axes
-    not named have length 1."""
-
-    src: tuple
-    in_ndim: int
-
-    def block(self, read, lo, hi, xp):
-        ilo, ihi = [0] * self.in_ndim, [1] * self.in_ndim
-        for a, s in enumerate(self.src):
-            if s is not None:
-                ilo[s], ihi[s] = lo[a], hi[a]
-        region = read(0, ilo, ihi)
-        kept = [s for s in self.src if s is not None]
-        dropped = [i for i in range(self.in_ndim) if i not in kept]
-        region = xp.transpose(region, kept + dropped)
-        return region.reshape([h - l for l, h in zip(lo, hi)])
-
-
-def _axis_map(x: DArray, src: tuple, name: str) -> DArray:
-    shape = tuple(1 if s is None else x.shape[s] for s in src)
-    chunks = tuple((1,) if s is None else x.chunks[s] for s in src)
-
-    def first_in(lo):
-        coords = [0] * x.ndim
-        for a, s in enumerate(src):
-            if s is not None:
-                coords[s] = lo[a]
-        return coords
-
-    out = _empty(shape, x.dtype, chunks, x, first_in)
-    blockwise.run(_AxisMap(tuple(src), x.ndim), out, [x], name)
-    return out
+# -- axis maps: permute_dims, expand_dims, squeeze, moveaxis (views: no copy) -------------
+def _axis_view(x: DArray, src: tuple, name: str) -> DArray:
+    # Deferred like an elementwise result: ``x + x.T`` reads x's chunks in place (those of
+    # other workers as replicas, which stay valid until x is written) and copies nothing.
+    return deferred.view(x, View.of_axes(x, src), name)
 
 
 def permute_dims(x, /, axes) -> DArray:
@@ -92,11 +62,7 @@ def permute_dims(x, /, axes) -> DArray:
     axes = normalize_axis(tuple(axes), x.ndim, sort=False)
     if sorted(axes) != list(range(x.ndim)):
         raise ValueError(f"axes {axes} are not a permutation of the {x.ndim} axes of the array")
-    if axes == tuple(range(x.ndim)):
-        return _axis_map(x, axes, "permute_dims")  # a copy, as for any other order
-    # Deferred like an elementwise result: ``x + x.T`` reads x's chunks in place (those of
-    # other workers as replicas, which stay valid until x is written) and copies nothing.
-    return deferred.view(x, View.permutation(x, axes), "permute_dims")
+    return _axis_view(x, axes, "permute_dims")
 
 
 def matrix_transpose(x, /) -> DArray:
@@ -132,7 +98,7 @@ def expand_dims(x, /, *, axis=0) -> DArray:
     axis %= n
     src = list(range(x.ndim))
     src.insert(axis, None)
-    return _axis_map(x, tuple(src), "expand_dims")
+    return _axis_view(x, tuple(src), "expand_dims")
 
 
 def squeeze(x, /, axis) -> DArray:
@@ -141,7 +107,7 @@ def squeeze(x, /, axis) -> DArray:
     for a in axes:
         if x.shape[a] != 1:
             raise ValueError(f"cannot squeeze axis {a} of length {x.shape[a]} (shape {x.shape})")
-    return _axis_map(x, tuple(a for a in range(x.ndim) if a not in axes), "squeeze")
+    return _axis_view(x, tuple(a for a in range(x.ndim) if a not in axes), "squeeze")
 
 
 # -- broadcasting ------------------------------------------------------------------------

@@ -30,7 +30,9 @@ class View:
 
     # -- making views ----------------------------------------------------------------------
     @classmethod
-    def permutation(cls, x, axes) -> "View":
+    def of_axes(cls, x, axes) -> "View":
+        """View axis k is input axis ``axes[k]`` (None: a new axis of length 1); input
+        axes not named have length 1 and drop: permutations, ``expand_dims``, ``squeeze``."""
         return cls._make(x, tuple(axes), (0,) * x.ndim, (1,) * x.ndim)
 
     @classmethod
