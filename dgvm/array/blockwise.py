@@ -173,15 +173,12 @@ def _collect_tree_here(op, tree, dtype, specs, grid: ArraySpec, indices, deps):
             # One pass where it can: the tree's values are never stored.
             partial = reduction and fused.reduce_tree(tree.expr, leaves, xp, *reduction, shape)
             if partial is None:
+                # The tree of an array of this dtype: its root casts to it.
                 scratch = access.scratch(shape, dtype)
-                if tree.writes_into(scratch):
-                    tree.leaves_into(leaves, xp, scratch)
-                    value = scratch
-                else:
-                    value = tree.value(leaves, xp)
+                tree.leaves_into(leaves, xp, scratch)
                 # A partial may be a view of the chunk (a head, a slice): copied off the
                 # scratch before the next chunk overwrites it.
-                partial = _detached(op.partial(value, lo, hi, xp), scratch, xp)
+                partial = _detached(op.partial(scratch, lo, hi, xp), scratch, xp)
             out[chunk_grid.block_index(k, grid.grid)] = _small_or_host(partial)
     return {b: _host(v) for b, v in out.items()}
 
