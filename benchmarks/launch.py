@@ -26,7 +26,7 @@ from numba import cuda
 
 import dgvm
 import dgvm.array as dnp
-from timing import median_time  # benchmarks/timing.py (the script's folder is on sys.path)
+from timing import finish_device_work, median_time  # benchmarks/timing.py (the script's folder is on sys.path)
 
 
 @dgvm.kernel
@@ -94,6 +94,7 @@ def main(argv=None) -> int:
         def run_dask():
             z = (a * dx + dy).persist()
             wait(z)
+            finish_device_work(client, backend)
             del z
 
         t_dask = median_time(run_dask, args.reps, "dask.array")
