@@ -29,6 +29,10 @@ class ClusterCase:
         """Bytes each worker's chunk store holds, asked of the stores themselves."""
         return self.client.run(lambda dask_worker: dask_worker.extensions["dgvm"].backend.used)
 
+    def allocations(self) -> int:
+        """How many allocations the GVAT holds for this case's client."""
+        return len(dgvm.table(client=self.client))
+
     def store_chunks(self) -> dict[str, int]:
         return self.client.run(lambda dask_worker: dask_worker.extensions["dgvm"].metrics()["chunks"])
 

@@ -337,7 +337,7 @@ def test_unreachable_arrays_are_freed_in_long_loops(case):
     from dgvm.array.lifecycle import settle_releases
 
     assert settle_releases()
-    assert len(dgvm.table(client=case.client)) == 1
+    assert case.allocations() == 1
     del x
 
 

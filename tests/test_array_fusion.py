@@ -12,22 +12,18 @@ import dgvm.array as dnp
 from dgvm.array import deferred, fused
 
 
-def n_allocations(case) -> int:
-    return len(dgvm.table(client=case.client))
-
-
-def chain(xp, x):
+def chain(x):
     return ((2.0 * x + 1.0) * x - 3.0) / (x + 2.0)
 
 
 def test_a_chain_is_one_allocation_with_numpys_values(case):
     h = np.random.default_rng(0).random((300, 400))
     x = dnp.asarray(h, chunks=(100, 400))  # 40000-element chunks: cpu runs them in tiles
-    before = n_allocations(case)
-    y = chain(dnp, x)
-    assert repr(y).endswith("deferred>") and n_allocations(case) == before
-    np.testing.assert_allclose(dnp.asnumpy(y), chain(np, h), rtol=1e-10)
-    assert n_allocations(case) == before + 1  # the result only: no intermediates
+    before = case.allocations()
+    y = chain(x)
+    assert repr(y).endswith("deferred>") and case.allocations() == before
+    np.testing.assert_allclose(dnp.asnumpy(y), chain(h), rtol=1e-10)
+    assert case.allocations() == before + 1  # the result only: no intermediates
     assert y.locations() == x.locations()  # colocated with its leaf
 
 
@@ -78,11 +74,11 @@ def test_a_launch_into_an_input_runs_deferred_readers_first(case):
 def test_in_place_on_a_deferred_array_grows_its_tree(case):
     h = np.linspace(0, 1, 60_000)
     x = dnp.asarray(h, chunks=20_000)
-    before = n_allocations(case)
+    before = case.allocations()
     w = x * 2
     w += 1
     w *= 3
-    assert repr(w).endswith("deferred>") and n_allocations(case) == before
+    assert repr(w).endswith("deferred>") and case.allocations() == before
     np.testing.assert_allclose(dnp.asnumpy(w), (h * 2 + 1) * 3)
 
 
@@ -116,8 +112,8 @@ def test_cuda_chains_run_as_one_fused_kernel(case):
         pytest.skip("the fused CUDA kernel (cupy.fuse) is a cuda-backend matter")
     h = np.random.default_rng(2).random((512, 1024))
     x = dnp.asarray(h, chunks=(128, 1024))
-    y = chain(dnp, x)
-    np.testing.assert_allclose(dnp.asnumpy(y), chain(np, h), rtol=1e-10)
+    y = chain(x)
+    np.testing.assert_allclose(dnp.asnumpy(y), chain(h), rtol=1e-10)
     ways = case.client.run(fused.ways_used)
     assert all("in place" in w.values() for w in ways.values()), ways
 
@@ -126,7 +122,7 @@ def test_a_reduction_of_a_deferred_array_allocates_nothing(case):
     h = np.random.default_rng(3).random((400, 400))
     x = dnp.asarray(h, chunks=(100, 100))
     xt = x.T
-    before = n_allocations(case)
+    before = case.allocations()
     y = x + xt
     np.testing.assert_allclose(float(y.sum()), (h + h.T).sum(), rtol=1e-10)
     np.testing.assert_allclose(dnp.asnumpy(((x - 0.5) ** 2).mean(axis=0)), ((h - 0.5) ** 2).mean(axis=0), rtol=1e-10)
@@ -135,7 +131,7 @@ def test_a_reduction_of_a_deferred_array_allocates_nothing(case):
     from dgvm.array.lifecycle import settle_releases
 
     settle_releases()  # the small results were temporaries
-    assert n_allocations(case) == before  # and y was never stored
+    assert case.allocations() == before  # and y was never stored
     np.testing.assert_allclose(dnp.asnumpy(y), h + h.T)  # and still computable
 
 
@@ -174,7 +170,7 @@ def test_a_transpose_is_read_in_place_and_its_replicas_reused(case):
     # A 6x6 grid placed round robin: with 2 or 3 workers, blocks (i, j) and (j, i) are on
     # different workers for many pairs (their chunk indices differ by 5 (i - j)).
     x = dnp.from_numpy(h, chunks=60, placement="round_robin")
-    before = n_allocations(case)
+    before = case.allocations()
     t = x.T
     assert repr(t).endswith("deferred>") and t.shape == (360, 360)
     first = misses(case)
@@ -183,7 +179,7 @@ def test_a_transpose_is_read_in_place_and_its_replicas_reused(case):
     assert fetched > 0  # blocks (j, i) of other workers came over, once
     np.testing.assert_allclose(float((x * x.T).sum()), (h * h.T).sum(), rtol=1e-10)
     assert misses(case) - first == fetched  # the second use reads the same replicas
-    assert n_allocations(case) == before
+    assert case.allocations() == before
     np.testing.assert_array_equal(dnp.asnumpy(t), h.T)  # computed when asked for
     x[0, 1] = -1.0  # a write: replicas dropped; t was computed before
     np.testing.assert_allclose(float((x - x.T)[1, 0]), 1.0 + h[1, 0])
@@ -196,11 +192,11 @@ def test_a_transpose_is_read_in_place_and_its_replicas_reused(case):
 def test_basic_indexing_makes_views_read_in_place(case):
     h = np.random.default_rng(6).random((40, 30, 6))
     x = dnp.asarray(h, chunks=(12, 8, 4))
-    before = n_allocations(case)
+    before = case.allocations()
     keys = [np.s_[::3], np.s_[1:-1, ::-2], np.s_[3], np.s_[..., 2], np.s_[None, 2:5, None, ::4, -1],
             np.s_[-3, -4, 5], np.s_[:], np.s_[::-1, 3:, None]]
     views = [x[k] for k in keys]
-    assert all(repr(v).endswith("deferred>") for v in views) and n_allocations(case) == before
+    assert all(repr(v).endswith("deferred>") for v in views) and case.allocations() == before
     nested = dnp.permute_dims(x[::2][1:, ::-1], (2, 0, 1))[::3, None, 1]
     assert len(nested._deferred.inputs) == 1  # a view of views: one view of x
     # A stencil reads x's chunks through four views in one pass; a reduction stores nothing.
@@ -209,7 +205,7 @@ def test_basic_indexing_makes_views_read_in_place(case):
     from dgvm.array.lifecycle import settle_releases
 
     settle_releases()  # the sum's small result was a temporary
-    assert n_allocations(case) == before
+    assert case.allocations() == before
     np.testing.assert_allclose(dnp.asnumpy(s), h[:-2, 1:-1] + h[2:, 1:-1] - 2 * h[1:-1, 1:-1], rtol=1e-12)
     for k, v in zip(keys, views):
         np.testing.assert_array_equal(dnp.asnumpy(v), h[k])
@@ -249,7 +245,7 @@ def test_a_failed_computation_leaves_the_result_deferred_and_nothing_allocated(c
 
     a = dnp.from_numpy(np.arange(40.0), chunks=(4,))
     z = a + a * 2
-    before = n_allocations(case)
+    before = case.allocations()
 
     def broken(*args, **kwargs):
         raise RuntimeError("dispatch failed")
@@ -258,7 +254,7 @@ def test_a_failed_computation_leaves_the_result_deferred_and_nothing_allocated(c
         m.setattr(blockwise, "run", broken)
         with pytest.raises(RuntimeError, match="dispatch failed"):
             z.wait()
-    assert repr(z).endswith("deferred>") and n_allocations(case) == before
+    assert repr(z).endswith("deferred>") and case.allocations() == before
     np.testing.assert_array_equal(dnp.asnumpy(z), 3 * np.arange(40.0))  # and it still works
     y = a + 1
     y.free()
@@ -273,7 +269,7 @@ def test_a_failed_computation_leaves_the_result_deferred_and_nothing_allocated(c
 def test_reductions_of_views_store_nothing_and_readers_do_not_pile_up(case):
     h = np.random.default_rng(7).random((60, 50))
     x = dnp.from_numpy(h, chunks=(20, 20))
-    before = n_allocations(case)
+    before = case.allocations()
     np.testing.assert_allclose(float(x[::3].sum()), h[::3].sum(), rtol=1e-10)
     np.testing.assert_allclose(dnp.asnumpy((x[1:] - x[:-1]).max(axis=0)), (h[1:] - h[:-1]).max(axis=0))
     for i in range(30):
@@ -285,4 +281,4 @@ def test_reductions_of_views_store_nothing_and_readers_do_not_pile_up(case):
     from dgvm.array.lifecycle import settle_releases
 
     settle_releases()
-    assert n_allocations(case) == before
+    assert case.allocations() == before

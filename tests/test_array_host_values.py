@@ -12,10 +12,6 @@ import dgvm.array as dnp
 from dgvm.array.deferred import host_value
 
 
-def n_allocations(case) -> int:
-    return len(dgvm.table(client=case.client))
-
-
 def data():
     h = np.random.default_rng(3).random((120, 90))
     return h, dnp.asarray(h, chunks=(40, 30))
@@ -23,16 +19,16 @@ def data():
 
 def test_a_reduction_stores_nothing_and_reads_back_without_a_request(case):
     h, x = data()
-    before = n_allocations(case)
+    before = case.allocations()
     s, m = x.sum(), x.mean(axis=0)
     assert host_value(s) is not None and host_value(m) is not None
-    assert n_allocations(case) == before
+    assert case.allocations() == before
     assert float(s) == pytest.approx(h.sum(), rel=1e-12)
     np.testing.assert_allclose(dnp.asnumpy(m), h.mean(axis=0), rtol=1e-12)
-    assert s.wait() is s and n_allocations(case) == before
+    assert s.wait() is s and case.allocations() == before
     # reducing a host value again runs on the caller: it stays there
     assert float(m.max()) == pytest.approx(h.mean(axis=0).max(), rel=1e-12)
-    assert host_value(m) is not None and n_allocations(case) == before
+    assert host_value(m) is not None and case.allocations() == before
     # a tree over a computed array that was freed fails where it is written
     b = x * 2
     b.wait()
@@ -43,10 +39,10 @@ def test_a_reduction_stores_nothing_and_reads_back_without_a_request(case):
 
 def test_scalar_results_enter_trees_as_constants(case):
     h, x = data()
-    before = n_allocations(case)
+    before = case.allocations()
     centred = x - x.mean()  # the mean is a constant of the tree, not a stored 0-d array
     np.testing.assert_allclose(dnp.asnumpy(centred), h - h.mean(), atol=1e-12)
-    assert n_allocations(case) == before + 1  # the result only
+    assert case.allocations() == before + 1  # the result only
     # float32 data and a float64 scalar: the array rules' dtype, as NumPy's 0-d arrays give
     x32 = dnp.asarray(h.astype(np.float32), chunks=(40, 30))
     got = x32 * x.max()
@@ -56,7 +52,7 @@ def test_scalar_results_enter_trees_as_constants(case):
 
 def test_arithmetic_on_host_values_alone_runs_on_the_caller(case):
     h, x = data()
-    before = n_allocations(case)
+    before = case.allocations()
     alpha = x.sum() / (x * x).sum()
     beta = dnp.sqrt(alpha) + x.min()
     assert host_value(beta) is not None
@@ -67,16 +63,16 @@ def test_arithmetic_on_host_values_alone_runs_on_the_caller(case):
     count = x.argmax()
     count += 1.7
     assert count.dtype == np.int64 and int(count) == int(h.argmax() + 1.7)
-    assert n_allocations(case) == before  # (x * x).sum() reduces its tree unstored too
+    assert case.allocations() == before  # (x * x).sum() reduces its tree unstored too
 
 
 def test_an_nd_host_value_is_stored_when_the_cluster_needs_it(case):
     h, x = data()
     m = x.mean(axis=0)
-    before = n_allocations(case)
+    before = case.allocations()
     z = x - m  # a (90,) leaf of a tree on the cluster: written once
     np.testing.assert_allclose(dnp.asnumpy(z), h - h.mean(axis=0), atol=1e-12)
-    assert host_value(m) is None and n_allocations(case) == before + 2
+    assert host_value(m) is None and case.allocations() == before + 2
     m[3] = -1.0  # a stored one is an ordinary array
     want = h.mean(axis=0)
     want[3] = -1.0

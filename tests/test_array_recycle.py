@@ -35,7 +35,7 @@ def test_a_loop_reuses_the_released_result(case):
         del y
         gc.collect()
     assert ids == {first}  # one allocation served the whole loop
-    assert len(dgvm.table(client=case.client)) == 2  # x and the kept result
+    assert case.allocations() == 2  # x and the kept result
 
 
 def test_explicit_free_and_host_data_are_not_kept(case):
@@ -50,7 +50,7 @@ def test_explicit_free_and_host_data_are_not_kept(case):
     gc.collect()
     assert recycle.flush(case.client) == 0
     settle_releases()
-    assert len(dgvm.table(client=case.client)) == 1
+    assert case.allocations() == 1
 
 
 def test_kept_allocations_give_way_to_an_allocation_that_needs_the_room(case):
@@ -60,12 +60,12 @@ def test_kept_allocations_give_way_to_an_allocation_that_needs_the_room(case):
     y.wait()
     del y
     gc.collect()
-    assert len(dgvm.table(client=case.client)) == 2  # y's allocation is kept
+    assert case.allocations() == 2  # y's allocation is kept
     # 33% more fits only once the kept allocation is freed (placement leaves 10% of each
     # device free): no OutOfDeviceMemory.
     z = dnp.zeros((n,), chunks=-(-n // 16))
     assert float(z.sum()) == 0.0
-    assert len(dgvm.table(client=case.client)) == 2
+    assert case.allocations() == 2
 
 
 def test_a_failed_reader_of_a_released_result_does_not_fail_its_successor(case):

@@ -446,9 +446,9 @@ def test_both_gpus_memory_in_dashboard_json(case):
     try:
         rows = get_json(base, API + "workers")["workers"]
         keys = ("address", "device", "name", "capacity", "device_total", "device_free", "home_bytes")
-        print(json.dumps([{k: r.get(k) for k in keys} for r in rows], indent=1))  # shown with -s
+        seen = [{k: r.get(k) for k in keys} for r in rows]
         devices = {r["device"] for r in rows}
-        assert len(rows) == len(devices) == 2 and all(d.startswith("cuda:") for d in devices)
+        assert len(rows) == len(devices) == 2 and all(d.startswith("cuda:") for d in devices), seen
         for r in rows:
             mine = r["by_allocation"][str(x.alloc_id)]
             assert mine == r["home_bytes"] == 64 * MiB

@@ -113,7 +113,7 @@ def test_migrate_moves_data_and_memory(case):
 
 
 def _ipc(case) -> dict:
-    return {w: s["ipc"] for w, s in dgvm.stats()["workers"].items()}
+    return {w: s["ipc"] for w, s in dgvm.stats(client=case.client)["workers"].items()}
 
 
 def _drop_cache(dask_worker):
