@@ -83,7 +83,8 @@ class Allocation:
             self.refresh()
 
     def migrate(self, indices, worker: str) -> list[int]:
-        """Move the home of chunks ``indices`` to ``worker``; returns those that moved."""
+        """Move the home of chunks ``indices`` to ``worker``; returns those that moved.
+        The old homes free their copies in the background, before their next task."""
         self._check_live()
         answer = call_scheduler(
             "dgvm_migrate", self.client, alloc_id=self.alloc_id,

@@ -19,6 +19,7 @@ from dgvm import config, dashboard, streams, transfer
 from dgvm.chunk_grid import block_nbytes
 from dgvm.errors import InvalidAddress, OutOfDeviceMemory
 from dgvm.gvat import GVAT, migration
+from dgvm.gvat.releases import PendingReleases
 from dgvm.records import DeviceProfile
 
 logger = logging.getLogger("dgvm.scheduler")
@@ -41,6 +42,7 @@ class GVATPlugin(SchedulerPlugin):
         )
         self.scheduler = None
         self._background: set[asyncio.Task] = set()
+        self.releases = PendingReleases()  # old homes giving up moved chunks
 
     # Handlers the scheduler serves; one visible place (a test checks they are installed).
     def handlers(self) -> dict:
@@ -65,6 +67,7 @@ class GVATPlugin(SchedulerPlugin):
         self.scheduler = scheduler
         scheduler.handlers.update(self.handlers())
         scheduler.stream_handlers[streams.REPORT] = self._launched_stream
+        scheduler.stream_handlers[streams.RELEASED] = self._released
         scheduler.extensions["dgvm"] = self
         for address in scheduler.workers:
             self.add_worker(scheduler, address)
@@ -90,9 +93,10 @@ class GVATPlugin(SchedulerPlugin):
         rec = self.gvat.inventory.remove(worker)
         if rec is not None and rec.chunks:
             logger.warning("dgvm worker %s left holding %d chunks; they are marked lost", worker, rec.chunks)
-        # Peers stop waiting on it to forget their buffers (ipc_retire); on the loop's
-        # next turn, as telling every worker is O(workers).
+        # Peers stop waiting on it to forget their buffers (ipc_retire), and nobody waits
+        # for its releases; on the loop's next turn, as both are O(workers or chunks).
         scheduler.loop.add_callback(self._tell_peer_left, worker)
+        scheduler.loop.add_callback(self.releases.worker_left, worker)
 
     def _tell_peer_left(self, worker: str):
         # dgvm workers only: an unknown stream message closes a plain Dask worker.
@@ -178,6 +182,7 @@ class GVATPlugin(SchedulerPlugin):
             dtype=dtype, shape=shape, grid_chunks=grid, loads=loads,
         )
         per_worker = self.gvat.by_worker(alloc)
+        await self.releases.settled(per_worker)  # the GVAT counted that memory free already
         results = await asyncio.gather(
             *(
                 self.scheduler.rpc(addr).dgvm_store_allocate(
@@ -222,6 +227,7 @@ class GVATPlugin(SchedulerPlugin):
         addresses = self.gvat.holders(alloc)
         self.gvat.free(alloc_id)
         await self._free_on(alloc_id, addresses)
+        await self.releases.settled(alloc_id=alloc_id)  # old homes of moved chunks
         return alloc.nbytes
 
     # -- migration -----------------------------------------------------------------------
@@ -282,12 +288,15 @@ class GVATPlugin(SchedulerPlugin):
 
     async def move(self, alloc, indices, target, reason: str) -> list[int]:
         """Make ``target`` the home of chunks ``indices`` of ``alloc``: it pulls them (or
-        promotes its replicas), the GVAT records the new homes, the old homes release
-        their copies, and the owner's client hears of it (event ``dgvm-moved``)."""
+        promotes its replicas), the GVAT records the new homes, the old homes are told to
+        release their copies (in the background: ``gvat.releases``), and the owner's
+        client hears of it (event ``dgvm-moved``)."""
         plan = migration.plan_move(self.gvat, alloc, indices, target)
         if not plan:
             return []
         try:
+            # A release still on its way there could drop the chunk this pull brings back.
+            await self.releases.settled([target.address])
             answer = await self.scheduler.rpc(target.address).dgvm_pull(
                 alloc_id=alloc.alloc_id, owner=alloc.owner, chunks=plan
             )
@@ -304,10 +313,8 @@ class GVATPlugin(SchedulerPlugin):
         stale = sorted(set(answer["moved"]) - set(moved))  # written meanwhile: not moved
         if stale:
             release.setdefault(target.address, []).extend(stale)
-        await asyncio.gather(*(
-            self.scheduler.rpc(a).dgvm_store_release(alloc_id=alloc.alloc_id, indices=idx)
-            for a, idx in release.items()
-        ))
+        for a, idx in release.items():
+            self.releases.send(self.scheduler.stream_comms.get(a), a, alloc.alloc_id, idx)
         if moved:
             self.scheduler.log_event("dgvm-moved", {
                 "alloc_id": alloc.alloc_id, "owner": alloc.owner, "indices": moved,
@@ -358,11 +365,15 @@ class GVATPlugin(SchedulerPlugin):
             nbytes += int(alloc.sizes()[r].sum()) if r else 0
         return {"chunks": chunks, "bytes": nbytes}
 
+    def _released(self, ticket: int, worker: str | None = None):
+        self.releases.done(ticket)  # stream handler: O(1), never raises
+
     def replicas_dropped(self, worker: str, dropped: dict):
         migration.replicas_dropped(self.gvat, worker, dropped)
 
     async def stats(self):
         """Counters per worker (asked of the live stores) and per allocation."""
+        await self.releases.settled()  # the stores' figures after every move so far
         live = [r.address for r in self.gvat.inventory.live()]
         answers = await asyncio.gather(
             *(self.scheduler.rpc(a).dgvm_store_info() for a in live), return_exceptions=True

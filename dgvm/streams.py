@@ -21,6 +21,10 @@ from dgvm import config
 # The message of a task's report to the GVAT, on the worker's stream (dgvm.kernels.launch
 # sends it, the GVAT plugin handles it).
 REPORT = "dgvm-launched"
+# An old home's release of moved chunks (dgvm.gvat.releases): scheduler -> worker, and the
+# worker's answer.
+RELEASE = "dgvm-release"
+RELEASED = "dgvm-released"
 
 
 def interval() -> float | None:

@@ -10,6 +10,7 @@ in order on one thread of their own, so memory copies never stall the worker's e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,7 @@ from distributed import WorkerPlugin
 from distributed.protocol import to_serialize
 
 from dgvm import backends, config, streams, transfer
+from dgvm.streams import RELEASE, RELEASED
 from dgvm.errors import InvalidAddress, OutOfDeviceMemory
 from dgvm.store import ChunkStore, StoredChunk
 from dgvm.transfer.fetch import request_exports
@@ -60,7 +62,6 @@ class ChunkStorePlugin(WorkerPlugin):
             "dgvm_export": self.export,
             "dgvm_drop_replicas": self.drop_replicas,
             "dgvm_pull": self.pull,
-            "dgvm_store_release": self.release,
             "dgvm_ipc_forget": self.ipc_forget,
         }
 
@@ -81,6 +82,7 @@ class ChunkStorePlugin(WorkerPlugin):
         # Buffers peers map through IPC are freed after asking them (cuda).
         self.retirement = IpcRetirement(worker, exports) if exports is not None else None
         worker.stream_handlers[PEER_LEFT] = self.peer_left
+        worker.stream_handlers[RELEASE] = self.release
         streams.tune(worker.batched_stream)
         logger.info("dgvm chunk store on %s: %s", worker.address, self.profile)
 
@@ -92,8 +94,9 @@ class ChunkStorePlugin(WorkerPlugin):
         for op in self.handlers():
             if op not in self.KEPT_AFTER_TEARDOWN:
                 worker.handlers.pop(op, None)
-        # An unknown stream message would close the worker: this one may still come.
+        # An unknown stream message would close the worker: these may still come.
         worker.stream_handlers[PEER_LEFT] = lambda worker=None: None
+        worker.stream_handlers[RELEASE] = self._released
         worker.metrics.pop("dgvm", None)
         worker.extensions.pop("dgvm", None)
         if self.store is not None:
@@ -256,10 +259,22 @@ class ChunkStorePlugin(WorkerPlugin):
 
         return await cuda_ipc.mappings().forget(holder, handles, timeout)
 
-    async def release(self, alloc_id: int, indices: list):
-        n = await self._run(self.store.release, alloc_id, indices)
-        await self._retired()
-        return n
+    async def release(self, alloc_id: int, indices: list, ticket: int):
+        """Give up home chunks that moved away (stream message ``streams.RELEASE``, see
+        ``gvat.releases``). Dask reads the stream's next message, a task that may read
+        these chunks perhaps, only once this returns. It must not raise: an error in a
+        stream handler ends the stream."""
+        try:
+            await self._run(self.store.release, alloc_id, indices)
+        except Exception:  # noqa: BLE001  (closing: the store's memory goes with it)
+            logger.exception("dgvm: releasing chunks %s of allocation %s on %s failed",
+                             indices, alloc_id, self.worker.address)
+        self._released(ticket=ticket)
+
+    def _released(self, ticket: int, **_):
+        # Buffers peers had mapped retire by themselves (ipc_retire): not waited for.
+        with contextlib.suppress(Exception):  # the stream is closing: nobody waits any more
+            self.worker.batched_stream.send({"op": RELEASED, "ticket": ticket})
 
     async def drop_replicas(self, alloc_id: int, indices: list):
         # Not waiting for retirement: writes wait for this (and replicas are rarely exported).

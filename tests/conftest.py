@@ -26,7 +26,9 @@ class ClusterCase:
     speeds: list[float]
 
     def store_used(self) -> dict[str, int]:
-        """Bytes each worker's chunk store holds, asked of the stores themselves."""
+        """Bytes each worker's chunk store holds, asked of the stores themselves once the
+        old homes of earlier moves released their copies (``dgvm.stats`` waits for them)."""
+        dgvm.stats(client=self.client)
         return self.client.run(lambda dask_worker: dask_worker.extensions["dgvm"].backend.used)
 
     def allocations(self) -> int:

@@ -112,6 +112,54 @@ def test_migrate_moves_data_and_memory(case):
         buf.free()
 
 
+
+def _hold_store_thread(case, worker: str, seconds: float) -> None:
+    """Keep ``worker``'s chunk-store thread busy for ``seconds`` (its releases wait)."""
+    def hold(dask_worker):
+        dask_worker.plugins["dgvm-store"]._executor.submit(time.sleep, seconds)
+
+    case.client.run(hold, workers=[worker])
+
+
+def _holds(case, worker: str, alloc_id: int) -> list[int]:
+    """The home chunks of ``alloc_id`` in ``worker``'s store, asked of the store itself."""
+    def held(dask_worker):
+        return sorted(dask_worker.extensions["dgvm"]._allocs.get(alloc_id, {}))
+
+    return case.client.run(held, workers=[worker])[worker]
+
+
+def test_the_old_home_releases_in_the_background_before_its_next_task(case):
+    x = dnp.from_numpy(np.arange(1000.0), chunks=1000, placement="packed")
+    out = dnp.zeros(1000, chunks=1000, colocate=x)
+    old = x.alloc.home(0)
+    new = next(w for w in case.store_used() if w != old)
+    try:
+        _hold_store_thread(case, old, 0.5)
+        assert x.migrate(0, new) == [0]
+        # The move ended with the GVAT's new home; the old copy goes once the old home's
+        # store thread is free: not waited for.
+        assert _holds(case, old, x.alloc_id) == [0]
+        assert x.locations() == {(0,): new}
+        x.write_blocks(np.full(1000, 5.0))  # at the new home
+        # A task on the old home, sent after the release on the same stream, reads the
+        # new values from the new home, never its own old copy.
+        dgvm.launch(axpy, 1.0, x, x, out=out)
+        assert np.array_equal(dnp.asnumpy(out), np.full(1000, 10.0))
+        dgvm.stats()  # answers once every release is done
+        assert _holds(case, old, x.alloc_id) == []
+        # Back and forth while a release is pending: the pull back waits for it.
+        _hold_store_thread(case, new, 0.3)
+        assert x.migrate(0, old) == [0]
+        assert x.migrate(0, new) == [0]
+        assert np.array_equal(dnp.asnumpy(x), np.full(1000, 5.0))
+        assert _holds(case, new, x.alloc_id) == [0]
+        assert _holds(case, old, x.alloc_id) == []
+    finally:
+        x.free()
+        out.free()
+
+
 def _ipc(case) -> dict:
     return {w: s["ipc"] for w, s in dgvm.stats(client=case.client)["workers"].items()}
 
