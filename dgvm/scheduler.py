@@ -17,7 +17,7 @@ from distributed import SchedulerPlugin
 
 from dgvm import config, dashboard, streams, transfer
 from dgvm.chunk_grid import block_nbytes
-from dgvm.errors import InvalidAddress, OutOfDeviceMemory
+from dgvm.errors import DgvmError, InvalidAddress, OutOfDeviceMemory
 from dgvm.gvat import GVAT, migration
 from dgvm.gvat.releases import PendingReleases
 from dgvm.records import DeviceProfile
@@ -295,15 +295,18 @@ class GVATPlugin(SchedulerPlugin):
         if not plan:
             return []
         try:
-            # A release still on its way there could drop the chunk this pull brings back.
-            await self.releases.settled([target.address])
+            # The target does the releases sent to it first: one still on its way could
+            # drop the chunk this pull brings back (gvat.releases).
             answer = await self.scheduler.rpc(target.address).dgvm_pull(
-                alloc_id=alloc.alloc_id, owner=alloc.owner, chunks=plan
+                alloc_id=alloc.alloc_id, owner=alloc.owner, chunks=plan,
+                after_release=self.releases.last_sent(target.address),
             )
         finally:
             migration.finish_move(alloc, plan)
         if "oom" in answer:
             raise OutOfDeviceMemory(answer["oom"])
+        if "busy" in answer:
+            raise DgvmError(answer["busy"])
         if alloc.alloc_id not in self.gvat.allocations:  # freed meanwhile
             await self.scheduler.rpc(target.address).dgvm_store_free(alloc_id=alloc.alloc_id)
             return []

@@ -151,7 +151,10 @@ class ChunkStore:
             self.backend.release(replica.handle, replica.nbytes)
         if alloc_id in self._replicas and not held:
             del self._replicas[alloc_id]
-        self._allocs.setdefault(alloc_id, {})[index] = chunk
+        old = self._allocs.setdefault(alloc_id, {}).get(index)
+        if old is not None and old is not chunk:  # an old home copy still here: never leaked
+            self.backend.release(old.handle, old.nbytes)
+        self._allocs[alloc_id][index] = chunk
         self._owners.setdefault(alloc_id, owner)
         self.stats.rehomes += 1
         return True

@@ -32,6 +32,7 @@ logger = logging.getLogger("dgvm.worker")
 PLUGIN_NAME = "dgvm-store"
 PEER_LEFT = "dgvm-peer-left"  # scheduler -> workers: a worker left the cluster
 RETIRE_WAIT = 2.0  # seconds a free waits for buffers peers had mapped to come back
+RELEASE_WAIT = 30.0  # seconds a pull waits for the releases sent here before it
 
 
 class ChunkStorePlugin(WorkerPlugin):
@@ -74,6 +75,9 @@ class ChunkStorePlugin(WorkerPlugin):
         # for one: a task holding this store's lock may be waiting on a peer whose own task
         # waits for an export from here.
         self._export_executor = ThreadPoolExecutor(2, thread_name_prefix="dgvm-export")
+        self._release_done = -1  # the ticket of the last release done here (gvat.releases)
+        self._releases = asyncio.Condition()
+        self._answers: set[asyncio.Task] = set()
         self.worker = worker
         worker.handlers.update(self.handlers())
         worker.metrics["dgvm"] = lambda w: self.metrics()
@@ -187,10 +191,14 @@ class ChunkStorePlugin(WorkerPlugin):
                 out.append({"moved": True})
         return out
 
-    async def pull(self, alloc_id: int, owner: str, chunks: list):
+    async def pull(self, alloc_id: int, owner: str, chunks: list, after_release: int | None = None):
         """Become the home of ``chunks`` (dicts: index, home, path, version): promote a
         current replica held here, or fetch the chunk from its home (one export request
-        per home). Answers {"moved": [indices], "versions": [...]} or {"oom": message}."""
+        per home), once the releases sent here up to ``after_release`` are done. Answers
+        {"moved": [indices], "versions": [...]}, {"oom": message} or {"busy": message}."""
+        if after_release is not None and not await self._released_upto(after_release):
+            return {"busy": f"{self.worker.address} did not do the chunk releases sent to it "
+                            f"within {RELEASE_WAIT:.0f} s; chunks of allocation {alloc_id} stay"}
         store = self.store
         need: dict[tuple[str, str], list[dict]] = {}
         local = set()  # chunks of which a current replica is here already
@@ -269,12 +277,32 @@ class ChunkStorePlugin(WorkerPlugin):
         except Exception:  # noqa: BLE001  (closing: the store's memory goes with it)
             logger.exception("dgvm: releasing chunks %s of allocation %s on %s failed",
                              indices, alloc_id, self.worker.address)
+        async with self._releases:
+            self._release_done = max(self._release_done, ticket)
+            self._releases.notify_all()
+        # The answer says the memory is back: after buffers peers had mapped retired,
+        # which the stream does not wait for.
+        answer = asyncio.ensure_future(self._answer_release(ticket))
+        self._answers.add(answer)
+        answer.add_done_callback(self._answers.discard)
+
+    async def _answer_release(self, ticket: int):
+        await self._retired()
         self._released(ticket=ticket)
 
     def _released(self, ticket: int, **_):
-        # Buffers peers had mapped retire by themselves (ipc_retire): not waited for.
         with contextlib.suppress(Exception):  # the stream is closing: nobody waits any more
             self.worker.batched_stream.send({"op": RELEASED, "ticket": ticket})
+
+    async def _released_upto(self, ticket: int) -> bool:
+        async with self._releases:
+            try:
+                await asyncio.wait_for(
+                    self._releases.wait_for(lambda: self._release_done >= ticket), RELEASE_WAIT
+                )
+            except asyncio.TimeoutError:
+                return False
+        return True
 
     async def drop_replicas(self, alloc_id: int, indices: list):
         # Not waiting for retirement: writes wait for this (and replicas are rarely exported).

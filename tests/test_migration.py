@@ -9,6 +9,7 @@ import pytest
 
 import dgvm
 import dgvm.array as dnp
+from dgvm import streams
 
 from test_kernels import axpy, spread_and_gather
 
@@ -159,6 +160,40 @@ def test_the_old_home_releases_in_the_background_before_its_next_task(case):
         x.free()
         out.free()
 
+
+
+def test_a_rehome_to_a_worker_with_a_release_pending_does_not_wait_on_its_own_report(case):
+    # A task already running on a worker when a release is sent there may report remote
+    # reads before the release is done. The re-home runs inside the handler of that
+    # report, and the answer to the release comes on the worker's stream behind it: the
+    # worker waits for its release, not the scheduler for the answer.
+    x = dnp.from_numpy(np.arange(16.0), chunks=8, placement="round_robin")
+    reader = x.alloc.home(0)
+    y = dnp.zeros(8, chunks=8, colocate=x)  # on reader
+    other = x.alloc.home(1)
+    try:
+        _hold_store_thread(case, reader, 1.0)
+        y.migrate(0, other)  # the release to reader waits for its store thread
+        t0 = time.perf_counter()
+
+        message = {  # as a task's report would say: chunk 1 of x read remotely
+            "op": streams.REPORT, "alloc_id": y.alloc_id, "wrote": [],
+            "reads": {str(x.alloc_id): {"hits": 0, "misses": 1, "home": [], "remote": [1]}},
+        }
+
+        def report(dask_worker):
+            dask_worker.batched_stream.send(message)
+
+        with dask.config.set({"dgvm.migration.rehome-after": 1}):
+            case.client.run(report, workers=[reader])
+            while homes(x)[1] != reader:
+                assert time.perf_counter() - t0 < 8.0, "the re-home waited for its own report"
+                time.sleep(0.02)
+        assert case.client.submit(len, [1], workers=[reader], pure=False).result(timeout=5) == 1
+        assert np.array_equal(dnp.asnumpy(x), np.arange(16.0))
+    finally:
+        x.free()
+        y.free()
 
 def _ipc(case) -> dict:
     return {w: s["ipc"] for w, s in dgvm.stats(client=case.client)["workers"].items()}

@@ -10,11 +10,20 @@ migration). Nothing can read the old copy meanwhile:
 - every later task on the old worker comes after the message on the same stream, and
   the worker finishes the release before it reads the next message.
 
-What must not overtake a release is waited for here (``settled``): a pull to the same
-worker (it could make the chunk its home again before the old copy goes), an
-allocation there (the GVAT counted that memory as free already), a free of the
-allocation and ``dgvm.stats()`` (they answer with the memory back). The worker answers
-each release with ``streams.RELEASED`` on its own stream.
+What must not overtake a release:
+
+- a pull to the same worker (it could make the chunk its home again before the old
+  copy goes): the pull names the last release sent there (``last_sent``) and the worker
+  waits until it has done that one. The worker waits, not the scheduler: a re-home runs
+  inside the handler of the same worker's report, and the answer to a release comes on
+  that worker's stream, behind the report;
+- an allocation there (the GVAT counted that memory as free already), a free of the
+  allocation and ``dgvm.stats()`` (they answer with the memory back): these requests
+  from clients wait here (``settled``) for the worker's answer, ``streams.RELEASED``,
+  which it sends once the memory is back (buffers peers had mapped retired too).
+
+The worker's scheduler stream is held while the store's thread does the release: a
+release waits for the chunk's current reader (the store's lock), milliseconds.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ class PendingReleases:
         self._tickets = itertools.count()
         self._pending: dict[int, tuple[str, int, asyncio.Event]] = {}
         self._by_address: dict[str, set[int]] = {}
+        self._last_sent: dict[str, int] = {}
 
     def send(self, stream, address: str, alloc_id: int, indices: list) -> None:
         """Tell ``address`` (on its scheduler stream) to release ``indices``."""
@@ -51,6 +61,12 @@ class PendingReleases:
             return
         self._pending[ticket] = (address, alloc_id, asyncio.Event())
         self._by_address.setdefault(address, set()).add(ticket)
+        self._last_sent[address] = ticket
+
+    def last_sent(self, address: str) -> int | None:
+        """The ticket of the last release sent to ``address`` (None: none since it joined).
+        Tickets only grow, and a worker does its releases in order."""
+        return self._last_sent.get(address)
 
     def done(self, ticket: int) -> None:
         """The worker released (stream message ``streams.RELEASED``)."""
@@ -67,6 +83,7 @@ class PendingReleases:
 
     def worker_left(self, address: str) -> None:
         """Its releases will never be answered; its memory went with it."""
+        self._last_sent.pop(address, None)
         for ticket in list(self._by_address.get(address, ())):
             self.done(ticket)
 
