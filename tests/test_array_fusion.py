@@ -109,13 +109,46 @@ def test_errors_surface_when_computed_and_leave_nothing(case):
 
 def test_cuda_chains_run_as_one_fused_kernel(case):
     if case.backend != "cuda":
-        pytest.skip("the fused CUDA kernel (cupy.fuse) is a cuda-backend matter")
+        pytest.skip("the fused CUDA kernel is a cuda-backend matter")
     h = np.random.default_rng(2).random((512, 1024))
     x = dnp.asarray(h, chunks=(128, 1024))
     y = chain(x)
     np.testing.assert_allclose(dnp.asnumpy(y), chain(h), rtol=1e-10)
     ways = case.client.run(fused.ways_used)
-    assert all("in place" in w.values() for w in ways.values()), ways
+    assert all("wide" in w.values() for w in ways.values()), ways  # a float tree: four per thread
+    # float32 (Python scalars enter as float32), an odd size (the last block partly
+    # empty), in place into one of its own leaves, math functions, and a tree the wide
+    # kernel does not cover (an integer power) beside it.
+    h32 = np.random.default_rng(3).random(100_003).astype(np.float32)
+    x32 = dnp.asarray(h32, chunks=25_001)
+    z = dnp.sqrt(x32 * 3 + 1) - dnp.exp(-x32) / 2
+    assert z.dtype == np.float32
+    np.testing.assert_allclose(dnp.asnumpy(z), np.sqrt(h32 * 3 + 1) - np.exp(-h32) / 2, rtol=1e-6)
+    x32 += x32 * 0.5
+    np.testing.assert_allclose(dnp.asnumpy(x32), h32 + h32 * np.float32(0.5), rtol=1e-6)
+    k = dnp.asarray(np.arange(10, dtype=np.int64), chunks=5)
+    assert np.array_equal(dnp.asnumpy(k ** 2 + 1), np.arange(10) ** 2 + 1)
+    ways = [v for w in case.client.run(fused.ways_used).values() for v in w.values()]
+    assert "wide" in ways and "in place" in ways, ways
+
+
+def test_the_wide_kernel_covers_float_trees_of_exact_operations_only():
+    from dgvm.array import wide_kernel
+
+    x, s = ("in", 0), ("arg", 0, "float")
+    f8, f4, i8 = "<f8", "<f4", "<i8"
+    code = wide_kernel.source(("call", "divide", (("call", "add", (x, s), f8), x), f8), [f8], f8, 1)
+    assert "double v0[4]" in code and "s0" in code and code.count("in0[") == 1  # loaded once
+    mixed = ("call", "add", (("call", "astype", (x,), f8), ("in", 1)), f8)
+    assert "float v0[4]" in wide_kernel.source(mixed, [f4, f8], f8, 0)
+    for tree, leaves, out in [
+        (("call", "add", (x, x), i8), [i8], i8),  # integers: NumPy's wrap-around rules
+        (("call", "maximum", (x, x), f8), [f8], f8),  # NaN rules C's fmax does not share
+        (("call", "add", (x, x), "<c16"), ["<c16"], "<c16"),
+        (("call", "greater", (x, s), "|b1"), [f8], "|b1"),
+        (("in", 0), [f8], f8),  # a leaf alone is a copy, not a kernel
+    ]:
+        assert wide_kernel.source(tree, leaves, out, 1) is None, tree
 
 
 def test_a_reduction_of_a_deferred_array_allocates_nothing(case):

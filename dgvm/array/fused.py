@@ -2,10 +2,12 @@
 
 ``run_into(expr, leaves, xp, target)`` writes the tree's value into the output chunk:
 
-- ``cuda``: the tree becomes one CUDA kernel with ``cupy.fuse``, built from the same
-  CuPy ufuncs the unfused path calls (the same per-dtype code), compiled once per tree
-  shape and dtypes and cached in the worker (the last ``MAX_KERNELS`` trees); Python scalars are kernel arguments,
-  so ``x * 2`` and ``x * 3`` share a kernel. It writes into the chunk itself.
+- ``cuda``: the tree becomes one CUDA kernel, compiled once per tree shape and dtypes
+  and cached in the worker (the last ``MAX_KERNELS`` trees); Python scalars are kernel
+  arguments, so ``x * 2`` and ``x * 3`` share a kernel. It writes into the chunk itself.
+  A float tree over contiguous leaves runs as a generated kernel that keeps four loads
+  in flight per thread (``wide_kernel``); any other tree as ``cupy.fuse``'s kernel,
+  built from the same CuPy ufuncs the unfused path calls (the same per-dtype code).
 - ``cpu``: the tree runs tile by tile (``TILE`` elements) with NumPy, so every
   intermediate stays in the CPU's cache and memory is read and written once.
 
@@ -20,6 +22,8 @@ import logging
 import threading
 
 import numpy as np
+
+from dgvm.array import wide_kernel
 
 logger = logging.getLogger("dgvm.array.fused")
 
@@ -66,6 +70,7 @@ def _tiles(expr, leaves, target, evaluate) -> bool:
 MAX_KERNELS = 256
 _kernels: dict = {}  # (tree without scalars, leaf dtypes and ndims, target) -> usable ways
 _why: dict = {}  # tree key -> why the last way dropped failed
+_last: dict = {}  # tree key -> the way it last ran
 _lock = threading.Lock()
 
 
@@ -79,6 +84,7 @@ def _ways(key, build) -> list:
                 oldest = next(iter(_kernels))
                 _kernels.pop(oldest)
                 _why.pop(oldest, None)
+                _last.pop(oldest, None)
             ways = _kernels[key] = build()
         return ways
 
@@ -114,8 +120,9 @@ def _trace(expr, leaves, scalars, cupy):
 
 
 def _build(tree, nleaves: int, nscalars: int, into: bool):
-    """The fused kernel: writing into its last argument (``into``), or returning the value
-    (for a CuPy whose fusion does not trace ``out[...] = ...``; one copy more)."""
+    """``cupy.fuse``'s kernel as a way ``run(leaves, scalars, target)``: writing into its
+    last argument (``into``), or returning the value (for a CuPy whose fusion does not
+    trace ``out[...] = ...``; one copy more)."""
     import cupy
 
     def kernel(*params):
@@ -125,7 +132,27 @@ def _build(tree, nleaves: int, nscalars: int, into: bool):
             return value
         params[-1][...] = value
 
-    return cupy.fuse(kernel_name="dgvm_fused")(kernel)
+    fused = cupy.fuse(kernel_name="dgvm_fused")(kernel)
+
+    def run(leaves, scalars, target) -> bool:
+        if into:
+            fused(*leaves, *scalars, target)
+        else:
+            target[...] = fused(*leaves, *scalars)
+        return True
+
+    return run
+
+
+def _elementwise_ways(tree, leaves, target, nscalars: int) -> list:
+    """The ways a tree may run, best first: (what ``ways_used`` calls it, run)."""
+    ways = []
+    wide = wide_kernel.build(tree, [a.dtype for a in leaves], target.dtype, nscalars)
+    if wide is not None:
+        ways.append(("wide", wide))
+    ways.append(("in place", _build(tree, len(leaves), nscalars, True)))
+    ways.append(("copy", _build(tree, len(leaves), nscalars, False)))
+    return ways
 
 
 def _flat(leaves, shape):
@@ -143,22 +170,22 @@ def _cupy(expr, leaves, target) -> bool:
     scalars: list = []
     tree = _strip(expr, scalars)
     key = (tree, tuple((a.dtype.str, a.ndim) for a in leaves), target.dtype.str, target.ndim)
-    # In place first; each way that fails to trace is dropped.
-    ways = _ways(key, lambda: [(True, _build(tree, len(leaves), len(scalars), True)),
-                               (False, _build(tree, len(leaves), len(scalars), False))])
-    for into, fused in list(ways):
+    # Best first. A way that does not apply to these leaves (the wide kernel, to a strided
+    # one) answers False and stays; one that fails (a tree cupy.fuse cannot trace) goes.
+    ways = _ways(key, lambda: _elementwise_ways(tree, leaves, target, len(scalars)))
+    for way in list(ways):
+        kind, run = way
         try:
-            if into:
-                fused(*leaves, *scalars, target)
-            else:
-                target[...] = fused(*leaves, *scalars)
-            return True
-        except Exception as e:  # noqa: BLE001  (a function cupy.fuse cannot trace)
-            logger.info("fused kernel (in place: %s) not usable (%s: %s)", into, type(e).__name__, e)
+            if run(leaves, scalars, target):
+                with _lock:
+                    _last[key] = kind
+                return True
+        except Exception as e:  # noqa: BLE001
+            logger.info("fused kernel (%s) not usable (%s: %s)", kind, type(e).__name__, e)
             with _lock:
                 _why[key] = f"{type(e).__name__}: {e}"
-                if (into, fused) in ways:
-                    ways.remove((into, fused))
+                if way in ways:
+                    ways.remove(way)
     return False
 
 
@@ -185,7 +212,7 @@ def reduce_tree(expr, leaves: list, xp, fn: str, axes: tuple, dtype, shape):
     dtype = None if dtype is None else np.dtype(dtype)
     key = ("reduce", fn, None if dtype is None else dtype.str, tree,
            tuple((a.dtype.str, a.ndim) for a in leaves))
-    ways = _ways(key, lambda: [(True, _build_reduce(tree, len(leaves), len(scalars), fn, dtype))])
+    ways = _ways(key, lambda: [("fused reduction", _build_reduce(tree, len(leaves), len(scalars), fn, dtype))])
     if not ways:
         return None
     fused = ways[0][1]
@@ -215,9 +242,8 @@ def _build_reduce(tree, nleaves: int, nscalars: int, fn: str, dtype):
 
 
 def ways_used() -> dict:
-    """How each tree compiled on this worker runs: tree key -> "in place", "copy",
-    "fused reduction" or "unfused (why)" (benchmarks and tests print it)."""
+    """How each tree compiled on this worker ran last: tree key -> "wide", "in place",
+    "copy", "fused reduction" or "unfused (why)" (benchmarks and tests print it)."""
     with _lock:
         return {key: ("unfused" + f" ({_why.get(key, '?')})" if not ways else
-                      "fused reduction" if key[0] == "reduce" else
-                      "in place" if ways[0][0] else "copy") for key, ways in _kernels.items()}
+                      _last.get(key, ways[0][0])) for key, ways in _kernels.items()}
