@@ -72,6 +72,7 @@ def main(argv=None) -> int:
             "dask round trip (1 no-op task per worker)": lambda: client.gather(
                 [client.submit(_noop, i, pure=False, workers=[w]) for i, w in enumerate(workers)]),
             "(x + 1).wait()": lambda: (x + 1).wait(),
+            "((2x + 1) x - 3) / (x + 2), .wait()": lambda: (((2.0 * x + 1.0) * x - 3.0) / (x + 2.0)).wait(),
             "float(x.sum())": lambda: float(x.sum()),
             "float((x + x.T).sum())": lambda: float((x + x.T).sum()),
             "x.mean(axis=0).wait()": lambda: x.mean(axis=0).wait(),
@@ -89,28 +90,25 @@ def main(argv=None) -> int:
         from dgvm.array.creation import allocate
         from dgvm.session import call_scheduler, call_workers
 
-        held = []
         requests = {
             "GVAT request (dgvm_workers)": lambda: call_scheduler("dgvm_workers", client),
             "worker request (dgvm_store_info), both": lambda: call_workers(
                 "dgvm_store_info", {w: {} for w in workers}, client),
-            "GVAT allocation like x's (colocated)": lambda: held.append(
-                allocate(x.shape, x.dtype, x.chunks, colocate=x, client=client, zero=False)),
-            "GVAT free of one": lambda: held.pop().free(),
         }
         for name, fn in requests.items():
-            if not name.startswith("GVAT free"):
-                print(f"{name:45s} {1e3 * median_time(fn, args.reps):8.2f}")
-                continue
-            times = []  # each free needs an allocation of its own, untimed
-            for _ in range(args.reps):
-                held.append(allocate(x.shape, x.dtype, x.chunks, colocate=x, client=client, zero=False))
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
-            print(f"{name:45s} {1e3 * statistics.median(times):8.2f}")
-        for a in held:
+            print(f"{name:45s} {1e3 * median_time(fn, args.reps):8.2f}")
+        # An allocation like x's and its free, each timed alone (one at a time: x may
+        # take most of the devices' memory).
+        allocs, frees = [], []
+        for _ in range(args.reps):
+            t0 = time.perf_counter()
+            a = allocate(x.shape, x.dtype, x.chunks, colocate=x, client=client, zero=False)
+            t1 = time.perf_counter()
             a.free()
+            allocs.append(t1 - t0)
+            frees.append(time.perf_counter() - t1)
+        print(f"{'GVAT allocation like x (colocated)':45s} {1e3 * statistics.median(allocs):8.2f}")
+        print(f"{'GVAT free of one':45s} {1e3 * statistics.median(frees):8.2f}")
     finally:
         client.close()
     return 0
