@@ -122,6 +122,7 @@ def test_promotion_follows_the_standard_and_weak_scalars(case):
     assert dnp.can_cast(dnp.int8, dnp.int16) and not dnp.can_cast(dnp.float64, dnp.int8)
     assert dnp.isdtype(dnp.float32, "real floating") and not dnp.isdtype(dnp.int8, "real floating")
     assert dnp.finfo(dnp.float32).bits == 32 and dnp.iinfo(dnp.int16).max == 32767
+    assert type(dnp.finfo(dnp.float32).eps) is float  # the standard's Python numbers
     with pytest.raises(TypeError, match="not supported by dgvm.array"):
         dnp.zeros(3, dtype="float16")
 
@@ -209,6 +210,10 @@ def test_slicing_and_manipulation_match_numpy(case, data, seed, data2):
     same(dnp.stack([x, x], axis=-1), np.stack([a, a], axis=-1))
     same(dnp.tile(x, 2), np.tile(a, 2))
     same(dnp.repeat(x, 2, axis=-1), np.repeat(a, 2, axis=-1))
+    same(dnp.repeat(x, np.uint64(2), axis=0), np.repeat(a, 2, axis=0))  # unsigned counts
+    for got, want in zip(dnp.unstack(x, axis=-1), [a[..., i] for i in range(shape[-1])]):
+        same(got, want)
+    same(dnp.from_dlpack(a), a)
     idx = data2.draw(st.lists(st.integers(0, shape[0] - 1), min_size=1, max_size=6))
     same(x[idx], a[idx])
     same(dnp.take(x, np.asarray(idx), axis=0), np.take(a, idx, axis=0))

@@ -186,9 +186,9 @@ def test_nonzero_and_count_nonzero(case, shape, chunks):
                 np.count_nonzero(arr, axis=axis, keepdims=keepdims))
 
 
-def test_nonzero_of_nothing_is_a_clear_error(case):
-    with pytest.raises(ValueError, match="no nonzero"):
-        dnp.nonzero(dnp.zeros((4, 5), chunks=(2, 2)))
+def test_nonzero_of_nothing_is_empty_and_of_a_scalar_a_clear_error(case):
+    rows, cols = dnp.nonzero(dnp.zeros((4, 5), chunks=(2, 2)))
+    assert rows.shape == cols.shape == (0,) and rows.dtype == cols.dtype == np.int64
     with pytest.raises(ValueError, match="0-d"):
         dnp.nonzero(dnp.from_numpy(np.float64(3.0)))
     assert int(dnp.count_nonzero(dnp.zeros((4, 5), chunks=(2, 2)))) == 0

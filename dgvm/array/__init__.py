@@ -9,7 +9,7 @@ pass (``dgvm.array.deferred``), with the values they would have had if run at on
 """
 
 from dgvm.array.creation import (
-    arange, asarray, asnumpy, empty, empty_like, eye, from_dask, from_numpy, full, full_like,
+    arange, asarray, asnumpy, empty, empty_like, eye, from_dask, from_dlpack, from_numpy, full, full_like,
     linspace, meshgrid, ones, ones_like, to_dask, tril, triu, zeros, zeros_like,
 )
 from dgvm.array.darray import DArray
@@ -23,7 +23,7 @@ from dgvm.array.linalg import dot, matmul, outer, tensordot, vecdot
 from dgvm.array.manipulation import (
     broadcast_arrays, broadcast_to, concat, concatenate, expand_dims, flip, matrix_transpose,
     moveaxis, permute_dims, rechunk, repeat, reshape, roll, squeeze, stack, take, tile,
-    transpose,
+    transpose, unstack,
 )
 from dgvm.array.reductions import (
     all, any, argmax, argmin, cumulative_sum, max, mean, min, prod, std, sum, var,
@@ -35,6 +35,15 @@ from dgvm.array import random  # noqa: E402  (dgvm.array.random.default_rng, see
 from dgvm.array import linalg  # noqa: E402  (dgvm.array.linalg.norm, ...)
 
 globals().update(_ELEMENTWISE)
+
+# Arrays with no elements are held on the caller and computed with NumPy: every function
+# here answers for them (dgvm/array/zero_size.py).
+from dgvm.array import indexing as _indexing, zero_size as _zero_size  # noqa: E402
+import numpy as _np  # noqa: E402
+
+_zero_size.install(globals(), skip=_ELEMENTWISE)
+_zero_size.install(vars(linalg), numpy=_np.linalg)
+_zero_size.install(vars(_indexing), skip=[n for n in vars(_indexing) if n not in ("getitem", "setitem")])
 
 import math as _math  # noqa: E402
 

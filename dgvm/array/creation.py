@@ -15,6 +15,7 @@ from dgvm import chunk_grid
 from dgvm.allocation import Allocation
 from dgvm.array import blockwise, recycle
 from dgvm.array.darray import DArray
+from dgvm.array.zero_size import NoElements
 from dgvm.buffer import placement_request
 from dgvm.errors import OutOfDeviceMemory
 
@@ -57,9 +58,7 @@ def _shape(shape) -> tuple[int, ...]:
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     if any(int(s) < 0 for s in shape):
         raise ValueError(f"negative dimension in shape {shape}")
-    if any(int(s) == 0 for s in shape):
-        raise ValueError(f"shape {shape} has no elements; dgvm allocations need at least one")
-    return tuple(int(s) for s in shape)
+    return tuple(int(s) for s in shape)  # a zero in it: see allocate
 
 
 def _dtype(dtype, default=np.float64) -> np.dtype:
@@ -81,6 +80,8 @@ def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zer
     """The GVAT allocation for an array of this shape, dtype and chunk grid (zero-filled
     unless ``zero=False``: for results whose every element the next task writes)."""
     client = _client(client)
+    if math.prod(shape) == 0:  # nothing to place: the caller holds it (dgvm.array.zero_size)
+        raise NoElements(shape, dtype, client)
     # An operation's result (written whole by its task, placed by its inputs) may take
     # over a released one's allocation, and be reused once released; not host data.
     reusable = not zero and colocate is not None
@@ -183,7 +184,7 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None, chunks="auto
         start, stop = 0, start
     n = max(0, math.ceil((stop - start) / step))
     if dtype is None:
-        dtype = np.arange(start, start + step, step).dtype if n else np.float64
+        dtype = np.arange(start, start + step, step).dtype
     x = empty((n,), dtype, chunks)
     blockwise.run(_Range(start, step, x.dtype), x, [], "arange")
     return x
@@ -296,6 +297,22 @@ def from_numpy(a, chunks="auto", placement=None, colocate=None, client=None) -> 
         x.free()
         raise
     return x
+
+
+def from_dlpack(x, /, *, device=None, copy=None) -> DArray:
+    """A DArray of the values of ``x``, any object that exports DLPack (a NumPy or CuPy
+    array, a tensor), copied into global device memory; a DArray as ``asarray``."""
+    if isinstance(x, DArray):
+        return asarray(x, copy=copy)
+    if hasattr(x, "get") and hasattr(x, "__cuda_array_interface__"):
+        host = x.get()  # a CuPy array: its own copy to the host
+    else:
+        try:
+            host = np.from_dlpack(x)
+        except (TypeError, BufferError, RuntimeError) as e:
+            raise TypeError(f"dgvm.array.from_dlpack: {type(x).__name__} gives no host "
+                            f"memory through DLPack ({e})") from None
+    return from_numpy(host)
 
 
 def asarray(obj, /, *, dtype=None, device=None, copy=None, chunks="auto") -> DArray:

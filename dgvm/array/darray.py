@@ -161,8 +161,8 @@ class DArray(ArrayOperators, ArrayMethods):
         """Block until every launch writing this array has finished."""
         from dgvm.kernels.launch import settle
 
-        if host_value(self) is not None:
-            return self  # its values are on the caller already
+        if host_value(self) is not None or self.size == 0:
+            return self  # its values are on the caller already, or it has none
         settle(self._pending.writes)
         return self
 
@@ -291,6 +291,8 @@ class DArray(ArrayOperators, ArrayMethods):
     def to_numpy(self) -> np.ndarray:
         if host_value(self) is not None:
             return host_value(self).copy()
+        if self.size == 0:  # a view with no elements (x[5:2]): nothing to read
+            return np.empty(self.shape, dtype=self.dtype)
         self.wait()
         out = np.empty(self.shape, dtype=self.dtype)
         slices = chunk_grid.block_slices(self.chunks)

@@ -9,6 +9,7 @@ take the array's dtype when their kind allows, NEP 50), as in NumPy.
 from __future__ import annotations
 
 import builtins
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -71,8 +72,22 @@ def can_cast(from_, to) -> builtins.bool:
     return np.can_cast(dtype_of(from_), dtype_of(to))
 
 
-def finfo(type_):
-    return np.finfo(dtype_of(type_))
+@dataclass(frozen=True)
+class FloatInfo:
+    """The standard's ``finfo``: Python numbers, not NumPy scalars."""
+
+    bits: builtins.int
+    eps: builtins.float
+    max: builtins.float
+    min: builtins.float
+    smallest_normal: builtins.float
+    dtype: np.dtype
+
+
+def finfo(type_) -> FloatInfo:
+    f = np.finfo(dtype_of(type_))
+    return FloatInfo(builtins.int(f.bits), builtins.float(f.eps), builtins.float(f.max),
+                        builtins.float(f.min), builtins.float(f.smallest_normal), f.dtype)
 
 
 def iinfo(type_):

@@ -11,6 +11,7 @@ standard's; every node of the tree casts to its own dtype, so fused and unfused 
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -198,6 +199,10 @@ def apply(name: str, *args, dtype=None, out: DArray | None = None) -> DArray:
     dtype = np.dtype(dtype) if dtype is not None else result_dtype(name, args)
     if out is not None and out.shape != shape:
         raise ValueError(f"in-place {name}: the result's shape {shape} is not the array's {out.shape}")
+    if math.prod(shape) == 0:  # no element to compute (dgvm.array.zero_size)
+        from dgvm.array import zero_size
+
+        return out if out is not None else zero_size.array(shape, dtype, arrays[0].client)
     if all(deferred.host_value(a) is not None for a in arrays) and (out is None or deferred.host_value(out) is not None):
         return _on_caller(name, args, dtype, out, arrays[0].client)
     if out is not None and out._deferred is None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm.array import blockwise, deferred
+from dgvm.array import blockwise, deferred, zero_size
 from dgvm.array.darray import DArray
 from dgvm.array.views import View
 
@@ -125,9 +125,8 @@ def getitem(x: DArray, key) -> DArray:
         return _masked(x, key[0] if isinstance(key, tuple) else key)
     view = _basic(x, key)
     if view is not None:  # no copy now: a deferred view, read in place or computed on use
-        if 0 in view.shape:
-            raise ValueError(f"getitem: the result would have no elements (shape {view.shape}); "
-                             "dgvm arrays need at least one")
+        if 0 in view.shape:  # nothing to read: held on the caller (dgvm.array.zero_size)
+            return zero_size.array(view.shape, x.dtype, x.client)
         return deferred.view(x, view, "getitem")
     # An index array along one axis: a gather, then the axes integers drop and None adds.
     maps, drop, new_axes = _plan(x, key)
@@ -186,8 +185,8 @@ def _masked(x: DArray, mask) -> DArray:
     if mask.shape != x.shape:
         raise IndexError(f"boolean mask of shape {mask.shape} does not match the array's {x.shape}")
     flat = selected_flat(mask)
-    if not len(flat):
-        raise ValueError("the mask selects no element; dgvm arrays need at least one")
+    if not len(flat):  # held on the caller (dgvm.array.zero_size)
+        return zero_size.array((0,), x.dtype, x.client)
     per = max(1, max(x.alloc.offsets[1:] - x.alloc.offsets[:-1]) // x.dtype.itemsize)
     out = empty((len(flat),), x.dtype, chunks=(int(per),))
     blockwise.run(_FlatTake(flat, x.shape), out, [x], "mask")

@@ -194,9 +194,10 @@ def take_along_maps(x: DArray, maps: list, name: str) -> DArray:
         if m is not None and len(m) and (m.min() < 0 or m.max() >= x.shape[a]):
             raise IndexError(f"index out of bounds for axis {a} of length {x.shape[a]}")
     shape = tuple(x.shape[a] if m is None else len(m) for a, m in enumerate(maps))
-    if 0 in shape:
-        raise ValueError(f"{name}: the result would have no elements (shape {shape}); "
-                         "dgvm arrays need at least one")
+    if 0 in shape:  # nothing to gather: held on the caller (dgvm.array.zero_size)
+        from dgvm.array import zero_size
+
+        return zero_size.array(shape, x.dtype, x.client)
     chunks = tuple(x.chunks[a] if m is None else _map_chunks(x, a, m) for a, m in enumerate(maps))
 
     def first_in(lo):
@@ -236,9 +237,18 @@ def repeat(x, repeats, /, *, axis=None) -> DArray:
         x, axis = reshape(x, (-1,)), 0
     axis = normalize_axis(axis, x.ndim)[0]
     reps = np.asarray(repeats.to_numpy() if isinstance(repeats, DArray) else repeats)
+    if reps.dtype.kind == "u":  # np.repeat casts counts to int64 only "safely"
+        reps = reps.astype(np.int64)
     m = np.repeat(np.arange(x.shape[axis]), reps)
     maps = [m if a == axis else None for a in range(x.ndim)]
     return take_along_maps(x, maps, "repeat")
+
+
+def unstack(x, /, *, axis=0) -> tuple[DArray, ...]:
+    """The slices of ``x`` along ``axis``, as views (no copy)."""
+    axis = normalize_axis(axis, x.ndim)[0]
+    lead = (slice(None),) * axis
+    return tuple(x[lead + (i,)] for i in range(x.shape[axis]))
 
 
 def tile(x, repetitions, /) -> DArray:
@@ -298,6 +308,8 @@ def concat(arrays, /, *, axis=0) -> DArray:
         if a.ndim != first.ndim or any(a.shape[d] != first.shape[d] for d in range(a.ndim) if d != axis):
             raise ValueError(f"concat along axis {axis}: shapes {[x.shape for x in arrays]} do not match")
     dtype = result_type(*arrays)
+    # Arrays with no elements add nothing (dgvm.array.zero_size): only the others are read.
+    arrays = [a for a in arrays if a.size] or arrays
     arrays = [a if a.dtype == dtype else a.astype(dtype) for a in arrays]
     chunks = list(first.chunks)
     chunks[axis] = tuple(itertools.chain.from_iterable(a.chunks[axis] for a in arrays))

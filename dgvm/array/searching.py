@@ -175,10 +175,9 @@ def nonzero(x, /) -> tuple[DArray, ...]:
         per_row[b[0]] += c
     total = int(per_row.sum())
     if total == 0:
-        raise ValueError(
-            f"dgvm.array.nonzero: the array of shape {x.shape} has no nonzero element, and "
-            "dgvm arrays cannot be empty yet; test count_nonzero(x) first"
-        )
+        from dgvm.array import zero_size
+
+        return tuple(zero_size.array((0,), np.int64, x.client) for _ in range(x.ndim))
     firsts = np.concatenate([[0], np.cumsum(per_row)]).astype(np.int64)
     cap = chunk_grid.normalize("auto", (total,), np.int64)[0][0]
     pieces, picks = [], []

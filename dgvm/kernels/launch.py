@@ -70,6 +70,8 @@ def launch(kernel, *args, out, halo: int = 0, pass_origin: bool = False,
     if halo < 0:
         raise ValueError(f"halo must be >= 0, got {halo}")
     _check_args(args, out)
+    if out.size == 0:  # no chunk to run on (dgvm.array.zero_size)
+        return
     specs = [_spec(a) for a in args]
     task_args = (kernel, ArraySpec.of(out), specs, halo, pass_origin, threads_per_block)
     name = f"launch-{kernel.name}"
@@ -91,6 +93,8 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None) -> None:
     readers of ``inputs``. ``then=(fn2, *args2)``: a second task per worker,
     ``fn2(*args2, indices, results)`` with the results of every first task (a step all
     workers must finish first), recorded instead."""
+    if out.size == 0:  # no chunk to write (dgvm.array.zero_size): no task
+        return
     out._before_write()  # deferred readers of out run first
     deps = out._pending.writes + still_reading(out._pending.reads)
     for a in inputs:

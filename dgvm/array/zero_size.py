@@ -1,0 +1,165 @@
+"""Arrays with no elements: held on the caller, computed with NumPy.
+
+The standard covers shapes with a zero in them (``zeros((0, 3))``, ``x[5:2]``, the
+indices of ``nonzero`` where nothing is), but a GVAT allocation holds at least one byte:
+there is nothing to place. So an array of size 0 is a host value (``deferred.hold``) of
+``numpy.empty(shape, dtype)`` with one empty block per axis, and never touches a worker.
+
+Every public function of ``dgvm.array`` is wrapped (``install``):
+
+- given an array of size 0 among its arguments, the function runs on the caller with
+  NumPy's function of the same name (the standard's names are NumPy 2's), its arrays
+  taken to NumPy (size 0: nothing to move; others are gathered, which only mixed calls
+  such as ``where(empty_mask, x, y)`` do; ``concat`` reads only the arrays with
+  elements itself, and elementwise operations need nothing computed), and its
+  results made DArrays again: stored in the GVAT when they have elements (``zeros((3,
+  0)) @ zeros((0, 4))``, ``sum(zeros(0))``), host values when not;
+- a function whose result has no elements although its arguments do (``arange(0)``,
+  ``x[5:2]`` computed, ``zeros((0, 3))``) meets ``NoElements`` where it allocates that
+  result, and answers the empty array instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import operator
+import sys
+
+import numpy as np
+
+# dgvm's own keywords (placement, chunks, the client), and the standard's that NumPy's
+# functions lack, where they make no difference to an array with no elements.
+_NOT_NUMPYS = {"chunks", "placement", "colocate", "client", "device", "descending", "copy"}
+# Functions with no NumPy function of their name.
+_HOST = {
+    "getitem": operator.getitem,
+    "setitem": lambda x, key, value: None,  # nothing to write into
+}
+# Functions that take arrays with no elements among others themselves, reading only the
+# others: no gather.
+_MIXED = {"concat", "concatenate"}
+# Not wrapped: no arrays in or out, or nothing NumPy does for them.
+_SKIP = {"asnumpy", "to_dask", "from_dask", "rechunk", "can_cast", "result_type", "finfo",
+         "iinfo", "isdtype", "__array_namespace_info__"}
+
+
+class NoElements(Exception):
+    """Raised by ``creation.allocate`` for a shape with a zero in it; the wrapper of the
+    public function that asked answers an empty array of that shape and dtype."""
+
+    def __init__(self, shape, dtype, client=None):
+        super().__init__(f"shape {tuple(shape)} has no elements")
+        self.shape, self.dtype, self.client = tuple(shape), np.dtype(dtype), client
+
+
+def array(shape, dtype, client=None):
+    """A DArray of ``shape`` (with a zero in it) and ``dtype``, held on the caller."""
+    from dgvm.array import deferred
+    from dgvm.array.creation import _client
+    from dgvm.array.darray import DArray
+
+    client = _client(client)  # its results' arrays go where its client's do
+    shape = tuple(int(s) for s in shape)
+    out = DArray(None, shape, dtype, tuple((n,) for n in shape))
+    deferred.hold(out, np.empty(shape, dtype=dtype), client, "empty")
+    return out
+
+
+def _is_darray(a) -> bool:
+    from dgvm.array.darray import DArray
+
+    return isinstance(a, DArray)
+
+
+def _empty_among(args, kwargs) -> bool:
+    for a in (*args, *kwargs.values()):
+        if _is_darray(a):
+            if a.size == 0:
+                return True
+        elif isinstance(a, (list, tuple)) and any(_is_darray(b) and b.size == 0 for b in a):
+            return True
+    return False
+
+
+def _to_numpy(a):
+    if _is_darray(a):
+        return np.empty(a.shape, dtype=a.dtype) if a.size == 0 else a.to_numpy()
+    if isinstance(a, (list, tuple)) and any(_is_darray(b) for b in a):
+        return type(a)(_to_numpy(b) for b in a)
+    return a
+
+
+def _client_of(args, kwargs):
+    for a in (*args, *kwargs.values()):
+        for b in (a if isinstance(a, (list, tuple)) else (a,)):
+            if _is_darray(b):
+                return b.client
+    return kwargs.get("client")
+
+
+def _from_numpy(value, client):
+    if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0):
+        from dgvm.array import deferred
+
+        return deferred.on_caller(np.asarray(value), client, "value")  # as reductions answer
+    if isinstance(value, np.ndarray):
+        if value.size == 0:
+            return array(value.shape, value.dtype, client)
+        from dgvm.array.creation import from_numpy
+
+        return from_numpy(value, client=client)
+    if isinstance(value, tuple):  # a namedtuple (unique_all) keeps its type
+        items = [_from_numpy(v, client) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, list):
+        return [_from_numpy(v, client) for v in value]
+    return value
+
+
+def on_host(name: str, args, kwargs, numpy=np):
+    """``name`` computed by NumPy (``numpy``: the module that has it) on the caller,
+    DArrays in and out."""
+    client = _client_of(args, kwargs)
+    fn = _HOST.get(name) or getattr(numpy, name)
+    kwargs = {k: _to_numpy(v) for k, v in kwargs.items() if k not in _NOT_NUMPYS}
+    with np.errstate(all="ignore"):
+        value = fn(*(_to_numpy(a) for a in args), **kwargs)
+    return _from_numpy(value, client)
+
+
+def aware(fn, name: str | None = None, numpy=np):
+    """``fn``, answering for arrays with no elements as the module docstring says."""
+    name = name or fn.__name__
+    if getattr(fn, "_empty_aware", False):
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if name not in _MIXED and _empty_among(args, kwargs):
+            return on_host(name, args, kwargs, numpy)
+        try:
+            return fn(*args, **kwargs)
+        except NoElements as e:
+            return array(e.shape, e.dtype, e.client or _client_of(args, kwargs))
+
+    wrapper._empty_aware = True
+    return wrapper
+
+
+def install(namespace: dict, skip=(), numpy=np) -> None:
+    """Wrap the public functions of a namespace (``dgvm.array``, ``dgvm.array.linalg``)
+    there and in the modules that define them: DArray's methods and operators import
+    them from those modules at call time, and so meet the wrapped ones too. ``skip``:
+    names that need no wrapper (elementwise functions: ``elementwise.apply`` answers)."""
+    for name, fn in list(namespace.items()):
+        if name.startswith("_") or name in _SKIP or name in skip or not inspect.isfunction(fn):
+            continue
+        module = sys.modules.get(getattr(fn, "__module__", ""))
+        if module is None or not module.__name__.startswith("dgvm.array"):
+            continue
+        wrapped = aware(fn, name, numpy)
+        namespace[name] = wrapped
+        for attr in {name, fn.__name__}:
+            if getattr(module, attr, None) is fn:
+                setattr(module, attr, wrapped)

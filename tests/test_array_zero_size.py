@@ -1,0 +1,71 @@
+"""Arrays with no elements (dgvm.array.zero_size): every shape the standard covers, with
+NumPy's shapes, dtypes and values, held on the caller without an allocation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dgvm.array as dnp
+
+
+def same(got, want):
+    """``got`` (a DArray) has NumPy's shape, dtype and values ``want``."""
+    assert isinstance(got, dnp.DArray), type(got)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got, want.shape, want.dtype)
+    np.testing.assert_array_equal(dnp.asnumpy(got), want)
+
+
+def test_creation_and_elementwise_make_no_allocation(case):
+    before = case.allocations()
+    same(dnp.zeros((0, 3)), np.zeros((0, 3)))
+    same(dnp.ones((2, 0), dtype=dnp.int8), np.ones((2, 0), dtype=np.int8))
+    same(dnp.full((0,), 7), np.full((0,), 7))
+    same(dnp.arange(0), np.arange(0))
+    same(dnp.arange(5, 2), np.arange(5, 2))
+    same(dnp.linspace(0, 1, 0), np.linspace(0, 1, 0))
+    same(dnp.eye(0), np.eye(0))
+    same(dnp.asarray(np.empty((0, 4), np.float32)), np.empty((0, 4), np.float32))
+    z = dnp.zeros((0, 3))
+    same(dnp.zeros_like(z, dtype=dnp.int32), np.zeros((0, 3), np.int32))
+    same(z * 2 + 1, np.zeros((0, 3)))
+    same(dnp.exp(z) > 0, np.zeros((0, 3), bool))
+    z += 1  # in place: nothing to do
+    z[...] = 5
+    same(z, np.zeros((0, 3)))
+    assert len(z) == 0 and list(z) == [] and z.size == 0
+    assert np.asarray(z).shape == (0, 3)
+    assert case.allocations() == before  # none of these placed anything
+
+
+def test_operations_on_and_into_empty_arrays_give_numpys_results(case):
+    h = np.arange(12.0).reshape(3, 4)
+    x = dnp.asarray(h, chunks=(2, 2))
+    z, hz = dnp.zeros((0, 4)), np.zeros((0, 4))
+    same(z + x[0], hz + h[0])  # broadcast against an array with elements
+    same(x[5:2], h[5:2])
+    same(x[:, 4:], h[:, 4:])
+    same(x[x > 100], h[h > 100])
+    same(dnp.take(x, dnp.asarray(np.array([], np.int64)), axis=0), np.take(h, [], axis=0).astype(h.dtype))
+    rows, cols = dnp.nonzero(x > 100)
+    same(rows, np.nonzero(h > 100)[0])
+    same(dnp.concat([z, x]), np.concatenate([hz, h]))
+    same(dnp.stack([z, z]), np.stack([hz, hz]))
+    same(dnp.reshape(z, (4, 0)), hz.reshape(4, 0))
+    same(z.T, hz.T)
+    same(dnp.broadcast_to(dnp.zeros((0, 1)), (0, 5)), np.zeros((0, 5)))
+    same(dnp.astype(z, dnp.int16), hz.astype(np.int16))
+    # Reductions: the identity where there is one, a result with elements where an
+    # empty axis is reduced, NumPy's error where there is no identity.
+    assert float(dnp.sum(z)) == 0.0 and float(dnp.prod(z)) == 1.0
+    same(dnp.sum(z, axis=0), hz.sum(axis=0))
+    same(dnp.sum(z, axis=1), hz.sum(axis=1))
+    same(dnp.cumulative_sum(dnp.zeros(0)), np.cumulative_sum(np.zeros(0)))
+    with pytest.raises(ValueError):
+        dnp.max(z)
+    # A product over an empty axis has elements: zeros, stored like any result.
+    same(dnp.zeros((3, 0)) @ dnp.zeros((0, 2)), np.zeros((3, 2)))
+    same(dnp.vecdot(z, x[0]), np.vecdot(hz, h[0]))
+    same(dnp.sort(dnp.zeros(0), descending=True), np.zeros(0))
+    same(dnp.unique_values(z), np.unique_values(hz))
+    same(dnp.linalg.vector_norm(dnp.zeros(0)), np.linalg.vector_norm(np.zeros(0)))
