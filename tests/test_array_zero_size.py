@@ -69,3 +69,46 @@ def test_operations_on_and_into_empty_arrays_give_numpys_results(case):
     same(dnp.sort(dnp.zeros(0), descending=True), np.zeros(0))
     same(dnp.unique_values(z), np.unique_values(hz))
     same(dnp.linalg.vector_norm(dnp.zeros(0)), np.linalg.vector_norm(np.zeros(0)))
+
+
+def test_mixed_calls_gather_nothing_they_do_not_need(case, monkeypatch):
+    import dask.array as da
+
+    import dgvm
+    from dgvm.array import zero_size
+
+    h = np.arange(12.0).reshape(4, 3)
+    x = dnp.asarray(h, chunks=(2, 2))
+    gathered = []
+    real = dnp.DArray.to_numpy
+
+    def counting(self):
+        if self.size:
+            gathered.append(self.shape)
+        return real(self)
+
+    monkeypatch.setattr(dnp.DArray, "to_numpy", counting)
+    m = x > 100  # selects nothing
+    x[m] = x[m] * 2  # NumPy's outlier idiom: nothing to read or write
+    same(x[np.array([], np.int64)], h[np.array([], np.int64)])
+    same(x[[]], h[[]])
+    same(dnp.take(x, dnp.asarray(np.array([], np.int64)), axis=1), np.take(h, [], axis=1).astype(h.dtype))
+    same(dnp.concat([dnp.zeros((4, 0)), x], axis=1), h)
+    assert gathered == [(4, 3)]  # the concat's result, read by `same`: x itself never
+    assert dnp.concat([dnp.zeros((4, 0)), x], axis=1).chunks == x.chunks
+    with pytest.raises(ValueError):
+        x[0] = dnp.zeros(0)  # NumPy: cannot broadcast (0,) into (3,)
+    # A result with elements from an empty array beside small ones: their values, read.
+    same(dnp.searchsorted(dnp.zeros(0), x[0]), np.searchsorted(np.zeros(0), h[0]))
+    monkeypatch.setattr(zero_size, "GATHER_LIMIT", 2)
+    with pytest.raises(dgvm.DgvmError, match="gather"):
+        dnp.searchsorted(dnp.zeros(0), x[0])
+    assert isinstance(dnp.broadcast_arrays(dnp.zeros((0, 1)), dnp.zeros((1, 3))), list)
+    z = dnp.zeros((0, 3))
+    assert z.locations() == {} and dnp.rechunk(z, (1, 1)).shape == (0, 3)
+    z.settle()
+    with pytest.raises(dgvm.DgvmError, match="no elements"):
+        z.alloc
+    assert dnp.to_dask(z).compute().shape == (0, 3)
+    assert dnp.from_dask(da.zeros((0, 2))).shape == (0, 2)
+    assert dnp.finfo(dnp.float32).tiny == np.finfo(np.float32).tiny  # NumPy's other names

@@ -304,6 +304,9 @@ def from_dlpack(x, /, *, device=None, copy=None) -> DArray:
     array, a tensor), copied into global device memory; a DArray as ``asarray``."""
     if isinstance(x, DArray):
         return asarray(x, copy=copy)
+    if copy is False:
+        raise ValueError("dgvm.array.from_dlpack: copy=False, but the values must be copied "
+                         "into global device memory")
     if hasattr(x, "get") and hasattr(x, "__cuda_array_interface__"):
         host = x.get()  # a CuPy array: its own copy to the host
     else:
@@ -338,6 +341,10 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None, chunks="auto") -> DAr
 def from_dask(d, chunks=None) -> DArray:
     """A DArray from a dask array; its blocks are computed one by one and written to the
     chunks (keep ``chunks=None`` to use the dask array's own)."""
+    if math.prod(d.shape) == 0:  # no element: held on the caller (dgvm.array.zero_size)
+        from dgvm.array import zero_size
+
+        return zero_size.array(d.shape, d.dtype)
     x = empty(d.shape, d.dtype, chunks or d.chunks)
     try:
         d = d.rechunk(x.chunks)
@@ -374,6 +381,8 @@ def to_dask(x: DArray):
 
     from dgvm.kernels.access import ArraySpec
 
+    if x.size == 0:  # no chunk to read (dgvm.array.zero_size)
+        return da.from_array(np.empty(x.shape, dtype=x.dtype))
     x.wait()
     spec = ArraySpec.of(x)
     name = f"dgvm-to-dask-{x.alloc_id}-{id(x):x}"

@@ -58,6 +58,10 @@ class DArray(ArrayOperators, ArrayMethods):
     def alloc(self) -> Allocation:
         """The GVAT allocation behind the array (made now if the array is deferred)."""
         if self._alloc is None:
+            if self.size == 0:
+                from dgvm.array.zero_size import NoElements
+
+                raise NoElements(self.shape, self.dtype)
             self._materialize_if_deferred()
             if self._alloc is None:
                 from dgvm.errors import DgvmError
@@ -118,6 +122,8 @@ class DArray(ArrayOperators, ArrayMethods):
 
     def locations(self) -> dict[tuple[int, ...], str]:
         """Block index -> address of the worker that holds it."""
+        if self.size == 0:
+            return {}  # held on the caller (dgvm.array.zero_size)
         grid = self.numblocks
         self.alloc._fresh()
         return {
@@ -153,6 +159,8 @@ class DArray(ArrayOperators, ArrayMethods):
         """Let every pending launch that writes or reads this array finish."""
         from distributed import wait as dask_wait
 
+        if self._alloc is None and self.size == 0:
+            return  # no element: nothing runs on it
         pending = self._pending.writes + self._pending.reads
         if pending:
             dask_wait(pending)

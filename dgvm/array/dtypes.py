@@ -74,7 +74,8 @@ def can_cast(from_, to) -> builtins.bool:
 
 @dataclass(frozen=True)
 class FloatInfo:
-    """The standard's ``finfo``: Python numbers, not NumPy scalars."""
+    """The standard's ``finfo``: Python numbers, not NumPy scalars; NumPy's other
+    attributes (``tiny``, ``resolution``, ``precision``, ...) as NumPy gives them."""
 
     bits: builtins.int
     eps: builtins.float
@@ -83,11 +84,14 @@ class FloatInfo:
     smallest_normal: builtins.float
     dtype: np.dtype
 
+    def __getattr__(self, name):
+        return getattr(np.finfo(self.dtype), name)
+
 
 def finfo(type_) -> FloatInfo:
     f = np.finfo(dtype_of(type_))
     return FloatInfo(builtins.int(f.bits), builtins.float(f.eps), builtins.float(f.max),
-                        builtins.float(f.min), builtins.float(f.smallest_normal), f.dtype)
+                     builtins.float(f.min), builtins.float(f.smallest_normal), f.dtype)
 
 
 def iinfo(type_):

@@ -121,6 +121,8 @@ def _basic(x: DArray, key):
 def getitem(x: DArray, key) -> DArray:
     from dgvm.array.manipulation import _axis_view, take_along_maps
 
+    if isinstance(key, (list, np.ndarray)) and np.size(key) == 0 and np.asarray(key).dtype != bool:
+        return zero_size.array((0,) + x.shape[1:], x.dtype, x.client)  # x[[]]: no element
     if _is_mask(key):
         return _masked(x, key[0] if isinstance(key, tuple) else key)
     view = _basic(x, key)

@@ -308,8 +308,10 @@ def concat(arrays, /, *, axis=0) -> DArray:
         if a.ndim != first.ndim or any(a.shape[d] != first.shape[d] for d in range(a.ndim) if d != axis):
             raise ValueError(f"concat along axis {axis}: shapes {[x.shape for x in arrays]} do not match")
     dtype = result_type(*arrays)
-    # Arrays with no elements add nothing (dgvm.array.zero_size): only the others are read.
+    # Arrays with no elements add nothing (dgvm.array.zero_size): only the others are read,
+    # and the result takes their chunks.
     arrays = [a for a in arrays if a.size] or arrays
+    first = arrays[0]
     arrays = [a if a.dtype == dtype else a.astype(dtype) for a in arrays]
     chunks = list(first.chunks)
     chunks[axis] = tuple(itertools.chain.from_iterable(a.chunks[axis] for a in arrays))
@@ -396,6 +398,8 @@ class _Copy:
 
 def rechunk(x, /, chunks) -> DArray:
     """A copy of ``x`` cut into new ``chunks`` (dask's chunk specs)."""
+    if x.size == 0:  # no element (dgvm.array.zero_size): nothing to cut
+        return x
     grid = chunk_grid.normalize(chunks, x.shape, x.dtype)
     out = _empty(x.shape, x.dtype, grid, x, list)
     blockwise.run(_Copy(), out, [x], "rechunk")

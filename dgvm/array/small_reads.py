@@ -4,9 +4,9 @@ A NumPy program reads single elements all the time (``float(x[i, j])``, loops ov
 ``x[k]``). Such a read is a deferred view (``dgvm.array.views``); computing it would
 allocate a result, run a task per worker and read it back, three round trips for
 eight bytes. A view of at most ``MAX_ELEMENTS`` elements of an array that holds its
-values is instead read straight from the chunks of that array, each element a
-(chunk, byte offset, length) piece of one read request per worker
-(``Allocation.get``).
+values is instead read straight from the chunks of that array: each run of elements
+that follow one another in one chunk is a (chunk, byte offset, length) piece, all in
+one read request per worker (``Allocation.get``).
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ def read_view(x) -> np.ndarray | None:
 
     settle(base._pending.writes)  # the values as of the view: no write to base came since
     coords = _input_coordinates(view, x.shape)
-    pieces = _pieces(base, coords)
-    raw = base.alloc.get(pieces)
+    raw = base.alloc.get(_pieces(base, coords))
     values = np.frombuffer(b"".join(bytes(r) for r in raw), dtype=base.dtype)
     return values.reshape(x.shape).copy()
 
@@ -47,7 +46,8 @@ def _input_coordinates(view, shape) -> list[np.ndarray]:
 
 
 def _pieces(base, coords) -> list[tuple[int, int, int]]:
-    """(chunk, byte offset, itemsize) of each element of ``base`` at ``coords``."""
+    """(chunk, byte offset, length) of each run of the elements of ``base`` at ``coords``
+    that are next to each other in one chunk, in the order of ``coords``."""
     grid = base.numblocks
     blocks, inner, sizes = [], [], []
     for a, c in enumerate(coords):
@@ -61,4 +61,7 @@ def _pieces(base, coords) -> list[tuple[int, int, int]]:
     for a in range(len(coords)):  # C order inside each block, whose shape may differ at edges
         offset = offset * sizes[a] + inner[a]
     item = base.dtype.itemsize
-    return [(int(k), int(o) * item, item) for k, o in zip(chunk, offset)]
+    starts = np.flatnonzero(np.concatenate(
+        [[True], (chunk[1:] != chunk[:-1]) | (offset[1:] != offset[:-1] + 1)]))
+    ends = np.append(starts[1:], len(chunk))
+    return [(int(chunk[s]), int(offset[s]) * item, int(e - s) * item) for s, e in zip(starts, ends)]

@@ -10,7 +10,11 @@ instruction stay coalesced (element ``k`` of thread ``t`` in a block is
 
 It covers trees whose every value, leaf and result is float32 or float64, built from
 operations whose C++ spelling gives what CuPy's own ufuncs give (the IEEE operators and
-the CUDA math functions those ufuncs call; no fused multiply-add); ``source`` answers
+the CUDA math functions those ufuncs call). It compiles without fused multiply-add, so
+the tree's own operations round one by one as separate ufuncs do (the math functions'
+library code, compiled so too, may then differ from CuPy's in the last bit). Every
+operand is spelled once: a duplicated one (``a * a`` for ``square``) would double the
+source with each nesting, so ``square`` is left to ``cupy.fuse``. ``source`` answers
 None for any other tree, which then runs as ``cupy.fuse``'s kernel. Python scalars are
 ``double`` kernel arguments cast to the dtype of the operation they enter, as NumPy
 casts a Python scalar to the array's dtype.
@@ -28,7 +32,7 @@ C_TYPES = {"<f8": "double", "<f4": "float"}
 OPS = {
     "add": "({a} + {b})", "subtract": "({a} - {b})", "multiply": "({a} * {b})",
     "divide": "({a} / {b})", "negative": "(-{a})", "positive": "({a})",
-    "square": "({a} * {a})", "abs": "fabs({a})", "sqrt": "sqrt({a})", "exp": "exp({a})",
+    "abs": "fabs({a})", "sqrt": "sqrt({a})", "exp": "exp({a})",
     "expm1": "expm1({a})", "log": "log({a})", "log1p": "log1p({a})", "log2": "log2({a})",
     "log10": "log10({a})", "sin": "sin({a})", "cos": "cos({a})", "tan": "tan({a})",
     "sinh": "sinh({a})", "cosh": "cosh({a})", "tanh": "tanh({a})", "astype": "({a})",

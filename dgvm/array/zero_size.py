@@ -8,12 +8,16 @@ there is nothing to place. So an array of size 0 is a host value (``deferred.hol
 Every public function of ``dgvm.array`` is wrapped (``install``):
 
 - given an array of size 0 among its arguments, the function runs on the caller with
-  NumPy's function of the same name (the standard's names are NumPy 2's), its arrays
-  taken to NumPy (size 0: nothing to move; others are gathered, which only mixed calls
-  such as ``where(empty_mask, x, y)`` do; ``concat`` reads only the arrays with
-  elements itself, and elementwise operations need nothing computed), and its
-  results made DArrays again: stored in the GVAT when they have elements (``zeros((3,
-  0)) @ zeros((0, 4))``, ``sum(zeros(0))``), host values when not;
+  NumPy's function of the same name (the standard's names are NumPy 2's). Arrays with
+  elements given alongside enter as stand-ins that hold no memory (a zero broadcast to
+  their shape): a result with no elements (``x[empty_index]``, ``take(x, empty)``)
+  needs none of their values. A result with elements that depends on them
+  (``where(empty_mask, x, y)`` cannot, ``outer(x, empty)`` has none) is computed again
+  from their values only when they are small (``GATHER_LIMIT``); otherwise the call
+  raises ``DgvmError`` rather than gather them. Results are made DArrays again: stored
+  in the GVAT when they have elements (``zeros((3, 0)) @ zeros((0, 4))``,
+  ``sum(zeros(0))``), host values when not. ``concat`` reads only the arrays with
+  elements itself, and elementwise operations need nothing computed;
 - a function whose result has no elements although its arguments do (``arange(0)``,
   ``x[5:2]`` computed, ``zeros((0, 3))``) meets ``NoElements`` where it allocates that
   result, and answers the empty array instead.
@@ -28,14 +32,24 @@ import sys
 
 import numpy as np
 
+from dgvm.errors import DgvmError
+
 # dgvm's own keywords (placement, chunks, the client), and the standard's that NumPy's
 # functions lack, where they make no difference to an array with no elements.
 _NOT_NUMPYS = {"chunks", "placement", "colocate", "client", "device", "descending", "copy"}
+GATHER_LIMIT = 1 << 20  # elements of arrays with elements a mixed call may gather
+
+
+def _setitem(x, key, value):
+    # Nothing to write (the target or the value has no elements): NumPy's broadcast
+    # check only, on x's stand-in (read, never written).
+    np.broadcast_to(value, np.shape(x[key]))
+
+
 # Functions with no NumPy function of their name.
-_HOST = {
-    "getitem": operator.getitem,
-    "setitem": lambda x, key, value: None,  # nothing to write into
-}
+_HOST = {"getitem": operator.getitem, "setitem": _setitem}
+# Functions whose result is a list in dgvm.array (NumPy 2 answers a tuple).
+_LISTS = {"broadcast_arrays", "meshgrid"}
 # Functions that take arrays with no elements among others themselves, reading only the
 # others: no gather.
 _MIXED = {"concat", "concatenate"}
@@ -44,12 +58,15 @@ _SKIP = {"asnumpy", "to_dask", "from_dask", "rechunk", "can_cast", "result_type"
          "iinfo", "isdtype", "__array_namespace_info__"}
 
 
-class NoElements(Exception):
-    """Raised by ``creation.allocate`` for a shape with a zero in it; the wrapper of the
-    public function that asked answers an empty array of that shape and dtype."""
+class NoElements(DgvmError):
+    """Raised by ``creation.allocate`` for a shape with a zero in it, and by ``DArray.alloc``
+    of an array with no elements; the wrapper of the public function that asked answers
+    an empty array of that shape and dtype (a caller who asks for the allocation of one
+    gets this error)."""
 
     def __init__(self, shape, dtype, client=None):
-        super().__init__(f"shape {tuple(shape)} has no elements")
+        super().__init__(f"a {tuple(shape)} {np.dtype(dtype)} array has no elements: it is held on "
+                         "the caller and has no allocation (dgvm.array.zero_size)")
         self.shape, self.dtype, self.client = tuple(shape), np.dtype(dtype), client
 
 
@@ -82,12 +99,31 @@ def _empty_among(args, kwargs) -> bool:
     return False
 
 
-def _to_numpy(a):
+def _to_numpy(a, real: bool):
+    """NumPy's view of an argument: an empty array, a stand-in holding no memory for an
+    array with elements, or (``real``) its values."""
     if _is_darray(a):
-        return np.empty(a.shape, dtype=a.dtype) if a.size == 0 else a.to_numpy()
+        if a.size == 0:
+            return np.empty(a.shape, dtype=a.dtype)
+        return a.to_numpy() if real else np.broadcast_to(np.zeros((), dtype=a.dtype), a.shape)
     if isinstance(a, (list, tuple)) and any(_is_darray(b) for b in a):
-        return type(a)(_to_numpy(b) for b in a)
+        return type(a)(_to_numpy(b, real) for b in a)
     return a
+
+
+def _sizes_with_elements(args) -> int:
+    n = 0
+    for a in args:
+        for b in (a if isinstance(a, (list, tuple)) else (a,)):
+            if _is_darray(b) and b.size:
+                n += b.size
+    return n
+
+
+def _has_elements(value) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_has_elements(v) for v in value)
+    return np.size(value) > 0 if isinstance(value, (np.ndarray, np.generic)) else False
 
 
 def _client_of(args, kwargs):
@@ -122,10 +158,29 @@ def on_host(name: str, args, kwargs, numpy=np):
     DArrays in and out."""
     client = _client_of(args, kwargs)
     fn = _HOST.get(name) or getattr(numpy, name)
-    kwargs = {k: _to_numpy(v) for k, v in kwargs.items() if k not in _NOT_NUMPYS}
-    with np.errstate(all="ignore"):
-        value = fn(*(_to_numpy(a) for a in args), **kwargs)
-    return _from_numpy(value, client)
+    kwargs = {k: v for k, v in kwargs.items() if k not in _NOT_NUMPYS}
+
+    def run(real: bool):
+        with np.errstate(all="ignore"):
+            return fn(*(_to_numpy(a, real) for a in args),
+                      **{k: _to_numpy(v, real) for k, v in kwargs.items()})
+
+    value = run(real=False)
+    n = _sizes_with_elements((*args, *kwargs.values()))
+    if n and _has_elements(value):  # the result may depend on their values
+        if n > GATHER_LIMIT:
+            from dgvm.errors import DgvmError
+
+            raise DgvmError(
+                f"dgvm.array.{name}: an array with no elements beside arrays of {n} elements "
+                f"in all, whose result has elements: that would gather them to the caller "
+                f"(at most {GATHER_LIMIT} elements are)"
+            )
+        value = run(real=True)
+    if isinstance(value, np.ndarray) and not value.flags.writeable:
+        value = value.copy()  # a stand-in's view, read-only
+    out = _from_numpy(value, client)
+    return list(out) if name in _LISTS and isinstance(out, tuple) else out
 
 
 def aware(fn, name: str | None = None, numpy=np):
@@ -147,16 +202,19 @@ def aware(fn, name: str | None = None, numpy=np):
     return wrapper
 
 
-def install(namespace: dict, skip=(), numpy=np) -> None:
+def install(namespace: dict, skip=(), numpy=np, defined_in: str | None = None) -> None:
     """Wrap the public functions of a namespace (``dgvm.array``, ``dgvm.array.linalg``)
     there and in the modules that define them: DArray's methods and operators import
     them from those modules at call time, and so meet the wrapped ones too. ``skip``:
-    names that need no wrapper (elementwise functions: ``elementwise.apply`` answers)."""
+    names that need no wrapper (elementwise functions: ``elementwise.apply`` answers);
+    ``defined_in``: only functions defined in that module (not the helpers it imports)."""
     for name, fn in list(namespace.items()):
         if name.startswith("_") or name in _SKIP or name in skip or not inspect.isfunction(fn):
             continue
         module = sys.modules.get(getattr(fn, "__module__", ""))
         if module is None or not module.__name__.startswith("dgvm.array"):
+            continue
+        if defined_in is not None and module.__name__ != defined_in:
             continue
         wrapped = aware(fn, name, numpy)
         namespace[name] = wrapped
