@@ -126,8 +126,8 @@ def test_cuda_chains_run_as_one_fused_kernel(case):
     np.testing.assert_allclose(dnp.asnumpy(z), np.sqrt(h32 * 3 + 1) - np.exp(-h32) / 2, rtol=1e-6)
     x32 += x32 * 0.5
     np.testing.assert_allclose(dnp.asnumpy(x32), h32 + h32 * np.float32(0.5), rtol=1e-6)
-    k = dnp.asarray(np.arange(10, dtype=np.int64), chunks=5)
-    assert np.array_equal(dnp.asnumpy(k ** 2 + 1), np.arange(10) ** 2 + 1)
+    k = dnp.asarray(np.arange(10_000, dtype=np.int64), chunks=5_000)  # past small_reads' size
+    assert np.array_equal(dnp.asnumpy(k ** 2 + 1), np.arange(10_000) ** 2 + 1)
     ways = [v for w in case.client.run(fused.ways_used).values() for v in w.values()]
     assert "wide" in ways and "in place" in ways, ways
 

@@ -23,5 +23,11 @@ def test_elements_and_small_views_are_read_in_place(case):
     row = x[3]
     x[3, 0, 0] = -1.0  # the view keeps the values it was made from; x has the new one
     assert float(row[0, 0]) == h[3, 0, 0] and float(x[3, 0, 0]) == -1.0
+    # Small trees over views are evaluated on the caller from the leaves' elements.
+    before = case.allocations()
+    assert bool(x[2, 3, 1] == h[2, 3, 1]) and not bool(x[2, 3, 1] > 1e9)
+    np.testing.assert_allclose(dnp.asnumpy(dnp.sqrt(x[1, :4] + x[2, :4, ::-1]) * 2),
+                               np.sqrt(h[1, :4] + h[2, :4, ::-1]) * 2, rtol=1e-6)
+    assert case.allocations() == before
     y = x * 2  # a view of a deferred result is computed, as before
     assert float(y[1, 1, 1]) == 2 * h[1, 1, 1]

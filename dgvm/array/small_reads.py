@@ -1,12 +1,15 @@
-"""Reading a few elements of an array without computing anything: ``x[i, j]``, ``x[3]``.
+"""Reading a few elements without computing anything on the workers: ``x[i, j]``,
+``x[3] > 0``.
 
-A NumPy program reads single elements all the time (``float(x[i, j])``, loops over
-``x[k]``). Such a read is a deferred view (``dgvm.array.views``); computing it would
-allocate a result, run a task per worker and read it back, three round trips for
-eight bytes. A view of at most ``MAX_ELEMENTS`` elements of an array that holds its
-values is instead read straight from the chunks of that array: each run of elements
-that follow one another in one chunk is a (chunk, byte offset, length) piece, all in
-one read request per worker (``Allocation.get``).
+A NumPy program reads single elements all the time (``float(x[i, j])``, ``if x[k] > 0``,
+loops over ``x[k]``). Such a read is a deferred view (``dgvm.array.views``), or a small
+elementwise tree over views; computing it would allocate a result, run a task per
+worker and read it back, three round trips for eight bytes. A deferred array of at most
+``MAX_ELEMENTS`` elements whose leaves are views of (or whole) computed arrays is instead
+read on the caller: each leaf straight from the chunks of its array, each run of
+elements that follow one another in one chunk a (chunk, byte offset, length) piece of
+one read request per worker (``Allocation.get``), and the tree evaluated with NumPy, as
+the elementwise operations of host values are (``dgvm.array.deferred``).
 """
 
 from __future__ import annotations
@@ -17,26 +20,45 @@ MAX_ELEMENTS = 4096
 
 
 def read_view(x) -> np.ndarray | None:
-    """The values of ``x`` if it is a small view of a computed array, else None."""
+    """The values of ``x`` if it is a small deferred array over computed arrays, else None."""
+    from dgvm.array.elementwise import evaluate
+
     d = x._deferred
-    if d is None or d.host is not None or d.expr != ("in", 0) or x.size > MAX_ELEMENTS:
+    if d is None or d.host is not None or not d.inputs or x.size > MAX_ELEMENTS:
         return None
-    base, view = d.inputs[0], d.views[0]
-    if (view is None or base.ndim == 0 or base._alloc is None or base._deferred is not None
-            or base.alloc.freed):
+    leaves = []
+    for base, view in zip(d.inputs, d.views):
+        value = _read(base, view)
+        if value is None:
+            return None
+        leaves.append(value)
+    with np.errstate(all="ignore"):
+        value = evaluate(d.expr, leaves, np)
+    return np.broadcast_to(np.asarray(value), x.shape).astype(x.dtype, copy=True)
+
+
+def _read(base, view) -> np.ndarray | None:
+    """Leaf ``base`` through ``view`` (None: whole), read from its chunks; None if it is
+    not a computed array of at least one axis, or too big."""
+    shape = base.shape if view is None else view.shape
+    if (base.ndim == 0 or base._alloc is None or base._deferred is not None or base.alloc.freed
+            or int(np.prod(shape)) > MAX_ELEMENTS):
         return None
     from dgvm.kernels.launch import settle
 
     settle(base._pending.writes)  # the values as of the view: no write to base came since
-    coords = _input_coordinates(view, x.shape)
+    coords = _input_coordinates(view, shape)
     raw = base.alloc.get(_pieces(base, coords))
     values = np.frombuffer(b"".join(bytes(r) for r in raw), dtype=base.dtype)
-    return values.reshape(x.shape).copy()
+    return values.reshape(shape).copy()
 
 
 def _input_coordinates(view, shape) -> list[np.ndarray]:
-    """Per input axis, the coordinate of every view element (C order)."""
+    """Per input axis, the coordinate of every view element (C order); ``view`` None:
+    the input itself, of ``shape``."""
     index = np.indices(shape).reshape(len(shape), -1) if shape else np.zeros((0, 1), np.int64)
+    if view is None:
+        return list(index)
     n = index.shape[1]
     coords = [np.full(n, s, dtype=np.int64) for s in view.start]
     for k, a in enumerate(view.axes):
