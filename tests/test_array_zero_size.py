@@ -112,3 +112,13 @@ def test_mixed_calls_gather_nothing_they_do_not_need(case, monkeypatch):
     assert dnp.to_dask(z).compute().shape == (0, 3)
     assert dnp.from_dask(da.zeros((0, 2))).shape == (0, 2)
     assert dnp.finfo(dnp.float32).tiny == np.finfo(np.float32).tiny  # NumPy's other names
+
+
+def test_aliases_stay_aliases_and_a_freed_array_still_raises(case):
+    import dgvm
+
+    assert dnp.concatenate is dnp.concat
+    x = dnp.asarray(np.arange(6.0), chunks=3)
+    x.free()
+    with pytest.raises(dgvm.DgvmError):
+        x[5:2]  # an empty key of a freed array: freed, as any other key says

@@ -128,6 +128,8 @@ def getitem(x: DArray, key) -> DArray:
     view = _basic(x, key)
     if view is not None:  # no copy now: a deferred view, read in place or computed on use
         if 0 in view.shape:  # nothing to read: held on the caller (dgvm.array.zero_size)
+            if x.size:
+                deferred.check_usable(x)  # a freed x raises, as for any other key
             return zero_size.array(view.shape, x.dtype, x.client)
         return deferred.view(x, view, "getitem")
     # An index array along one axis: a gather, then the axes integers drop and None adds.

@@ -208,6 +208,7 @@ def install(namespace: dict, skip=(), numpy=np, defined_in: str | None = None) -
     them from those modules at call time, and so meet the wrapped ones too. ``skip``:
     names that need no wrapper (elementwise functions: ``elementwise.apply`` answers);
     ``defined_in``: only functions defined in that module (not the helpers it imports)."""
+    done: dict = {}  # one wrapper per function: aliases (concatenate = concat) stay aliases
     for name, fn in list(namespace.items()):
         if name.startswith("_") or name in _SKIP or name in skip or not inspect.isfunction(fn):
             continue
@@ -216,7 +217,7 @@ def install(namespace: dict, skip=(), numpy=np, defined_in: str | None = None) -
             continue
         if defined_in is not None and module.__name__ != defined_in:
             continue
-        wrapped = aware(fn, name, numpy)
+        wrapped = done.setdefault(id(fn), aware(fn, name, numpy))
         namespace[name] = wrapped
         for attr in {name, fn.__name__}:
             if getattr(module, attr, None) is fn:
