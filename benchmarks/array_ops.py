@@ -168,7 +168,6 @@ def main(argv=None) -> int:
         wait([dx, dxm, dym])
         # Where Dask put x's blocks, and what it moved between workers for the runs below.
         placed = collections.Counter(a for addrs in client.who_has(dx).values() for a in addrs)
-        moved_before = sum(client.run(_bytes_sent).values())
 
         def done(v):
             # The same expression has the same keys each run: give the result fresh ones
@@ -177,14 +176,24 @@ def main(argv=None) -> int:
             wait(v)
             finish_device_work(client, backend)
 
-        theirs = {
-            "(x + x.T).sum()": median_time(lambda: float((dx + dx.T).sum().compute()), args.reps),
-            "elementwise chain": median_time(lambda: done(chain(dx)), args.reps),
-            "x @ y": median_time(lambda: done(dxm @ dym), args.reps),
-            "x.mean(axis=0)": median_time(lambda: done(dx.mean(axis=0)), args.reps),
-            "x[::3]": median_time(lambda: done(dx[::3]), args.reps),
-        }
-        dask_moved = sum(client.run(_bytes_sent).values()) - moved_before
+        def sent() -> int:
+            return sum(client.run(_bytes_sent).values())
+
+        def dask_runs(dx, extra=()):
+            """Median seconds of each operation on ``dx``, and the bytes Dask moved
+            between workers for them."""
+            ops = {
+                "(x + x.T).sum()": lambda: float((dx + dx.T).sum().compute()),
+                "elementwise chain": lambda: done(chain(dx)),
+                "x.mean(axis=0)": lambda: done(dx.mean(axis=0)),
+                "x[::3]": lambda: done(dx[::3]),
+                **dict(extra),
+            }
+            before = sent()
+            times = {op: median_time(fn, args.reps) for op, fn in ops.items()}
+            return times, sent() - before
+
+        theirs, dask_moved = dask_runs(dx, {"x @ y": lambda: done(dxm @ dym)})
         print(f"dask.array: x's {dx.npartitions} blocks on "
               f"{len(placed)} worker(s) {sorted(placed.values())}; its runs moved "
               f"{dask_moved / 2**30:.1f} GiB between workers")
@@ -192,14 +201,7 @@ def main(argv=None) -> int:
         # The same runs with x's blocks where dgvm's are.
         dx = blocks_placed_like(client, layout, n, c, on_device)
         wait(dx)
-        moved_before = sum(client.run(_bytes_sent).values())
-        like = {
-            "(x + x.T).sum()": median_time(lambda: float((dx + dx.T).sum().compute()), args.reps),
-            "elementwise chain": median_time(lambda: done(chain(dx)), args.reps),
-            "x.mean(axis=0)": median_time(lambda: done(dx.mean(axis=0)), args.reps),
-            "x[::3]": median_time(lambda: done(dx[::3]), args.reps),
-        }
-        dask_moved = sum(client.run(_bytes_sent).values()) - moved_before
+        like, dask_moved = dask_runs(dx)
         spread = collections.Counter(layout.values())
         print(f"dask.array with x's blocks where dgvm's are, {sorted(spread.values())}: its "
               f"runs moved {dask_moved / 2**30:.1f} GiB between workers")

@@ -98,7 +98,13 @@ def main(argv=None) -> int:
         for name, fn in requests.items():
             print(f"{name:45s} {1e3 * median_time(fn, args.reps):8.2f}")
         # An allocation like x's and its free, each timed alone (one at a time: x may
-        # take most of the devices' memory).
+        # take most of the devices' memory); the results kept for reuse go first, or the
+        # first allocations would take them over instead of asking the GVAT.
+        from dgvm.array import recycle
+        from dgvm.array.lifecycle import settle_releases
+
+        recycle.flush(client)
+        settle_releases()
         allocs, frees = [], []
         for _ in range(args.reps):
             t0 = time.perf_counter()

@@ -9,7 +9,6 @@ touches device memory, so the scheduler's event loop is never blocked.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 import numpy as np
@@ -67,7 +66,6 @@ class GVATPlugin(SchedulerPlugin):
         self.scheduler = scheduler
         scheduler.handlers.update(self.handlers())
         scheduler.stream_handlers[streams.REPORT] = self._launched_stream
-        scheduler.stream_handlers[streams.RELEASED] = self._released
         scheduler.extensions["dgvm"] = self
         for address in scheduler.workers:
             self.add_worker(scheduler, address)
@@ -93,18 +91,17 @@ class GVATPlugin(SchedulerPlugin):
         rec = self.gvat.inventory.remove(worker)
         if rec is not None and rec.chunks:
             logger.warning("dgvm worker %s left holding %d chunks; they are marked lost", worker, rec.chunks)
-        # Peers stop waiting on it to forget their buffers (ipc_retire), and nobody waits
-        # for its releases; on the loop's next turn, as both are O(workers or chunks).
+        self.releases.worker_left(worker)
+        # Peers stop waiting on it to forget their buffers (ipc_retire); on the loop's next
+        # turn, as telling every worker is O(workers).
         scheduler.loop.add_callback(self._tell_peer_left, worker)
-        scheduler.loop.add_callback(self.releases.worker_left, worker)
 
     def _tell_peer_left(self, worker: str):
-        # dgvm workers only: an unknown stream message closes a plain Dask worker.
+        # dgvm workers only: an unknown stream message closes a plain Dask worker. The one
+        # that left is out of the inventory already.
         for rec in self.gvat.inventory.live():
-            comm = self.scheduler.stream_comms.get(rec.address)
-            if comm is not None:  # the one that left is out of the inventory already
-                with contextlib.suppress(Exception):  # that one is closing too
-                    comm.send({"op": "dgvm-peer-left", "worker": worker})
+            streams.tell(self.scheduler.stream_comms.get(rec.address),
+                         {"op": streams.PEER_LEFT, "worker": worker})
 
     def remove_client(self, scheduler, client: str):
         # A client that goes away frees what it allocated, as a process exit frees its
@@ -182,12 +179,13 @@ class GVATPlugin(SchedulerPlugin):
             dtype=dtype, shape=shape, grid_chunks=grid, loads=loads,
         )
         per_worker = self.gvat.by_worker(alloc)
-        await self.releases.settled(per_worker)  # the GVAT counted that memory free already
         results = await asyncio.gather(
             *(
                 self.scheduler.rpc(addr).dgvm_store_allocate(
                     alloc_id=alloc.alloc_id, owner=owner, indices=idx,
                     sizes=sizes[idx].tolist(), zero=zero,
+                    # the GVAT counted the memory of releases sent there free already
+                    after_release=self.releases.last_sent(addr),
                 )
                 for addr, idx in per_worker.items()
             ),
@@ -224,10 +222,12 @@ class GVATPlugin(SchedulerPlugin):
 
     async def free(self, alloc_id: int, owner: str | None = None):
         alloc = self.gvat.get(alloc_id, owner)
-        addresses = self.gvat.holders(alloc)
+        # Old homes too: a release still on its way there frees nothing once this has.
+        live = self.gvat.inventory.by_address
+        old = {a for a in self.releases.old_homes(alloc_id) if a in live}
+        addresses = self.gvat.holders(alloc) | old
         self.gvat.free(alloc_id)
         await self._free_on(alloc_id, addresses)
-        await self.releases.settled(alloc_id=alloc_id)  # old homes of moved chunks
         return alloc.nbytes
 
     # -- migration -----------------------------------------------------------------------
@@ -368,18 +368,16 @@ class GVATPlugin(SchedulerPlugin):
             nbytes += int(alloc.sizes()[r].sum()) if r else 0
         return {"chunks": chunks, "bytes": nbytes}
 
-    def _released(self, ticket: int, worker: str | None = None):
-        self.releases.done(ticket)  # stream handler: O(1), never raises
-
     def replicas_dropped(self, worker: str, dropped: dict):
         migration.replicas_dropped(self.gvat, worker, dropped)
 
     async def stats(self):
         """Counters per worker (asked of the live stores) and per allocation."""
-        await self.releases.settled()  # the stores' figures after every move so far
         live = [r.address for r in self.gvat.inventory.live()]
-        answers = await asyncio.gather(
-            *(self.scheduler.rpc(a).dgvm_store_info() for a in live), return_exceptions=True
+        answers = await asyncio.gather(  # the stores' figures after every move so far
+            *(self.scheduler.rpc(a).dgvm_store_info(after_release=self.releases.last_sent(a))
+              for a in live),
+            return_exceptions=True,
         )
         workers = {
             a: {**m["stats"], "replicas": m["replicas"]}

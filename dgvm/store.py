@@ -7,6 +7,7 @@ caller must own its allocation, and offsets must fall inside the chunk.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from dask.utils import format_bytes
 
 from dgvm.backends import Backend
 from dgvm.errors import AccessDenied, InvalidAddress, OutOfDeviceMemory
+
+logger = logging.getLogger("dgvm.worker")
 
 
 @dataclass
@@ -152,7 +155,11 @@ class ChunkStore:
         if alloc_id in self._replicas and not held:
             del self._replicas[alloc_id]
         old = self._allocs.setdefault(alloc_id, {}).get(index)
-        if old is not None and old is not chunk:  # an old home copy still here: never leaked
+        if old is not None and old is not chunk:
+            # Pulls wait for the releases sent before them (gvat.releases), so this is a
+            # release lost on its way: say so, and do not leak the old copy.
+            logger.warning("dgvm: chunk %s of allocation %s moved back to %s before its old "
+                           "copy here was released", index, alloc_id, self.address)
             self.backend.release(old.handle, old.nbytes)
         self._allocs[alloc_id][index] = chunk
         self._owners.setdefault(alloc_id, owner)

@@ -21,10 +21,22 @@ from dgvm import config
 # The message of a task's report to the GVAT, on the worker's stream (dgvm.kernels.launch
 # sends it, the GVAT plugin handles it).
 REPORT = "dgvm-launched"
-# An old home's release of moved chunks (dgvm.gvat.releases): scheduler -> worker, and the
-# worker's answer.
+# An old home's release of moved chunks (dgvm.gvat.releases): scheduler -> worker.
 RELEASE = "dgvm-release"
-RELEASED = "dgvm-released"
+# A worker left the cluster (dgvm.transfer.ipc_retire): scheduler -> dgvm workers.
+PEER_LEFT = "dgvm-peer-left"
+
+
+def tell(stream, message: dict) -> bool:
+    """Send ``message`` on a batched stream; False if there is none or it is closing (its
+    worker is leaving: nothing to tell it any more)."""
+    if stream is None:
+        return False
+    try:
+        stream.send(message)
+    except Exception:  # noqa: BLE001  (CommClosedError, or a stream already closed)
+        return False
+    return True
 
 
 def interval() -> float | None:

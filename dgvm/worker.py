@@ -10,7 +10,6 @@ in order on one thread of their own, so memory copies never stall the worker's e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +19,7 @@ from distributed import WorkerPlugin
 from distributed.protocol import to_serialize
 
 from dgvm import backends, config, streams, transfer
-from dgvm.streams import RELEASE, RELEASED
+from dgvm.streams import PEER_LEFT, RELEASE
 from dgvm.errors import InvalidAddress, OutOfDeviceMemory
 from dgvm.store import ChunkStore, StoredChunk
 from dgvm.transfer.fetch import request_exports
@@ -30,9 +29,8 @@ from dgvm.transfer.ipc_retire import IpcRetirement
 logger = logging.getLogger("dgvm.worker")
 
 PLUGIN_NAME = "dgvm-store"
-PEER_LEFT = "dgvm-peer-left"  # scheduler -> workers: a worker left the cluster
 RETIRE_WAIT = 2.0  # seconds a free waits for buffers peers had mapped to come back
-RELEASE_WAIT = 30.0  # seconds a pull waits for the releases sent here before it
+RELEASE_WAIT = 30.0  # seconds a request waits for the releases sent here before it
 
 
 class ChunkStorePlugin(WorkerPlugin):
@@ -77,7 +75,6 @@ class ChunkStorePlugin(WorkerPlugin):
         self._export_executor = ThreadPoolExecutor(2, thread_name_prefix="dgvm-export")
         self._release_done = -1  # the ticket of the last release done here (gvat.releases)
         self._releases = asyncio.Condition()
-        self._answers: set[asyncio.Task] = set()
         self.worker = worker
         worker.handlers.update(self.handlers())
         worker.metrics["dgvm"] = lambda w: self.metrics()
@@ -100,7 +97,7 @@ class ChunkStorePlugin(WorkerPlugin):
                 worker.handlers.pop(op, None)
         # An unknown stream message would close the worker: these may still come.
         worker.stream_handlers[PEER_LEFT] = lambda worker=None: None
-        worker.stream_handlers[RELEASE] = self._released
+        worker.stream_handlers[RELEASE] = lambda **_: None
         worker.metrics.pop("dgvm", None)
         worker.extensions.pop("dgvm", None)
         if self.store is not None:
@@ -128,7 +125,9 @@ class ChunkStorePlugin(WorkerPlugin):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
     # -- handlers ------------------------------------------------------------------------
-    async def allocate(self, alloc_id: int, owner: str, indices: list, sizes: list, zero: bool = True):
+    async def allocate(self, alloc_id: int, owner: str, indices: list, sizes: list, zero: bool = True,
+                       after_release: int | None = None):
+        await self._settle(after_release)  # their memory first (a timeout: OOM says so)
         try:
             return await self._run(self.store.allocate, alloc_id, owner, indices, sizes, zero)
         except OutOfDeviceMemory as e:
@@ -196,7 +195,7 @@ class ChunkStorePlugin(WorkerPlugin):
         current replica held here, or fetch the chunk from its home (one export request
         per home), once the releases sent here up to ``after_release`` are done. Answers
         {"moved": [indices], "versions": [...]}, {"oom": message} or {"busy": message}."""
-        if after_release is not None and not await self._released_upto(after_release):
+        if not await self._settle(after_release):
             return {"busy": f"{self.worker.address} did not do the chunk releases sent to it "
                             f"within {RELEASE_WAIT:.0f} s; chunks of allocation {alloc_id} stay"}
         store = self.store
@@ -278,37 +277,30 @@ class ChunkStorePlugin(WorkerPlugin):
             logger.exception("dgvm: releasing chunks %s of allocation %s on %s failed",
                              indices, alloc_id, self.worker.address)
         async with self._releases:
-            self._release_done = max(self._release_done, ticket)
+            self._release_done = ticket  # in stream order: tickets only grow
             self._releases.notify_all()
-        # The answer says the memory is back: after buffers peers had mapped retired,
-        # which the stream does not wait for.
-        answer = asyncio.ensure_future(self._answer_release(ticket))
-        self._answers.add(answer)
-        answer.add_done_callback(self._answers.discard)
 
-    async def _answer_release(self, ticket: int):
-        await self._retired()
-        self._released(ticket=ticket)
-
-    def _released(self, ticket: int, **_):
-        with contextlib.suppress(Exception):  # the stream is closing: nobody waits any more
-            self.worker.batched_stream.send({"op": RELEASED, "ticket": ticket})
-
-    async def _released_upto(self, ticket: int) -> bool:
+    async def _settle(self, after_release: int | None) -> bool:
+        """Wait until the releases sent here up to ticket ``after_release`` are done and
+        their memory is back (``gvat.releases``); False after ``RELEASE_WAIT`` seconds."""
+        if after_release is None:
+            return True
         async with self._releases:
             try:
                 await asyncio.wait_for(
-                    self._releases.wait_for(lambda: self._release_done >= ticket), RELEASE_WAIT
+                    self._releases.wait_for(lambda: self._release_done >= after_release), RELEASE_WAIT
                 )
             except asyncio.TimeoutError:
                 return False
+        await self._retired()
         return True
 
     async def drop_replicas(self, alloc_id: int, indices: list):
         # Not waiting for retirement: writes wait for this (and replicas are rarely exported).
         return await self._run(self.store.drop_replicas, alloc_id, indices)
 
-    async def info(self):
+    async def info(self, after_release: int | None = None):
+        await self._settle(after_release)  # the figures after the moves so far
         return {"address": self.worker.address, **self.metrics()}
 
 

@@ -23,7 +23,7 @@ from dgvm.kernels.launch import dispatch, still_reading, unfinished, write_chunk
 
 def run(op, out, inputs, name: str) -> None:
     """Compute every chunk of ``out`` with ``op`` from the DArrays ``inputs`` (asynchronous)."""
-    if out.size == 0:  # no chunk (dgvm.array.zero_size): nothing to compute
+    if out.size == 0:  # no chunk (dgvm.array.zero_size; random draws reach here unwrapped)
         return
     specs = [ArraySpec.of(a) for a in inputs]
     dispatch(_blockwise_here, out, list(inputs), name, op, ArraySpec.of(out), specs)

@@ -341,10 +341,6 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None, chunks="auto") -> DAr
 def from_dask(d, chunks=None) -> DArray:
     """A DArray from a dask array; its blocks are computed one by one and written to the
     chunks (keep ``chunks=None`` to use the dask array's own)."""
-    if math.prod(d.shape) == 0:  # no element: held on the caller (dgvm.array.zero_size)
-        from dgvm.array import zero_size
-
-        return zero_size.array(d.shape, d.dtype)
     x = empty(d.shape, d.dtype, chunks or d.chunks)
     try:
         d = d.rechunk(x.chunks)

@@ -58,10 +58,6 @@ class DArray(ArrayOperators, ArrayMethods):
     def alloc(self) -> Allocation:
         """The GVAT allocation behind the array (made now if the array is deferred)."""
         if self._alloc is None:
-            if self.size == 0:
-                from dgvm.array.zero_size import NoElements
-
-                raise NoElements(self.shape, self.dtype)
             self._materialize_if_deferred()
             if self._alloc is None:
                 from dgvm.errors import DgvmError
@@ -159,8 +155,8 @@ class DArray(ArrayOperators, ArrayMethods):
         """Let every pending launch that writes or reads this array finish."""
         from distributed import wait as dask_wait
 
-        if self._alloc is None and self.size == 0:
-            return  # no element: nothing runs on it
+        if host_value(self) is not None:
+            return  # held on the caller: nothing runs on it
         pending = self._pending.writes + self._pending.reads
         if pending:
             dask_wait(pending)
@@ -169,7 +165,7 @@ class DArray(ArrayOperators, ArrayMethods):
         """Block until every launch writing this array has finished."""
         from dgvm.kernels.launch import settle
 
-        if host_value(self) is not None or self.size == 0:
+        if host_value(self) is not None:
             return self  # its values are on the caller already, or it has none
         settle(self._pending.writes)
         return self
@@ -299,8 +295,6 @@ class DArray(ArrayOperators, ArrayMethods):
     def to_numpy(self) -> np.ndarray:
         if host_value(self) is not None:
             return host_value(self).copy()
-        if self.size == 0:  # a view with no elements (x[5:2]): nothing to read
-            return np.empty(self.shape, dtype=self.dtype)
         from dgvm.array.small_reads import read_view
 
         small = read_view(self)  # x[i, j]: read in place, nothing computed

@@ -177,7 +177,7 @@ def _cupy(expr, leaves, target) -> bool:
         kind, run = way
         try:
             if run(leaves, scalars, target):
-                with _lock:
+                if _last.get(key) != kind:  # reporting only: no lock per chunk when unchanged
                     _last[key] = kind
                 return True
         except Exception as e:  # noqa: BLE001

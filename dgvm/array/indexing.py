@@ -25,7 +25,8 @@ def _expand(key, ndim: int):
     """The key as a list with one entry per axis of ``x`` (slices, ints, index arrays) and
     the positions where ``None`` adds an axis in the result."""
     key = key if isinstance(key, tuple) else (key,)
-    if sum(k is Ellipsis for k in key) > 1:
+    ellipses = sum(k is Ellipsis for k in key)
+    if ellipses > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     used = sum(1 for k in key if k is not None and k is not Ellipsis)
     if used > ndim:
@@ -36,7 +37,7 @@ def _expand(key, ndim: int):
             out.extend([slice(None)] * (ndim - used))
         else:
             out.append(k)
-    if Ellipsis not in key:
+    if not ellipses:
         out.extend([slice(None)] * (ndim - used))
     return out
 
@@ -45,7 +46,8 @@ def _as_index_array(k):
     if isinstance(k, DArray):
         return k.to_numpy()
     if isinstance(k, (list, np.ndarray)):
-        return np.asarray(k)
+        a = np.asarray(k)
+        return a.astype(np.intp) if a.size == 0 and a.dtype != bool else a  # x[[]], as NumPy
     return None
 
 
@@ -121,16 +123,10 @@ def _basic(x: DArray, key):
 def getitem(x: DArray, key) -> DArray:
     from dgvm.array.manipulation import _axis_view, take_along_maps
 
-    if isinstance(key, (list, np.ndarray)) and np.size(key) == 0 and np.asarray(key).dtype != bool:
-        return zero_size.array((0,) + x.shape[1:], x.dtype, x.client)  # x[[]]: no element
     if _is_mask(key):
         return _masked(x, key[0] if isinstance(key, tuple) else key)
     view = _basic(x, key)
     if view is not None:  # no copy now: a deferred view, read in place or computed on use
-        if 0 in view.shape:  # nothing to read: held on the caller (dgvm.array.zero_size)
-            if x.size:
-                deferred.check_usable(x)  # a freed x raises, as for any other key
-            return zero_size.array(view.shape, x.dtype, x.client)
         return deferred.view(x, view, "getitem")
     # An index array along one axis: a gather, then the axes integers drop and None adds.
     maps, drop, new_axes = _plan(x, key)

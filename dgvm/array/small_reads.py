@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dgvm.array.deferred import view_shape
+
 MAX_ELEMENTS = 4096
 
 
@@ -23,34 +25,27 @@ def read_view(x) -> np.ndarray | None:
     """The values of ``x`` if it is a small deferred array over computed arrays, else None."""
     from dgvm.array.elementwise import evaluate
 
+    from dgvm.kernels.launch import settle
+
     d = x._deferred
     if d is None or d.host is not None or not d.inputs or x.size > MAX_ELEMENTS:
         return None
-    leaves = []
-    for base, view in zip(d.inputs, d.views):
-        value = _read(base, view)
-        if value is None:
-            return None
-        leaves.append(value)
+    # Every leaf a computed array of at least one axis (a leaf is never larger than the
+    # result it broadcasts into), checked before anything is read.
+    if any(b.ndim == 0 or b._alloc is None or b._alloc.freed for b in d.inputs):
+        return None
+    settle([f for b in d.inputs for f in b._pending.writes])  # values as of the views
+    leaves = [_read(b, v) for b, v in zip(d.inputs, d.views)]
     with np.errstate(all="ignore"):
         value = evaluate(d.expr, leaves, np)
-    return np.broadcast_to(np.asarray(value), x.shape).astype(x.dtype, copy=True)
+    return np.array(np.broadcast_to(value, x.shape), dtype=x.dtype)
 
 
-def _read(base, view) -> np.ndarray | None:
-    """Leaf ``base`` through ``view`` (None: whole), read from its chunks; None if it is
-    not a computed array of at least one axis, or too big."""
-    shape = base.shape if view is None else view.shape
-    if (base.ndim == 0 or base._alloc is None or base._deferred is not None or base.alloc.freed
-            or int(np.prod(shape)) > MAX_ELEMENTS):
-        return None
-    from dgvm.kernels.launch import settle
-
-    settle(base._pending.writes)  # the values as of the view: no write to base came since
-    coords = _input_coordinates(view, shape)
-    raw = base.alloc.get(_pieces(base, coords))
-    values = np.frombuffer(b"".join(bytes(r) for r in raw), dtype=base.dtype)
-    return values.reshape(shape).copy()
+def _read(base, view) -> np.ndarray:
+    """Leaf ``base`` through ``view`` (None: whole), read from its chunks."""
+    shape = view_shape(base, view)
+    raw = base.alloc.get(_pieces(base, _input_coordinates(view, shape)))
+    return np.concatenate(raw).view(base.dtype).reshape(shape)
 
 
 def _input_coordinates(view, shape) -> list[np.ndarray]:

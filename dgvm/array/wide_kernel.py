@@ -119,8 +119,6 @@ def build(tree, leaf_dtypes, out_dtype, nscalars: int):
             a.size == n and a.flags.c_contiguous for a in leaves
         ):
             return False
-        if n == 0:
-            return True
         per_block = THREADS * PER_THREAD
         blocks = min(-(-n // per_block), 2**31 - 1)
         kernel((blocks,), (THREADS,), (*leaves, *(float(s) for s in scalars), target, np.int64(n)))

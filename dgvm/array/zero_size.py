@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import functools
 import inspect
-import operator
 import sys
 
 import numpy as np
 
+from dgvm.array.darray import DArray
 from dgvm.errors import DgvmError
 
 # dgvm's own keywords (placement, chunks, the client), and the standard's that NumPy's
@@ -47,14 +47,14 @@ def _setitem(x, key, value):
 
 
 # Functions with no NumPy function of their name.
-_HOST = {"getitem": operator.getitem, "setitem": _setitem}
+_HOST = {"setitem": _setitem}
 # Functions whose result is a list in dgvm.array (NumPy 2 answers a tuple).
 _LISTS = {"broadcast_arrays", "meshgrid"}
 # Functions that take arrays with no elements among others themselves, reading only the
 # others: no gather.
 _MIXED = {"concat", "concatenate"}
 # Not wrapped: no arrays in or out, or nothing NumPy does for them.
-_SKIP = {"asnumpy", "to_dask", "from_dask", "rechunk", "can_cast", "result_type", "finfo",
+_SKIP = {"asnumpy", "to_dask", "rechunk", "can_cast", "result_type", "finfo",
          "iinfo", "isdtype", "__array_namespace_info__"}
 
 
@@ -84,8 +84,6 @@ def array(shape, dtype, client=None):
 
 
 def _is_darray(a) -> bool:
-    from dgvm.array.darray import DArray
-
     return isinstance(a, DArray)
 
 

@@ -93,8 +93,6 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None) -> None:
     readers of ``inputs``. ``then=(fn2, *args2)``: a second task per worker,
     ``fn2(*args2, indices, results)`` with the results of every first task (a step all
     workers must finish first), recorded instead."""
-    if out.size == 0:  # no chunk to write (dgvm.array.zero_size): no task
-        return
     out._before_write()  # deferred readers of out run first
     deps = out._pending.writes + still_reading(out._pending.reads)
     for a in inputs:

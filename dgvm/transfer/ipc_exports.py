@@ -24,7 +24,6 @@ class _Exported:
     handle: bytes
     nbytes: int
     importers: set = field(default_factory=set)
-    retiring: bool = False
 
 
 class ExportedBuffers:
@@ -34,7 +33,9 @@ class ExportedBuffers:
         # nothing freed under it (cudaFree waits for the device).
         self._lock = threading.Condition()
         self._exported: dict[int, _Exported] = {}  # buffer id -> export
-        self._retiring: list[int] = []  # keys to ask the importers about
+        self._retiring: set[int] = set()  # keys given up, kept until their importers forgot them
+        self._to_ask: list[int] = []  # of those, the keys to ask the importers about
+        self._retiring_bytes = 0
         self._gone: set[str] = set()  # importers that left: never exported to again
         self.on_retire: Callable[[], None] | None = None  # set by the worker
 
@@ -46,7 +47,7 @@ class ExportedBuffers:
         importer left the cluster."""
         with self._lock:
             e = self._exported.get(key)
-            if (e is not None and e.retiring) or importer in self._gone or not current():
+            if key in self._retiring or importer in self._gone or not current():
                 return None
             if e is None:
                 e = self._exported[key] = _Exported(buffer, bytes(self._get_handle(buffer)), nbytes)
@@ -61,34 +62,39 @@ class ExportedBuffers:
         """The owner gave up buffer ``key``: free it once its importers forgot it."""
         with self._lock:
             e = self._exported.get(key)
-            if e is None or e.retiring:
+            if e is None or key in self._retiring:
                 return
+            first = False
             if not e.importers or self.on_retire is None:  # nobody to ask: free now
                 drop = self._exported.pop(key)
             else:
-                e.retiring, drop = True, None
-                self._retiring.append(key)
-        if drop is None:
+                drop, first = None, not self._to_ask
+                self._retiring.add(key)
+                self._retiring_bytes += e.nbytes
+                self._to_ask.append(key)
+        if first:  # one run asks about every buffer retiring by then
             self.on_retire()
         del drop  # the last reference, outside the lock
 
     def take_retiring(self) -> tuple[dict[str, list[bytes]], dict[int, set]]:
         """({importer: handles to forget}, {key: its importers}) of the buffers retiring now."""
         with self._lock:
-            keys, self._retiring = self._retiring, []
-            ask: dict[str, list[bytes]] = {}
-            who = {}
-            for k in keys:
-                e = self._exported[k]
-                who[k] = set(e.importers)
-                for imp in e.importers:
-                    ask.setdefault(imp, []).append(e.handle)
-            return ask, who
+            keys, self._to_ask = self._to_ask, []
+            who = {k: set(self._exported[k].importers) for k in keys}
+            return self._by_importer(self._exported[k] for k in keys), who
+
+    @staticmethod
+    def _by_importer(entries) -> dict[str, list[bytes]]:
+        out: dict[str, list[bytes]] = {}
+        for e in entries:
+            for imp in e.importers:
+                out.setdefault(imp, []).append(e.handle)
+        return out
 
     def retry(self, keys) -> None:
         """Some importers did not answer: ask again later."""
         with self._lock:
-            self._retiring.extend(k for k in keys if k in self._exported)
+            self._to_ask.extend(k for k in keys if k in self._exported)
 
     def peer_gone(self, importer: str) -> None:
         """``importer`` left the cluster: its mappings went with its process."""
@@ -105,39 +111,39 @@ class ExportedBuffers:
             e.buffer = None  # cudaFree, outside the lock, before anyone is told
         with self._lock:
             for k in keys:
-                self._exported.pop(k, None)
+                e = self._exported.pop(k, None)
+                if e is not None and k in self._retiring:
+                    self._retiring.discard(k)
+                    self._retiring_bytes -= e.nbytes
             self._lock.notify_all()
 
     def any_retiring(self) -> bool:
         """Whether some buffer waits for its importers (a lock-free glance)."""
-        return any(e.retiring for e in list(self._exported.values()))
+        return bool(self._retiring)
 
     def retiring_bytes(self) -> int:
         """Bytes that come back once the importers answer (memory about to be free)."""
-        with self._lock:
-            return sum(e.nbytes for e in self._exported.values() if e.retiring)
+        return self._retiring_bytes
 
     def wait_retired(self, timeout: float) -> bool:
         """Wait until the buffers retiring now are freed (an allocation needs their
         memory); False after ``timeout`` seconds. Never from the event loop."""
         with self._lock:
-            keys = [k for k, e in self._exported.items() if e.retiring]
+            keys = list(self._retiring)
             return self._lock.wait_for(lambda: not any(k in self._exported for k in keys), timeout)
 
     def importers(self) -> dict[str, list[bytes]]:
         """Every worker that may keep one of these buffers mapped, with their handles."""
         with self._lock:
-            out: dict[str, list[bytes]] = {}
-            for e in self._exported.values():
-                for imp in e.importers:
-                    out.setdefault(imp, []).append(e.handle)
-            return out
+            return self._by_importer(self._exported.values())
 
     def clear(self) -> None:
         with self._lock:
             dropped = list(self._exported.values())
             self._exported.clear()
             self._retiring.clear()
+            self._to_ask.clear()
+            self._retiring_bytes = 0
             self._lock.notify_all()
         dropped.clear()
 
@@ -146,6 +152,4 @@ class ExportedBuffers:
 
     def counters(self) -> dict:
         """Buffers exported now, and those waiting for their importers to forget them."""
-        with self._lock:
-            retiring = sum(e.retiring for e in self._exported.values())
-        return {"exported": len(self._exported), "retiring": retiring}
+        return {"exported": len(self._exported), "retiring": len(self._retiring)}

@@ -97,6 +97,8 @@ class ImportedMappings:
 
     def _close_over_limit(self, room_for: int = 0) -> None:
         # The least recently used mappings nobody reads now, beyond the limit.
+        if len(self._maps) + room_for <= self.limit:
+            return
         for key in list(self._maps):
             if len(self._maps) + room_for <= self.limit:
                 break
