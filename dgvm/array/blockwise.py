@@ -26,7 +26,10 @@ def run(op, out, inputs, name: str) -> None:
     if out.size == 0:  # no chunk (dgvm.array.zero_size; random draws reach here unwrapped)
         return
     specs = [ArraySpec.of(a) for a in inputs]
-    dispatch(_blockwise_here, out, list(inputs), name, op, ArraySpec.of(out), specs)
+    # An op that reads each input where it writes the output (``op.aligned``) over inputs
+    # of out's chunks touches one block index set per task (dgvm.kernels.ordering).
+    aligned = getattr(op, "aligned", False) and all(a.chunks == out.chunks for a in inputs)
+    dispatch(_blockwise_here, out, list(inputs), name, op, ArraySpec.of(out), specs, aligned=aligned)
 
 
 def chunk_bounds(spec: ArraySpec, k: int) -> tuple[list[int], list[int]]:

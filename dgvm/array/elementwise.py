@@ -88,6 +88,12 @@ class Elementwise:
     def of(cls, expr, inputs, views, shape):
         return cls(expr, [deferred.view_shape(a, v) for a, v in zip(inputs, views)], shape, list(views))
 
+    @property
+    def aligned(self) -> bool:
+        """Every input is read as it is, without broadcasting: output elements
+        ``[lo, hi)`` read the same elements of each input."""
+        return all(v is None for v in (self.views or [])) and all(tuple(s) == tuple(self.shape) for s in self.shapes)
+
     def region(self, i: int, lo, hi):
         """The region of input ``i`` that broadcasts onto output elements ``[lo, hi)``,
         in the input's own axis order."""

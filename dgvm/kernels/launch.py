@@ -18,6 +18,7 @@ from distributed.utils import sync
 
 from dgvm import streams
 from dgvm.errors import DgvmError, KernelError
+from dgvm.kernels import ordering
 from dgvm.kernels.access import Access, ArraySpec
 from dgvm.kernels.blocks import Blocks
 from dgvm.kernels.kernel import Kernel, launch_config
@@ -73,6 +74,8 @@ def launch(kernel, *args, out, halo: int = 0, pass_origin: bool = False,
     if out.size == 0:  # no chunk to run on (dgvm.array.zero_size)
         return
     specs = [_spec(a) for a in args]
+    # Each array argument is read at the output chunk's own index (checked above).
+    aligned = halo == 0 and not any(isinstance(a, Blocks) for a in args)
     task_args = (kernel, ArraySpec.of(out), specs, halo, pass_origin, threads_per_block)
     name = f"launch-{kernel.name}"
     if any(kernel.may_fail_halfway(b) for b in out.alloc.backends()):
@@ -80,33 +83,34 @@ def launch(kernel, *args, out, halo: int = 0, pass_origin: bool = False,
         from dgvm.kernels import staged
 
         stage_id = uuid.uuid4().hex
-        dispatch(staged.stage, out, _inputs(args), name, stage_id, *task_args,
+        dispatch(staged.stage, out, _inputs(args), name, stage_id, *task_args, aligned=aligned,
                  then=(staged.commit, stage_id, ArraySpec.of(out), f"kernel {kernel.name!r}"))
     else:
-        dispatch(_launch_here, out, _inputs(args), name, *task_args)
+        dispatch(_launch_here, out, _inputs(args), name, *task_args, aligned=aligned)
 
 
-def dispatch(fn, out, inputs, name: str, *task_args, then=None) -> None:
+def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = False) -> None:
     """Submit ``fn(*task_args, indices, deps)`` as one task per home worker of ``out``'s
     chunks, ordered after earlier launches: after those that wrote ``inputs`` or ``out``,
-    and after those that read ``out``. Record the new tasks as writers of ``out`` and
+    and after those that read ``out``, where they touched the task's chunks
+    (``dgvm.kernels.ordering``; ``aligned``: each task reads only its own chunks' block
+    indices of inputs of ``out``'s grid). Record the new tasks as writers of ``out`` and
     readers of ``inputs``. ``then=(fn2, *args2)``: a second task per worker,
     ``fn2(*args2, indices, results)`` with the results of every first task (a step all
     workers must finish first), recorded instead."""
     out._before_write()  # deferred readers of out run first
-    deps = out._pending.writes + still_reading(out._pending.reads)
-    for a in inputs:
-        deps += a._pending.writes
-    deps = unfinished(deps)
+    out_tasks = unfinished(out._pending.writes + still_reading(out._pending.reads))
+    input_writers = unfinished([f for a in inputs for f in a._pending.writes])
     client = out.alloc.client
     homes = out.alloc.by_home()
     futures = [
         client.submit(
-            fn, *task_args, idx, deps, workers=[w], allow_other_workers=False, pure=False,
-            key=f"dgvm-{name}-{uuid.uuid4().hex[:10]}",
+            fn, *task_args, idx, ordering.after(idx, aligned, out_tasks, input_writers),
+            workers=[w], allow_other_workers=False, pure=False, key=f"dgvm-{name}-{uuid.uuid4().hex[:10]}",
         )
         for w, idx in homes.items()
     ]
+    ordering.record(futures, homes.values(), aligned)
     readers = futures  # the first tasks read the inputs; the second ones only write out
     if then is not None:
         fn2, *args2 = then
@@ -117,6 +121,7 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None) -> None:
             )
             for w, idx in homes.items()
         ]
+        ordering.record(futures, homes.values(), aligned)
     out._pending.writes, out._pending.reads = futures, []
     for a in inputs:
         if a is not out:

@@ -1,0 +1,58 @@
+"""A task follows only the earlier tasks that touched its chunks (dgvm.kernels.ordering):
+a loop of aligned operations moves nothing between workers, and every other task keeps
+its order."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import dgvm.array as dnp
+from dgvm.kernels import ordering
+
+
+class _Task:
+    """Stands in for a future: ordering only needs it hashable and weakly referable."""
+
+
+def test_an_aligned_task_skips_the_tasks_of_other_chunks():
+    a, b, unknown = _Task(), _Task(), _Task()
+    ordering.record([a, b], [[0, 1], [2, 3]], aligned=True)
+    # Writers and readers of the output: only those that touched chunks 2 or 3, and those
+    # not recorded (they may have touched any chunk).
+    assert ordering.after([2, 3], True, [a, b, unknown], []) == [b, unknown]
+    # Writers of an input: skipped by an aligned task only.
+    assert ordering.after([0], True, [], [a, b, unknown]) == [a, unknown]
+    assert ordering.after([0], False, [], [a, b, unknown]) == [a, b, unknown]
+    # A task that was not aligned is never recorded.
+    c = _Task()
+    ordering.record([c], [[5]], aligned=False)
+    assert ordering.after([0], True, [c], []) == [c]
+
+
+def _transfers(client) -> int:
+    return sum(client.run(lambda dask_worker: dask_worker.state.transfer_incoming_count_total).values())
+
+
+def test_a_loop_of_elementwise_results_moves_nothing_between_workers(case):
+    h = np.random.default_rng(3).random((200, 300))
+    x = dnp.from_numpy(h, chunks=(50, 100), placement="round_robin")
+    x.wait()
+    assert len(set(x.locations().values())) > 1
+    before = _transfers(case.client)
+    # Each result is started before the last one finished: its tasks are ordered after the
+    # unfinished tasks that used the same chunks (the released result's allocation is
+    # reused), which ran on the same worker.
+    for k in range(30):
+        y = ((x * float(k) + 1.0) * x).persist()
+    z = (y - x).persist()
+    np.testing.assert_allclose(dnp.asnumpy(z), (h * 29.0 + 1.0) * h - h, rtol=1e-12)
+    assert _transfers(case.client) == before
+
+
+def test_a_transposed_reader_still_follows_every_writer(case):
+    h = np.random.default_rng(4).random((120, 120))
+    x = dnp.from_numpy(h, chunks=40, placement="round_robin")
+    for k in range(1, 6):
+        x = (x + 1.0).persist()  # aligned writers of chunks all over the cluster
+        t = (x.T * 2.0).persist()  # reads other workers' chunks: follows all of them
+        np.testing.assert_allclose(dnp.asnumpy(t), 2.0 * (h + k).T, rtol=1e-12)
