@@ -6,7 +6,10 @@ Operations on an ``n x n`` float64 array ``x`` (and ``y``), each timed as the me
 ``--reps`` runs after a warm-up, result brought to completion:
 
 - ``(x + x.T).sum()``
-- an elementwise chain ``((2 * x + 1) * x - 3) / (x + 2)`` (5 operations)
+- an elementwise chain ``((2 * x + 1) * x - 3) / (x + 2)`` (5 operations), alone and 8
+  times in a row, each started before the one before has finished (``y = chain(x)`` in a
+  loop, each ``.persist()``-ed; time per chain): one chain waits for its Dask round trip,
+  a loop keeps the devices busy meanwhile
 - ``x @ y`` (at ``--n-matmul``, default n/4)
 - ``x.mean(axis=0)``
 - ``x[::3]``
@@ -67,6 +70,22 @@ def chain(x):
     return ((2.0 * x + 1.0) * x - 3.0) / (x + 2.0)
 
 
+BACK_TO_BACK = 8
+ROW = f"chain, {BACK_TO_BACK} in a row"  # its time is per chain
+
+
+def chains_back_to_back(x, k=BACK_TO_BACK):
+    """``y = chain(x)`` ``k`` times, each started before the one before has finished (as
+    a loop runs when nothing reads ``y`` in between); returns when all have. Two results
+    are alive at a time: each later one reuses the allocation, and so follows the tasks,
+    of the one two steps back, so the last two done means all are."""
+    ys = collections.deque(maxlen=2)
+    for _ in range(k):
+        ys.append(chain(x).persist())
+    for y in ys:
+        y.wait()
+
+
 CHAIN_BYTES = 2  # in units of one array's bytes: x read once, the result written once
 
 
@@ -84,6 +103,7 @@ def cupy_times(n, nm, reps):
     out = {
         "(x + x.T).sum()": median_time(lambda: sync(float((x + x.T).sum())), reps),
         "elementwise chain": median_time(lambda: sync(chain(x)), reps),
+        ROW: median_time(lambda: sync([chain(x) for _ in range(BACK_TO_BACK)][-1]), reps) / BACK_TO_BACK,
         "x @ y": median_time(lambda: sync(xm @ y), reps),
         "x.mean(axis=0)": median_time(lambda: sync(x.mean(axis=0)), reps),
         "x[::3]": median_time(lambda: sync(x[::3].copy()), reps),
@@ -133,6 +153,7 @@ def main(argv=None) -> int:
         mine = {
             "(x + x.T).sum()": median_time(lambda: float((x + x.T).sum()), args.reps),
             "elementwise chain": median_time(lambda: chain(x).wait(), args.reps),
+            ROW: median_time(lambda: chains_back_to_back(x), args.reps) / BACK_TO_BACK,
             "x @ y": median_time(lambda: (xm @ ym).wait(), args.reps),
             "x.mean(axis=0)": median_time(lambda: x.mean(axis=0).wait(), args.reps),
             "x[::3]": median_time(lambda: x[::3].wait(), args.reps),
@@ -151,7 +172,8 @@ def main(argv=None) -> int:
                 f"{w.device} {w.free / 2**30:.0f} GiB free of {w.capacity / 2**30:.0f}" for w in dgvm.workers()))
             xc = dnp.random.random((nc, nc), chunks=-(-nc // 4))
             xc.wait()
-            big_chain = nc, median_time(lambda: chain(xc).wait(), args.reps)
+            big_chain = (nc, median_time(lambda: chain(xc).wait(), args.reps),
+                         median_time(lambda: chains_back_to_back(xc), args.reps) / BACK_TO_BACK)
             del xc
             settle_releases()
 
@@ -176,6 +198,17 @@ def main(argv=None) -> int:
             wait(v)
             finish_device_work(client, backend)
 
+        def dask_chains_back_to_back(dx):
+            # As dgvm's: two results in flight; the older one is done before it is
+            # dropped (Dask would cancel it otherwise).
+            ys = collections.deque()
+            for _ in range(BACK_TO_BACK):
+                if len(ys) == 2:
+                    wait(ys.popleft())
+                ys.append(chain(dx).map_blocks(_same, name=f"bench-{uuid.uuid4().hex}", dtype=dx.dtype).persist())
+            wait(list(ys))
+            finish_device_work(client, backend)
+
         def sent() -> int:
             return sum(client.run(_bytes_sent).values())
 
@@ -185,12 +218,14 @@ def main(argv=None) -> int:
             ops = {
                 "(x + x.T).sum()": lambda: float((dx + dx.T).sum().compute()),
                 "elementwise chain": lambda: done(chain(dx)),
+                ROW: lambda: dask_chains_back_to_back(dx),
                 "x.mean(axis=0)": lambda: done(dx.mean(axis=0)),
                 "x[::3]": lambda: done(dx[::3]),
                 **dict(extra),
             }
             before = sent()
-            times = {op: median_time(fn, args.reps) for op, fn in ops.items()}
+            times = {op: median_time(fn, args.reps) / (BACK_TO_BACK if op == ROW else 1)
+                     for op, fn in ops.items()}
             return times, sent() - before
 
         theirs, dask_moved = dask_runs(dx, {"x @ y": lambda: done(dxm @ dym)})
@@ -219,20 +254,21 @@ def main(argv=None) -> int:
                 line += f" {peer[op]:>13.4f} {peer[op] / mine[op]:>9.2f}x"
             print(line)
         moved = CHAIN_BYTES * nbytes
-        print(f"elementwise chain: dgvm {moved / mine['elementwise chain'] / 1e9:.0f} GB/s, "
-              f"dask.array {moved / theirs['elementwise chain'] / 1e9:.0f} GB/s; the workers "
-              f"measured {bw / 1e9:.0f} GB/s of device bandwidth in all: dgvm at "
-              f"{moved / mine['elementwise chain'] / bw:.0%} (target >= 80% on cuda)")
+        for op in ("elementwise chain", ROW):
+            print(f"{op}: dgvm {moved / mine[op] / 1e9:.0f} GB/s, dask.array "
+                  f"{moved / theirs[op] / 1e9:.0f} GB/s; the workers measured {bw / 1e9:.0f} GB/s "
+                  f"of device bandwidth in all: dgvm at {moved / mine[op] / bw:.0%} (target >= 80% on cuda)")
         from dgvm.array import fused
 
         ways = {w: sorted(set(v.values())) for w, v in client.run(fused.ways_used).items()}
         print(f"fused kernels on the workers: {ways}")
         if big_chain:
-            nc, t = big_chain
+            nc, *times = big_chain
             big = CHAIN_BYTES * 8 * nc * nc
-            print(f"elementwise chain at {nc}x{nc} ({8 * nc * nc / 2**30:.0f} GiB), dgvm only (no "
-                  f"peer timed at this size): {t:.4f} s, {big / t / 1e9:.0f} GB/s = "
-                  f"{big / t / bw:.0%} of the measured {bw / 1e9:.0f} GB/s")
+            for what, t in zip(("elementwise chain", ROW), times):
+                print(f"{what} at {nc}x{nc} ({8 * nc * nc / 2**30:.0f} GiB), dgvm only (no peer "
+                      f"timed at this size): {t:.4f} s, {big / t / 1e9:.0f} GB/s = "
+                      f"{big / t / bw:.0%} of the measured {bw / 1e9:.0f} GB/s")
         op = "(x + x.T).sum()"
         print(f"{op}: dgvm {theirs[op] / mine[op]:.1f}x faster than dask.array with x as Dask "
               f"placed it, {like[op] / mine[op]:.1f}x with x's blocks where dgvm's are "

@@ -161,6 +161,16 @@ class DArray(ArrayOperators, ArrayMethods):
         if pending:
             dask_wait(pending)
 
+    def persist(self) -> "DArray":
+        """Start computing the array now and return at once (``wait`` also waits).
+
+        A deferred elementwise result runs when its values are first needed. A loop that
+        makes several results before it looks at any calls ``persist()`` on each, so their
+        tasks queue on the workers back to back instead of each waiting for a round trip."""
+        if host_value(self) is None:
+            self.alloc  # a deferred result is materialized: its tasks are submitted, not awaited
+        return self
+
     def wait(self) -> "DArray":
         """Block until every launch writing this array has finished."""
         from dgvm.kernels.launch import settle
