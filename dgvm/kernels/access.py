@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from distributed.utils import sync
 
-from dgvm.errors import ChunkLost, DgvmError, OutOfDeviceMemory
+from dgvm.errors import ChunkLost, DgvmError, InvalidAddress, OutOfDeviceMemory
 from dgvm.transfer import PATHS
 from dgvm.transfer.fetch import request_exports
 from dgvm.transfer.ipc_mappings import BufferGone
@@ -147,6 +147,8 @@ class Access:
         where = sync(w.loop, w.scheduler.dgvm_locate, alloc_id=alloc_id, index=index, worker=w.address)
         if "lost" in where:
             raise ChunkLost(f"chunk {index} of allocation {alloc_id} was on {where['lost']}, which left")
+        if "invalid" in where:
+            raise InvalidAddress(where["invalid"])
         return where
 
     def _fetch(self, alloc_id: int, index: int) -> None:
