@@ -121,6 +121,7 @@ def main(argv=None) -> int:
     p.add_argument("--chunk", type=int, default=None, help="block side (default: n/4)")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help="threads per worker (default 1, as dask-cuda's)")
     p.add_argument("--n-chain", type=int, default=None,
                    help="also time the chain at this size (default: 90000 on cuda, none on cpu)")
     args = p.parse_args(argv)
@@ -137,11 +138,12 @@ def main(argv=None) -> int:
     c = args.chunk or -(-n // 4)
     cm = -(-nm // 2)
     nbytes = 8 * n * n
-    print(f"backend {backend}: x is {n}x{n} float64 ({nbytes / 2**30:.1f} GiB) in blocks of {c}; "
-          f"x @ y at {nm}x{nm}")
+    print(f"backend {backend}, {args.workers} workers of {args.threads} thread(s): x is {n}x{n} float64 "
+          f"({nbytes / 2**30:.1f} GiB) in blocks of {c}; x @ y at {nm}x{nm}")
     peer = cupy_times(n, nm, args.reps) if backend == "cuda" else {}
     kw = {} if backend == "cuda" else {"device_memory": f"{int(3.5 * nbytes / args.workers) // 2**20 + 256}MiB"}
-    client = dgvm.connect(n_workers=args.workers, backend=backend, dashboard_address=None, **kw)
+    client = dgvm.connect(n_workers=args.workers, backend=backend, dashboard_address=None,
+                          threads_per_worker=args.threads, **kw)
     try:
         ws = dgvm.workers()
         bw = sum(w.bandwidth for w in ws)
