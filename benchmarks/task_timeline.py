@@ -1,0 +1,169 @@
+"""Where the time of elementwise chains run back to back goes, task by task, on each worker.
+
+    python benchmarks/task_timeline.py [--backend auto|cuda|cpu] [--n 40000] [--k 16]
+                                       [--threads 1] [--alive 2] [--address ADDR]
+
+Runs ``y = ((2x + 1) x - 3) / (x + 2)`` ``--k`` times, each ``persist()``-ed before the one
+before has finished (``--alive`` results kept), and prints the time per chain, the CPU this
+process spent per chain (on a ``LocalCluster`` the scheduler runs in it), and the medians
+over each worker's tasks, from the worker's own log and clock, of:
+
+- wait: from the task's arrival to its start (it waited for a thread or its dependencies)
+- to fn: from Dask's "executing" to the task function's first line
+- launch: in the function, until the device wait at its end (the chunks' kernels queued)
+- device: that wait, for the device to finish the queued work
+- to done: from the function's return to Dask's "memory"
+- idle: from one task's "memory" to the next one's "executing" on that worker
+
+One pass over x moves ``2 * 8 * n * n / workers`` bytes per worker: at the bandwidth the
+workers measured that is the device floor printed beside. ``--address`` connects to a
+running cluster (``dgvm scheduler`` and ``dgvm worker``: the scheduler then has its own
+process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import logging
+import statistics
+import sys
+import time
+
+import cloudpickle
+
+import dgvm
+import dgvm.array as dnp
+
+# Functions of this module run on the workers (client.run): shipped whole.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def chain(x):
+    return ((2.0 * x + 1.0) * x - 3.0) / (x + 2.0)
+
+
+def _instrument(dask_worker):
+    """Note when each blockwise task's function starts and returns and when it waits
+    for the device (wrapping the module function the tasks name, and the backend's wait)."""
+    import time as clock
+
+    from distributed import get_worker
+
+    import dgvm.array.blockwise as blockwise
+
+    notes = dask_worker._dgvm_timeline = {}
+    run = blockwise._blockwise_here
+    backend = dask_worker.extensions["dgvm"].backend
+    wait = backend.synchronize
+
+    def timed_run(*args):
+        note = notes[get_worker().get_current_task()] = {"fn": clock.time()}
+        try:
+            return run(*args)
+        finally:
+            note["return"] = clock.time()
+
+    def timed_wait():
+        t = clock.time()
+        wait()
+        try:
+            note = notes.get(get_worker().get_current_task())
+        except Exception:  # noqa: BLE001  (not in a task)
+            note = None
+        if note is not None:
+            note["wait"], note["waited"] = t, clock.time()
+
+    blockwise._blockwise_here = timed_run
+    backend.synchronize = timed_wait
+
+
+def _log(dask_worker, prefix: str):
+    """Per task key: arrival, executing and memory times from the worker's state log,
+    with the notes of ``_instrument``."""
+    out = {}
+    for entry in list(dask_worker.state.log):
+        key = entry[0]
+        if not (isinstance(key, str) and key.startswith(prefix)):
+            continue
+        row = out.setdefault(key, {})
+        if entry[1] == "compute-task":
+            row.setdefault("arrived", entry[-1])
+        elif len(entry) >= 7 and entry[2] in ("executing", "memory"):
+            row[entry[2]] = entry[-1]
+    for key, note in getattr(dask_worker, "_dgvm_timeline", {}).items():
+        if key in out:
+            out[key].update(note)
+    return out
+
+
+STEPS = {
+    "wait": ("arrived", "executing"),
+    "to fn": ("executing", "fn"),
+    "launch": ("fn", "wait"),
+    "device": ("wait", "waited"),
+    "to done": ("return", "memory"),
+}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--n", type=int, default=None, help="default: 40000 on cuda, 2000 on cpu")
+    p.add_argument("--k", type=int, default=16)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--alive", type=int, default=2, help="results kept alive in the loop")
+    p.add_argument("--address", default=None)
+    args = p.parse_args(argv)
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    from dgvm import backends
+
+    if args.address:
+        client = dgvm.connect(args.address)
+        backend = dgvm.workers(client=client)[0].backend
+    else:
+        backend = backends.resolve(args.backend)
+        kw = {} if backend == "cuda" else {"device_memory": "2GiB"}
+        client = dgvm.connect(n_workers=2, backend=backend, dashboard_address=None,
+                              threads_per_worker=args.threads, **kw)
+    try:
+        n = args.n or (40000 if backend == "cuda" else 2000)
+        ws = dgvm.workers(client=client)
+        bw = sum(w.bandwidth for w in ws)
+        x = dnp.random.random((n, n), chunks=-(-n // 4))
+        x.wait()
+
+        def loop(k):
+            ys = collections.deque(maxlen=args.alive)
+            for _ in range(k):
+                ys.append(chain(x).persist())
+            for y in ys:
+                y.wait()
+
+        for _ in range(3):
+            loop(8)  # compiles, and fills the pool of released allocations
+        client.run(_instrument)
+        cpu, t0 = time.process_time(), time.time()
+        loop(args.k)
+        wall, cpu = time.time() - t0, time.process_time() - cpu
+        floor = 2 * 8 * n * n / bw
+        print(f"backend {backend}, {len(ws)} workers of {list(client.nthreads().values())} thread(s), "
+              f"x {n}x{n} float64 in 4x4 blocks, {args.k} chains, {args.alive} alive")
+        print(f"per chain {1e3 * wall / args.k:.2f} ms (the device floor {1e3 * floor:.2f} ms at "
+              f"{bw / 1e9:.0f} GB/s: {floor * args.k / wall:.0%}); this process's CPU per chain "
+              f"{1e3 * cpu / args.k:.2f} ms")
+        print(f"{'worker':>24} {'tasks':>5} " + " ".join(f"{s:>8}" for s in [*STEPS, "idle"]) + "  (ms, medians)")
+        for addr, log in client.run(_log, prefix="dgvm-fused").items():
+            rows = sorted((r for r in log.values() if "fn" in r and "memory" in r and r["executing"] >= t0),
+                          key=lambda r: r["executing"])
+            cells = [statistics.median(r[b] - r[a] for r in rows if a in r and b in r) for a, b in STEPS.values()]
+            idle = [b["executing"] - a["memory"] for a, b in zip(rows, rows[1:])]
+            cells.append(statistics.median(idle) if idle else float("nan"))
+            print(f"{addr:>24} {len(rows):>5} " + " ".join(f"{1e3 * c:8.2f}" for c in cells))
+    finally:
+        client.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
