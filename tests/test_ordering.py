@@ -5,9 +5,13 @@ its order."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
+from numba import cuda
 
+import dgvm
 import dgvm.array as dnp
 from dgvm.kernels import ordering
+from dgvm.kernels.staged import staged_here
 
 
 class _Task:
@@ -56,3 +60,35 @@ def test_a_transposed_reader_still_follows_every_writer(case):
         x = (x + 1.0).persist()  # aligned writers of chunks all over the cluster
         t = (x.T * 2.0).persist()  # reads other workers' chunks: follows all of them
         np.testing.assert_allclose(dnp.asnumpy(t), 2.0 * (h + k).T, rtol=1e-12)
+
+
+@dgvm.kernel
+def _checked_copy(x, out):  # may raise: on cpu a launch of it is staged (all or nothing)
+    i = cuda.grid(1)
+    if i < out.size:
+        if x[i] < 0:
+            raise ValueError("negative")
+        out[i] = x[i]
+
+
+def test_a_staged_launch_after_a_failure_on_one_worker_stages_nothing(case):
+    if case.backend != "cpu":
+        pytest.skip("launches are staged on cpu only")
+    x = dnp.from_numpy(np.arange(30), chunks=5, placement="round_robin")
+    e = np.ones(30, dtype=np.int64)
+    e[3] = -1  # NumPy: integers to negative integer powers are not allowed
+    e = dnp.from_numpy(e, chunks=5, colocate=x)
+    y = (x ** e).persist()  # fails on chunk 0's worker only
+    # Placed as x: the workers without chunk 0 have launch chunks none of y's failure touched.
+    out = dnp.from_numpy(np.zeros(30, dtype=np.int64), chunks=5, colocate=x)
+    try:
+        dgvm.launch(_checked_copy, y, out=out)
+        with pytest.raises(ValueError, match="negative integer powers"):
+            out.wait()
+        y.settle()  # every task that reads y has ended
+        # No worker holds copies that no commit will take.
+        assert set(case.client.run(lambda dask_worker: staged_here(dask_worker.address)).values()) == {0}
+    finally:
+        # The error, kept by the failed tasks' futures, holds this frame and its arrays.
+        for a in (out, y, e, x):
+            a.free()

@@ -103,10 +103,16 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
     input_writers = unfinished([f for a in inputs for f in a._pending.writes])
     client = out.alloc.client
     homes = out.alloc.by_home()
+    deps = {w: ordering.after(idx, aligned, out_tasks, input_writers) for w, idx in homes.items()}
+    if then is not None:
+        # All or nothing: an earlier failure must stop every first task, or those of the
+        # other workers would stage copies that no second task ever takes.
+        union = list({id(f): f for d in deps.values() for f in d}.values())
+        deps = dict.fromkeys(homes, union)
     futures = [
         client.submit(
-            fn, *task_args, idx, ordering.after(idx, aligned, out_tasks, input_writers),
-            workers=[w], allow_other_workers=False, pure=False, key=f"dgvm-{name}-{uuid.uuid4().hex[:10]}",
+            fn, *task_args, idx, deps[w], workers=[w], allow_other_workers=False, pure=False,
+            key=f"dgvm-{name}-{uuid.uuid4().hex[:10]}",
         )
         for w, idx in homes.items()
     ]

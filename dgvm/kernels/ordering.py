@@ -14,6 +14,13 @@ elementwise result without broadcasting or views, a launch without halo. For the
 block indices are recorded, and a later task skips an aligned one whose indices share
 none with its own. Everything else is kept: a task not recorded may have read or written
 any chunk.
+
+A failure passes on chunk by chunk: a task that failed fails the later tasks of its
+chunks (Dask fails a task whose dependency failed), not those of other chunks. So after
+``y`` failed on one worker, ``w += y`` updates the chunks whose part of ``y`` was made and
+``w.wait()`` raises y's error; the caller learns of it either way, and an operation that
+fails by itself may also have written some of its chunks. Staged launches (all or
+nothing) give all their first tasks the same dependencies (``launch.dispatch``).
 """
 
 from __future__ import annotations
