@@ -74,12 +74,12 @@ BACK_TO_BACK = 8
 ROW = f"chain, {BACK_TO_BACK} in a row"  # its time is per chain
 
 
-def chains_back_to_back(x, k=BACK_TO_BACK):
+def chains_back_to_back(x, k=BACK_TO_BACK, alive=2):
     """``y = chain(x)`` ``k`` times, each started before the one before has finished (as
-    a loop runs when nothing reads ``y`` in between); returns when all have. Two results
-    are alive at a time: each later one reuses the allocation, and so follows the tasks,
-    of the one two steps back, so the last two done means all are."""
-    ys = collections.deque(maxlen=2)
+    a loop runs when nothing reads ``y`` in between); returns when all have. ``alive``
+    results are kept at a time: each later one reuses the allocation, and so follows the
+    tasks, of one dropped before, so the last ones done means all are."""
+    ys = collections.deque(maxlen=alive)
     for _ in range(k):
         ys.append(chain(x).persist())
     for y in ys:

@@ -24,7 +24,6 @@ process).
 from __future__ import annotations
 
 import argparse
-import collections
 import logging
 import statistics
 import sys
@@ -34,13 +33,10 @@ import cloudpickle
 
 import dgvm
 import dgvm.array as dnp
+from array_ops import chains_back_to_back  # benchmarks/array_ops.py (the script's folder is on sys.path)
 
 # Functions of this module run on the workers (client.run): shipped whole.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-def chain(x):
-    return ((2.0 * x + 1.0) * x - 3.0) / (x + 2.0)
 
 
 def _instrument(dask_worker):
@@ -133,18 +129,11 @@ def main(argv=None) -> int:
         x = dnp.random.random((n, n), chunks=-(-n // 4))
         x.wait()
 
-        def loop(k):
-            ys = collections.deque(maxlen=args.alive)
-            for _ in range(k):
-                ys.append(chain(x).persist())
-            for y in ys:
-                y.wait()
-
-        for _ in range(3):
-            loop(8)  # compiles, and fills the pool of released allocations
+        for _ in range(3):  # compiles, and fills the pool of released allocations
+            chains_back_to_back(x, 8, args.alive)
         client.run(_instrument)
         cpu, t0 = time.process_time(), time.time()
-        loop(args.k)
+        chains_back_to_back(x, args.k, args.alive)
         wall, cpu = time.time() - t0, time.process_time() - cpu
         floor = 2 * 8 * n * n / bw
         print(f"backend {backend}, {len(ws)} workers of {list(client.nthreads().values())} thread(s), "

@@ -15,7 +15,9 @@ from dask.array.core import normalize_chunks as _dask_normalize
 
 def normalize(chunks, shape, dtype) -> tuple[tuple[int, ...], ...]:
     """Dask-style chunk spec (int, tuple, "auto", dict) -> tuple of per-axis block sizes."""
-    if chunks is None:
+    if chunks is None or chunks == "auto":
+        if 0 in tuple(shape):  # no elements, one block per axis (Dask's "auto" divides by the size)
+            return tuple((int(n),) for n in shape)
         chunks = "auto"
     return _dask_normalize(chunks, shape, dtype=np.dtype(dtype))
 

@@ -19,6 +19,7 @@ def same(got, want):
 def test_creation_and_elementwise_make_no_allocation(case):
     before = case.allocations()
     same(dnp.zeros((0, 3)), np.zeros((0, 3)))
+    same(dnp.zeros((0, 20_000_000)), np.zeros((0, 20_000_000)))  # "auto" chunks of a long empty axis
     same(dnp.ones((2, 0), dtype=dnp.int8), np.ones((2, 0), dtype=np.int8))
     same(dnp.full((0,), 7), np.full((0,), 7))
     same(dnp.arange(0), np.arange(0))

@@ -2,8 +2,9 @@
 
 One Dask task per worker covers all of that worker's chunks of ``out``. Launches are
 asynchronous and ordered: a launch's tasks depend on the tasks of earlier launches that
-wrote its inputs or its output, or read its output, so every launch sees the writes of
-the ones before it. ``dgvm.wait(x)`` blocks until ``x`` is current.
+wrote its inputs or its output, or read its output (those that touched the same chunks,
+``dgvm.kernels.ordering``), so every launch sees the writes of the ones before it.
+``dgvm.wait(x)`` blocks until ``x`` is current.
 """
 
 from __future__ import annotations
@@ -103,12 +104,13 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
     input_writers = unfinished([f for a in inputs for f in a._pending.writes])
     client = out.alloc.client
     homes = out.alloc.by_home()
-    deps = {w: ordering.after(idx, aligned, out_tasks, input_writers) for w, idx in homes.items()}
-    if then is not None:
+    if then is None:
+        deps = {w: ordering.after(idx, aligned, out_tasks, input_writers) for w, idx in homes.items()}
+    else:
         # All or nothing: an earlier failure must stop every first task, or those of the
-        # other workers would stage copies that no second task ever takes.
-        union = list({id(f): f for d in deps.values() for f in d}.values())
-        deps = dict.fromkeys(homes, union)
+        # other workers would stage copies that no second task ever takes. (Every earlier
+        # task touched some chunk of out, so each follows all of them.)
+        deps = dict.fromkeys(homes, out_tasks + input_writers)
     futures = [
         client.submit(
             fn, *task_args, idx, deps[w], workers=[w], allow_other_workers=False, pure=False,
