@@ -11,7 +11,8 @@ over each worker's tasks, from the worker's own log and clock, of:
 - wait: from the task's arrival to its start (it waited for a thread or its dependencies)
 - to fn: from Dask's "executing" to the task function's first line
 - launch: in the function, until the device wait at its end (the chunks' kernels queued)
-- device: that wait, for the device to finish the queued work
+- device: that wait, for the device to finish the queued work; none (0) in a task that
+  left its work running for the one ready behind it (``dgvm.dispatch.device-wait``)
 - to done: from the function's return to Dask's "memory"
 - idle: from one task's "memory" to the next one's "executing" on that worker
 
@@ -41,7 +42,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 def _instrument(dask_worker):
     """Note when each blockwise task's function starts and returns and when it waits
-    for the device (wrapping the module function the tasks name, and the backend's wait)."""
+    for the device or leaves its work running (wrapping the module function the tasks
+    name, the backend's wait and its record of work left running)."""
     import time as clock
 
     from distributed import get_worker
@@ -51,7 +53,7 @@ def _instrument(dask_worker):
     notes = dask_worker._dgvm_timeline = {}
     run = blockwise._blockwise_here
     backend = dask_worker.extensions["dgvm"].backend
-    wait = backend.synchronize
+    wait, leave = backend.synchronize, backend.queued.leave
 
     def timed_run(*args):
         note = notes[get_worker().get_current_task()] = {"fn": clock.time()}
@@ -70,8 +72,16 @@ def _instrument(dask_worker):
         if note is not None:
             note["wait"], note["waited"] = t, clock.time()
 
+    def timed_leave(what):
+        leave(what)
+        note = notes.get(get_worker().get_current_task())
+        if note is not None:
+            note["wait"] = note["waited"] = clock.time()
+            note["left"] = True
+
     blockwise._blockwise_here = timed_run
     backend.synchronize = timed_wait
+    backend.queued.leave = timed_leave
 
 
 def _log(dask_worker, prefix: str):
@@ -141,14 +151,16 @@ def main(argv=None) -> int:
         print(f"per chain {1e3 * wall / args.k:.2f} ms (the device floor {1e3 * floor:.2f} ms at "
               f"{bw / 1e9:.0f} GB/s: {floor * args.k / wall:.0%}); this process's CPU per chain "
               f"{1e3 * cpu / args.k:.2f} ms")
-        print(f"{'worker':>24} {'tasks':>5} " + " ".join(f"{s:>8}" for s in [*STEPS, "idle"]) + "  (ms, medians)")
+        print(f"{'worker':>24} {'tasks':>5} {'left':>5} " + " ".join(f"{s:>8}" for s in [*STEPS, "idle"])
+              + "  (ms, medians; left: tasks that did not wait for the device)")
         for addr, log in client.run(_log, prefix="dgvm-fused").items():
             rows = sorted((r for r in log.values() if "fn" in r and "memory" in r and r["executing"] >= t0),
                           key=lambda r: r["executing"])
             cells = [statistics.median(r[b] - r[a] for r in rows if a in r and b in r) for a, b in STEPS.values()]
             idle = [b["executing"] - a["memory"] for a, b in zip(rows, rows[1:])]
             cells.append(statistics.median(idle) if idle else float("nan"))
-            print(f"{addr:>24} {len(rows):>5} " + " ".join(f"{1e3 * c:8.2f}" for c in cells))
+            left = sum(1 for r in rows if r.get("left"))
+            print(f"{addr:>24} {len(rows):>5} {left:>5} " + " ".join(f"{1e3 * c:8.2f}" for c in cells))
     finally:
         client.close()
     return 0

@@ -269,7 +269,8 @@ class ChunkStore:
             "allocations": len(self._allocs),
             "chunks": sum(len(c) for c in self._allocs.values()),
             "replicas": sum(len(c) for c in self._replicas.values()),
-            "stats": self.stats.to_dict(),
+            # tasks that returned with their device work left running (queued_work)
+            "stats": {**self.stats.to_dict(), "left_running": self.backend.queued.left_running},
         }
 
 

@@ -173,9 +173,12 @@ class ChunkStorePlugin(WorkerPlugin):
         return [to_serialize(a) for a in arrays]
 
     async def export(self, alloc_id: int, indices: list, path: str, to: str | None = None):
+        loop = asyncio.get_running_loop()
+        queued = self.store.backend.queued
+        if not queued.done():  # a task left work running: the peer copies after it
+            await loop.run_in_executor(self._export_executor, queued.wait)
         if not transfer.PATHS[path].export_reads:  # a descriptor: no thread hop
             return self._export(alloc_id, indices, path, to)
-        loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._export_executor, self._export, alloc_id, indices, path, to)
 
     def _export(self, alloc_id, indices, path, to):

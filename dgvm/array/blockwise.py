@@ -18,7 +18,7 @@ from dgvm import chunk_grid
 from dgvm.array import fused
 from dgvm.array.deferred import host_value
 from dgvm.kernels.access import Access, ArraySpec
-from dgvm.kernels.launch import dispatch, still_reading, unfinished, write_chunks
+from dgvm.kernels.launch import dispatch, finish_on_device, still_reading, unfinished, write_chunks
 
 
 def run(op, out, inputs, name: str) -> None:
@@ -158,6 +158,8 @@ def _collect_here(op, spec: ArraySpec, indices, deps):
         lo, hi = chunk_bounds(spec, k)
         with access.output_chunk():
             out[chunk_grid.block_index(k, spec.grid)] = _small_or_host(op.partial(access.chunk(spec, k), lo, hi, xp))
+    # Host values: the wait is needed anyway; this one names a fault.
+    finish_on_device(access, f"reduction {type(op).__name__}", spec, indices, may_leave=False)
     return {b: _host(v) for b, v in out.items()}
 
 
@@ -185,6 +187,7 @@ def _collect_tree_here(op, tree, dtype, specs, grid: ArraySpec, indices, deps):
                 # scratch before the next chunk overwrites it.
                 partial = _detached(op.partial(scratch, lo, hi, xp), scratch, xp)
             out[chunk_grid.block_index(k, grid.grid)] = _small_or_host(partial)
+    finish_on_device(access, f"reduction {type(op).__name__}", grid, indices, may_leave=False)
     return {b: _host(v) for b, v in out.items()}
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from dgvm.backends.queued_work import QueuedWork
 from dgvm.records import DeviceProfile
 
 
@@ -28,6 +29,8 @@ class Backend(abc.ABC):
         self.speed = speed
         self.used = 0
         self.capacity = self._init_device(capacity)
+        #: work tasks queued and left running (``dgvm.backends.queued_work``)
+        self.queued = QueuedWork(self.record_event)
 
     # -- to implement ------------------------------------------------------------------
     @abc.abstractmethod
@@ -102,6 +105,11 @@ class Backend(abc.ABC):
 
     def synchronize(self) -> None:
         """Wait for the device to finish queued work (no-op on cpu)."""
+
+    def record_event(self):
+        """An event that completes when the work queued so far has run (``.done``,
+        ``.synchronize()``); None where work runs as it is queued (cpu)."""
+        return None
 
     def close(self) -> None:
         """Give the device memory back."""

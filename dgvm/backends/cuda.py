@@ -156,6 +156,11 @@ class CudaBackend(Backend):
     def synchronize(self):
         self._device.synchronize()
 
+    def record_event(self):
+        event = self._cupy.cuda.Event(disable_timing=True)
+        event.record()  # on the current stream, which every task and copy of dgvm uses
+        return event
+
     def device_info(self):
         cp = self._cupy
         dev_id = self._device.id

@@ -17,7 +17,7 @@ from distributed import wait as dask_wait
 from distributed.protocol import to_serialize
 from distributed.utils import sync
 
-from dgvm import streams
+from dgvm import config, streams
 from dgvm.errors import DgvmError, KernelError
 from dgvm.kernels import ordering
 from dgvm.kernels.access import Access, ArraySpec
@@ -185,9 +185,10 @@ def wait(*arrays) -> None:
 def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, kernel_errors: bool,
                  writes: bool = True) -> int:
     """The body of a task that writes chunks ``indices`` of ``out`` here: ``per_chunk(k)``
-    for each (the store locked), one wait for the device for the whole task (it runs one
-    chunk while the next is queued; one stream, so a buffer freed meanwhile is reused only
-    after the work queued on it), then the report to the GVAT. The chunks written are
+    for each (the store locked), at most one wait for the device for the whole task (it
+    runs one chunk while the next is queued; one stream, so a buffer freed meanwhile is
+    reused only after the work queued on it; ``finish_on_device``), then the report to
+    the GVAT. The chunks written are
     reported also when a later one fails: their replicas elsewhere must go.
 
     ``kernel_errors``: a failure in ``per_chunk`` comes back as a ``KernelError`` naming
@@ -205,15 +206,47 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
                     raise
                 raise kernel_error(what, out, [k], access, e) from None
             written.append(k)
-        try:
-            access.store.backend.synchronize()
-        except Exception as e:  # a fault ends the CUDA context
-            raise kernel_error(what, out, indices, access, e) from None
+        finish_on_device(access, what, out, indices)
     finally:
         wrote = written if writes else []
         if wrote or access.reads:
             report(out, wrote, access)
     return len(indices)
+
+
+def finish_on_device(access: Access, what: str, out: ArraySpec, indices, may_leave: bool = True) -> None:
+    """End a task's device work: leave it running when ``may_leave`` and another dgvm
+    task is ready on this worker (that one, or the last of the run, waits:
+    ``dgvm.backends.queued_work``), else wait for the device. A fault found by the wait is
+    a ``KernelError`` for the task's chunks, which names the work earlier tasks left
+    running: the fault may be theirs."""
+    queued = access.store.backend.queued
+    if may_leave and config.get("dispatch.device-wait") == "last" and next_task_waits(access.worker):
+        queued.leave(f"{what} on chunks {_span(indices)} of allocation {out.alloc_id}")
+        return
+    earlier = queued.named()
+    try:
+        queued.synchronized(access.store.backend.synchronize)
+    except Exception as e:  # a fault ends the CUDA context
+        err = kernel_error(what, out, indices, access, e)
+        if earlier:
+            err = KernelError(f"{err}; queued before it without a wait: {'; '.join(earlier)}")
+        raise err from None
+
+
+def next_task_waits(worker) -> bool:
+    """Is another dgvm task ready to run on ``worker``, waiting only for a thread? It
+    finishes its own device work after this task's (``finish_on_device``)."""
+    try:  # the event loop owns these sets: a copy, taken at once under the GIL
+        ready = [*worker.state.ready, *worker.state.constrained]
+    except RuntimeError:  # changed size while copied
+        return False
+    return any(str(ts.key).startswith("dgvm-") for ts in ready)
+
+
+def _span(indices) -> str:
+    indices = list(indices)
+    return str(indices) if len(indices) <= 4 else f"[{indices[0]}, ..., {indices[-1]}] ({len(indices)})"
 
 
 def kernel_error(what: str, out: ArraySpec, indices, access: Access, e: Exception) -> KernelError:

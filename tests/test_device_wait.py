@@ -1,0 +1,119 @@
+"""A task with another dgvm task ready behind it returns without waiting for the device
+(dgvm.backends.queued_work): the results are the same, a peer copying a chunk waits for the
+work left running, and a fault found later names that work."""
+
+from __future__ import annotations
+
+import types
+
+import dask
+import numpy as np
+import pytest
+from numba import cuda
+
+import dgvm
+import dgvm.array as dnp
+from dgvm.backends.queued_work import QueuedWork
+from dgvm.errors import KernelError
+from dgvm.kernels.access import ArraySpec
+from dgvm.kernels.launch import finish_on_device
+
+
+class _Event:
+    def __init__(self):
+        self.done = False
+
+    def synchronize(self):
+        self.done = True
+
+
+def test_queued_work_forgets_only_what_it_waited_for():
+    events = []
+    q = QueuedWork(lambda: events.append(_Event()) or events[-1])
+    assert q.done() and q.named() == []
+    q.leave("a")
+    q.leave("b")
+    assert not q.done() and q.named() == ["a", "b"] and q.left_running == 2
+    q.wait()  # the last event: later on the stream than the first
+    assert events[1].done and q.done() and q.named() == []
+
+    q.leave("c")
+
+    def device_wait():
+        q.leave("d")  # another thread's task leaves work during the wait: kept
+    q.synchronized(device_wait)
+    assert q.named() == ["c", "d"] and not q.done()
+
+
+def test_a_device_fault_names_the_work_left_running_before_it():
+    q = QueuedWork(_Event)
+    q.leave("kernel 'first' on chunks [0, 1] of allocation 7")
+
+    def fault():
+        raise RuntimeError("cudaErrorIllegalAddress")
+
+    backend = types.SimpleNamespace(queued=q, synchronize=fault)
+    worker = types.SimpleNamespace(address="tcp://w:1", state=types.SimpleNamespace(ready=[], constrained=[]))
+    access = types.SimpleNamespace(store=types.SimpleNamespace(backend=backend), worker=worker)
+    out = ArraySpec(9, "me", (4,), "<f8", ((2, 2),))
+    with pytest.raises(KernelError) as e:
+        finish_on_device(access, "kernel 'second'", out, [1])
+    msg = str(e.value)
+    assert "kernel 'second' failed on chunk 1" in msg and "cudaErrorIllegalAddress" in msg
+    assert "queued before it without a wait: kernel 'first' on chunks [0, 1] of allocation 7" in msg
+
+
+def _left_running(client) -> int:
+    return sum(w["left_running"] for w in dgvm.stats(client=client)["workers"].values())
+
+
+@dgvm.kernel
+def _spin(x, a, iters, out):  # device work as long as we ask: v <- a v + (1 - a)
+    i, j = cuda.grid(2)
+    if i < out.shape[0] and j < out.shape[1]:
+        v = x[i, j]
+        for _ in range(iters):
+            v = v * a + (1.0 - a)
+        out[i, j] = v
+
+
+def test_a_peer_copies_a_chunk_only_after_the_work_left_running_on_it(case):
+    # On cuda each worker's part of y takes tens of ms of device time, while the tasks
+    # behind it take about a millisecond each: a peer reads y before it is done unless
+    # the export waits. Each round's y has other values (a stale copy would not pass).
+    n, iters = (3000, 200_000) if case.backend == "cuda" else (200, 2_000)
+    h = np.random.default_rng(0).random((n, n))
+    x = dnp.from_numpy(h, chunks=n // 2, placement="round_robin")
+    x.wait()
+    assert len(set(x.locations().values())) > 1
+    before = _left_running(case.client)
+    for k in range(3):
+        a = 1.0 - (k + 1) / (2 * iters)
+        y = dnp.empty_like(x)
+        dgvm.launch(_spin, x, a, iters, out=y)
+        zs = [(x + float(j)).persist() for j in range(3)]  # ready behind y's tasks
+        t = (y.T + 0.5).persist()  # y.T's blocks (2 x 2) are the peers'
+        expect = 1.0 + (h - 1.0) * a**iters  # the fixed point is 1
+        np.testing.assert_allclose(dnp.asnumpy(t), expect.T + 0.5, rtol=1e-9)
+        np.testing.assert_allclose(dnp.asnumpy(zs[-1]), h + 2.0, rtol=1e-12)
+    assert _left_running(case.client) > before
+
+
+def _set_device_wait(client, value):
+    def set_here():
+        dask.config.set({"dgvm.dispatch.device-wait": value})
+    client.run(set_here)
+
+
+def test_every_task_waits_when_configured(case):
+    h = np.random.default_rng(1).random((400, 400))
+    x = dnp.from_numpy(h, chunks=100)
+    _set_device_wait(case.client, "every")
+    try:
+        before = _left_running(case.client)
+        for k in range(20):
+            y = ((x * float(k)) + 1.0).persist()
+        np.testing.assert_allclose(dnp.asnumpy(y), h * 19.0 + 1.0, rtol=1e-12)
+        assert _left_running(case.client) == before
+    finally:
+        _set_device_wait(case.client, "last")
