@@ -16,6 +16,10 @@ over each worker's tasks, from the worker's own log and clock, of:
 - to done: from the function's return to Dask's "memory"
 - idle: from one task's "memory" to the next one's "executing" on that worker
 
+On cuda it adds, from CUDA events around each task's work, how much of the run the device
+spent on the tasks' work (a task's share counts from when the device reached its work),
+and how long it sat idle between tasks.
+
 One pass over x moves ``2 * 8 * n * n / workers`` bytes per worker: at the bandwidth the
 workers measured that is the device floor printed beside. ``--address`` connects to a
 running cluster (``dgvm scheduler`` and ``dgvm worker``: the scheduler then has its own
@@ -55,12 +59,30 @@ def _instrument(dask_worker):
     backend = dask_worker.extensions["dgvm"].backend
     wait, leave = backend.synchronize, backend.queued.leave
 
+    # On cuda, events around each task's work on the stream: when the device reached it
+    # and when it finished it, in ms after ``start`` (read out by ``_log``).
+    mark = None
+    if backend.name == "cuda":
+        import cupy
+
+        start = cupy.cuda.Event()
+        start.record()
+
+        def mark():
+            e = cupy.cuda.Event()
+            e.record()
+            return e
+
     def timed_run(*args):
         note = notes[get_worker().get_current_task()] = {"fn": clock.time()}
+        if mark is not None:
+            note["events"] = (start, mark())
         try:
             return run(*args)
         finally:
             note["return"] = clock.time()
+            if mark is not None:
+                note["events"] += (mark(),)
 
     def timed_wait():
         t = clock.time()
@@ -99,8 +121,36 @@ def _log(dask_worker, prefix: str):
             row[entry[2]] = entry[-1]
     for key, note in getattr(dask_worker, "_dgvm_timeline", {}).items():
         if key in out:
+            note = dict(note)
+            events = note.pop("events", None)
+            if events is not None and len(events) == 3:  # (not when still running)
+                import cupy
+
+                events[-1].synchronize()
+                start, reached, done = events
+                note["device reached"] = cupy.cuda.get_elapsed_time(start, reached) / 1e3
+                note["device done"] = cupy.cuda.get_elapsed_time(start, done) / 1e3
             out[key].update(note)
     return out
+
+
+def device_busy(rows) -> str:
+    """On cuda: how much of the worker's run the device spent on the tasks' work, and its
+    idle time between tasks (from the events of ``_instrument``)."""
+    spans = sorted((r["device reached"], r["device done"]) for r in rows if "device done" in r)
+    if len(spans) < 2:
+        return ""
+    merged = [list(spans[0])]  # with threads > 1 the tasks' work interleaves
+    for lo, hi in spans[1:]:
+        if lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    span = merged[-1][1] - merged[0][0]
+    busy = sum(hi - lo for lo, hi in merged)
+    gaps = [b[0] - a[1] for a, b in zip(merged, merged[1:])] or [0.0]
+    return (f"{'':>24} device busy {busy / span:.0%} of its {1e3 * span:.1f} ms; idle between tasks "
+            f"{1e3 * sum(gaps):.1f} ms in all, median {1e3 * statistics.median(gaps):.2f} ms")
 
 
 STEPS = {
@@ -161,6 +211,9 @@ def main(argv=None) -> int:
             cells.append(statistics.median(idle) if idle else float("nan"))
             left = sum(1 for r in rows if r.get("left"))
             print(f"{addr:>24} {len(rows):>5} {left:>5} " + " ".join(f"{1e3 * c:8.2f}" for c in cells))
+            busy = device_busy(rows)
+            if busy:
+                print(busy)
     finally:
         client.close()
     return 0

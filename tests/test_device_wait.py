@@ -4,6 +4,7 @@ work left running, and a fault found later names that work."""
 
 from __future__ import annotations
 
+import time
 import types
 
 import dask
@@ -68,34 +69,42 @@ def _left_running(client) -> int:
 
 
 @dgvm.kernel
-def _spin(x, a, iters, out):  # device work as long as we ask: v <- a v + (1 - a)
+def _spin(origin, x, a, iters, out):
+    # v <- a v + (1 - a), ``iters`` times in the chunks past the first row of chunks and
+    # once in those of the first: device work as long as we ask, on one worker only.
     i, j = cuda.grid(2)
     if i < out.shape[0] and j < out.shape[1]:
         v = x[i, j]
-        for _ in range(iters):
+        for _ in range(iters if origin[0] > 0 else 1):
             v = v * a + (1.0 - a)
         out[i, j] = v
 
 
 def test_a_peer_copies_a_chunk_only_after_the_work_left_running_on_it(case):
-    # On cuda each worker's part of y takes tens of ms of device time, while the tasks
-    # behind it take about a millisecond each: a peer reads y before it is done unless
-    # the export waits. Each round's y has other values (a stale copy would not pass).
-    n, iters = (3000, 200_000) if case.backend == "cuda" else (200, 2_000)
+    # x's two rows of chunks are on two workers, A and B. On cuda y's chunk on B takes
+    # about half a second of device time and A's almost none: A's task reading y's chunk
+    # on B starts long before B's device is done with it, and must copy it only after.
+    n, iters = (2000, 800_000) if case.backend == "cuda" else (200, 2_000)
     h = np.random.default_rng(0).random((n, n))
-    x = dnp.from_numpy(h, chunks=n // 2, placement="round_robin")
+    x = dnp.from_numpy(h, chunks=(n // 2, n), placement="round_robin")
     x.wait()
-    assert len(set(x.locations().values())) > 1
+    b = x.locations()[(1, 0)]
     before = _left_running(case.client)
-    for k in range(3):
-        a = 1.0 - (k + 1) / (2 * iters)
+    for k in range(2):
+        a = 1.0 - (k + 1) / (2 * iters)  # each round's y has other values than the last
+        expect = 1.0 + (h - 1.0) * a ** np.where(np.arange(n) < n // 2, 1, iters)[:, None]
+        # B's one thread sleeps while z's tasks and then y's arrive; Dask runs the last
+        # submitted first, so y's task on B finds z's ready behind it and leaves its work
+        # running.
+        sleep = case.client.submit(time.sleep, 0.5, workers=[b], pure=False)
+        zs = [(x + float(j)).persist() for j in range(2)]
         y = dnp.empty_like(x)
-        dgvm.launch(_spin, x, a, iters, out=y)
-        zs = [(x + float(j)).persist() for j in range(3)]  # ready behind y's tasks
-        t = (y.T + 0.5).persist()  # y.T's blocks (2 x 2) are the peers'
-        expect = 1.0 + (h - 1.0) * a**iters  # the fixed point is 1
-        np.testing.assert_allclose(dnp.asnumpy(t), expect.T + 0.5, rtol=1e-9)
-        np.testing.assert_allclose(dnp.asnumpy(zs[-1]), h + 2.0, rtol=1e-12)
+        dgvm.launch(_spin, x, a, iters, out=y, pass_origin=True)
+        t = (x + y.T).persist()  # placed as x: A's chunk reads both of y's
+        np.testing.assert_allclose(dnp.asnumpy(t), h + expect.T, rtol=1e-9)
+        np.testing.assert_allclose(dnp.asnumpy(zs[-1]), h + 1.0, rtol=1e-12)
+        sleep.result()
+        del y, zs, t
     assert _left_running(case.client) > before
 
 
