@@ -1,6 +1,7 @@
 """dgvm.array beside dask.array (and single-GPU CuPy) on the same cluster.
 
     python benchmarks/array_ops.py [--backend auto|cuda|cpu] [--n 40000] [--reps 3]
+                                   [--threads 1] [--scheduler-process]
 
 Operations on an ``n x n`` float64 array ``x`` (and ``y``), each timed as the median of
 ``--reps`` runs after a warm-up, result brought to completion:
@@ -9,7 +10,8 @@ Operations on an ``n x n`` float64 array ``x`` (and ``y``), each timed as the me
 - an elementwise chain ``((2 * x + 1) * x - 3) / (x + 2)`` (5 operations), alone and 8
   times in a row, each started before the one before has finished (``y = chain(x)`` in a
   loop, each ``.persist()``-ed; time per chain): one chain waits for its Dask round trip,
-  a loop keeps the devices busy meanwhile
+  a loop keeps the devices busy meanwhile; and "steady loop", what each chain more adds
+  to such a loop ((40 in a row - 8 in a row) / 32), without a run's fixed cost
 - ``x @ y`` (at ``--n-matmul``, default n/4)
 - ``x.mean(axis=0)``
 - ``x[::3]``
@@ -72,6 +74,16 @@ def chain(x):
 
 BACK_TO_BACK = 8
 ROW = f"chain, {BACK_TO_BACK} in a row"  # its time is per chain
+# Per chain, what each chain more adds to a loop: (a run of LONG - a run of BACK_TO_BACK)
+# / (LONG - BACK_TO_BACK). A run's fixed cost (its first dispatch, its last round trip)
+# drops out: this is the bandwidth a long loop keeps up.
+STEADY = "chain, steady loop"
+LONG = 5 * BACK_TO_BACK
+
+
+def per_chain_in_a_loop(run, reps: int) -> float:
+    """Seconds each chain more adds to ``run(k)``, a loop of ``k`` chains."""
+    return (median_time(lambda: run(LONG), reps) - median_time(lambda: run(BACK_TO_BACK), reps)) / (LONG - BACK_TO_BACK)
 
 
 def chains_back_to_back(x, k=BACK_TO_BACK, alive=2):
@@ -104,6 +116,7 @@ def cupy_times(n, nm, reps):
         "(x + x.T).sum()": median_time(lambda: sync(float((x + x.T).sum())), reps),
         "elementwise chain": median_time(lambda: sync(chain(x)), reps),
         ROW: median_time(lambda: sync([chain(x) for _ in range(BACK_TO_BACK)][-1]), reps) / BACK_TO_BACK,
+        STEADY: per_chain_in_a_loop(lambda k: sync([chain(x) for _ in range(k)][-1]), reps),
         "x @ y": median_time(lambda: sync(xm @ y), reps),
         "x.mean(axis=0)": median_time(lambda: sync(x.mean(axis=0)), reps),
         "x[::3]": median_time(lambda: sync(x[::3].copy()), reps),
@@ -122,6 +135,8 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads", type=int, default=1, help="threads per worker (default 1, as dask-cuda's)")
+    p.add_argument("--scheduler-process", action="store_true",
+                   help="the LocalCluster's scheduler in a process of its own (not this one's event loop)")
     p.add_argument("--n-chain", type=int, default=None,
                    help="also time the chain at this size (default: 90000 on cuda, none on cpu)")
     args = p.parse_args(argv)
@@ -138,12 +153,14 @@ def main(argv=None) -> int:
     c = args.chunk or -(-n // 4)
     cm = -(-nm // 2)
     nbytes = 8 * n * n
-    print(f"backend {backend}, {args.workers} workers of {args.threads} thread(s): x is {n}x{n} float64 "
+    where = "its own process" if args.scheduler_process else "this process"
+    print(f"backend {backend}, {args.workers} workers of {args.threads} thread(s), the scheduler in {where}: "
+          f"x is {n}x{n} float64 "
           f"({nbytes / 2**30:.1f} GiB) in blocks of {c}; x @ y at {nm}x{nm}")
     peer = cupy_times(n, nm, args.reps) if backend == "cuda" else {}
     kw = {} if backend == "cuda" else {"device_memory": f"{int(3.5 * nbytes / args.workers) // 2**20 + 256}MiB"}
     client = dgvm.connect(n_workers=args.workers, backend=backend, dashboard_address=None,
-                          threads_per_worker=args.threads, **kw)
+                          threads_per_worker=args.threads, scheduler_process=args.scheduler_process, **kw)
     try:
         ws = dgvm.workers()
         bw = sum(w.bandwidth for w in ws)
@@ -156,6 +173,7 @@ def main(argv=None) -> int:
             "(x + x.T).sum()": median_time(lambda: float((x + x.T).sum()), args.reps),
             "elementwise chain": median_time(lambda: chain(x).wait(), args.reps),
             ROW: median_time(lambda: chains_back_to_back(x), args.reps) / BACK_TO_BACK,
+            STEADY: per_chain_in_a_loop(lambda k: chains_back_to_back(x, k), args.reps),
             "x @ y": median_time(lambda: (xm @ ym).wait(), args.reps),
             "x.mean(axis=0)": median_time(lambda: x.mean(axis=0).wait(), args.reps),
             "x[::3]": median_time(lambda: x[::3].wait(), args.reps),
@@ -175,7 +193,8 @@ def main(argv=None) -> int:
             xc = dnp.random.random((nc, nc), chunks=-(-nc // 4))
             xc.wait()
             big_chain = (nc, median_time(lambda: chain(xc).wait(), args.reps),
-                         median_time(lambda: chains_back_to_back(xc), args.reps) / BACK_TO_BACK)
+                         median_time(lambda: chains_back_to_back(xc), args.reps) / BACK_TO_BACK,
+                         per_chain_in_a_loop(lambda k: chains_back_to_back(xc, k), args.reps))
             del xc
             settle_releases()
 
@@ -200,11 +219,11 @@ def main(argv=None) -> int:
             wait(v)
             finish_device_work(client, backend)
 
-        def dask_chains_back_to_back(dx):
+        def dask_chains_back_to_back(dx, k=BACK_TO_BACK):
             # As dgvm's: two results in flight; the older one is done before it is
             # dropped (Dask would cancel it otherwise).
             ys = collections.deque()
-            for _ in range(BACK_TO_BACK):
+            for _ in range(k):
                 if len(ys) == 2:
                     wait(ys.popleft())
                 ys.append(chain(dx).map_blocks(_same, name=f"bench-{uuid.uuid4().hex}", dtype=dx.dtype).persist())
@@ -221,12 +240,14 @@ def main(argv=None) -> int:
                 "(x + x.T).sum()": lambda: float((dx + dx.T).sum().compute()),
                 "elementwise chain": lambda: done(chain(dx)),
                 ROW: lambda: dask_chains_back_to_back(dx),
+                STEADY: lambda k: dask_chains_back_to_back(dx, k),
                 "x.mean(axis=0)": lambda: done(dx.mean(axis=0)),
                 "x[::3]": lambda: done(dx[::3]),
                 **dict(extra),
             }
             before = sent()
-            times = {op: median_time(fn, args.reps) / (BACK_TO_BACK if op == ROW else 1)
+            times = {op: per_chain_in_a_loop(fn, args.reps) if op == STEADY
+                     else median_time(fn, args.reps) / (BACK_TO_BACK if op == ROW else 1)
                      for op, fn in ops.items()}
             return times, sent() - before
 
@@ -256,7 +277,7 @@ def main(argv=None) -> int:
                 line += f" {peer[op]:>13.4f} {peer[op] / mine[op]:>9.2f}x"
             print(line)
         moved = CHAIN_BYTES * nbytes
-        for op in ("elementwise chain", ROW):
+        for op in ("elementwise chain", ROW, STEADY):
             print(f"{op}: dgvm {moved / mine[op] / 1e9:.0f} GB/s, dask.array "
                   f"{moved / theirs[op] / 1e9:.0f} GB/s; the workers measured {bw / 1e9:.0f} GB/s "
                   f"of device bandwidth in all: dgvm at {moved / mine[op] / bw:.0%} (target >= 80% on cuda)")
@@ -267,7 +288,7 @@ def main(argv=None) -> int:
         if big_chain:
             nc, *times = big_chain
             big = CHAIN_BYTES * 8 * nc * nc
-            for what, t in zip(("elementwise chain", ROW), times):
+            for what, t in zip(("elementwise chain", ROW, STEADY), times):
                 print(f"{what} at {nc}x{nc} ({8 * nc * nc / 2**30:.0f} GiB), dgvm only (no peer "
                       f"timed at this size): {t:.4f} s, {big / t / 1e9:.0f} GB/s = "
                       f"{big / t / bw:.0%} of the measured {bw / 1e9:.0f} GB/s")

@@ -2,6 +2,7 @@
 
     python benchmarks/task_timeline.py [--backend auto|cuda|cpu] [--n 40000] [--k 16]
                                        [--threads 1] [--alive 2] [--address ADDR]
+                                       [--scheduler-process]
 
 Runs ``y = ((2x + 1) x - 3) / (x + 2)`` ``--k`` times, each ``persist()``-ed before the one
 before has finished (``--alive`` results kept), and prints the time per chain, the CPU this
@@ -68,10 +69,12 @@ def _instrument(dask_worker):
         start = cupy.cuda.Event()
         start.record()
 
-        def mark():
+        def record():
             e = cupy.cuda.Event()
             e.record()
             return e
+
+        mark = record
 
     def timed_run(*args):
         note = notes[get_worker().get_current_task()] = {"fn": clock.time()}
@@ -168,6 +171,8 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=None, help="default: 40000 on cuda, 2000 on cpu")
     p.add_argument("--k", type=int, default=16)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--scheduler-process", action="store_true",
+                   help="the LocalCluster's scheduler in a process of its own (not this one's event loop)")
     p.add_argument("--alive", type=int, default=2, help="results kept alive in the loop")
     p.add_argument("--address", default=None)
     args = p.parse_args(argv)
@@ -181,7 +186,7 @@ def main(argv=None) -> int:
         backend = backends.resolve(args.backend)
         kw = {} if backend == "cuda" else {"device_memory": "2GiB"}
         client = dgvm.connect(n_workers=2, backend=backend, dashboard_address=None,
-                              threads_per_worker=args.threads, **kw)
+                              threads_per_worker=args.threads, scheduler_process=args.scheduler_process, **kw)
     try:
         n = args.n or (40000 if backend == "cuda" else 2000)
         ws = dgvm.workers(client=client)
@@ -196,7 +201,9 @@ def main(argv=None) -> int:
         chains_back_to_back(x, args.k, args.alive)
         wall, cpu = time.time() - t0, time.process_time() - cpu
         floor = 2 * 8 * n * n / bw
+        where = "an address" if args.address else "its own process" if args.scheduler_process else "this process"
         print(f"backend {backend}, {len(ws)} workers of {list(client.nthreads().values())} thread(s), "
+              f"the scheduler in {where}, "
               f"x {n}x{n} float64 in 4x4 blocks, {args.k} chains, {args.alive} alive")
         print(f"per chain {1e3 * wall / args.k:.2f} ms (the device floor {1e3 * floor:.2f} ms at "
               f"{bw / 1e9:.0f} GB/s: {floor * args.k / wall:.0%}); this process's CPU per chain "

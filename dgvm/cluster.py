@@ -23,7 +23,7 @@ from abc import ABCMeta
 import distributed
 from distributed.core import Status
 
-from dgvm import backends, config, deploy
+from dgvm import backends, config, deploy, scheduler_process
 from dgvm.backends.cuda import gpu_count
 from dgvm.deploy import SCHEDULER_PRELOAD, WORKER_PRELOAD
 from dgvm.errors import DgvmError
@@ -65,6 +65,9 @@ class LocalCluster(metaclass=ABCMeta):
     device_speed : relative device speed per worker for placement (cpu emulation of mixed
         devices, e.g. ``[1, 2, 4]``); default: measured
     processes : workers in their own processes (True) or threads of this one (cpu only)
+    scheduler_process : run the scheduler in a process of its own instead of on this
+        process's event loop (``dgvm.scheduler_process``): programs that start many small
+        operations no longer share one interpreter lock with it
 
     Other keyword arguments go to the Dask cluster underneath (``LocalCUDACluster`` on
     cuda, ``distributed.LocalCluster`` on cpu), e.g. ``protocol="ucx"`` or
@@ -79,6 +82,7 @@ class LocalCluster(metaclass=ABCMeta):
         device_speed=None,
         threads_per_worker: int = 1,
         processes: bool = True,
+        scheduler_process: bool = False,
         dashboard_address: str | None = ":8787",
         host: str = "127.0.0.1",
         silence_logs=True,
@@ -103,7 +107,8 @@ class LocalCluster(metaclass=ABCMeta):
         if silence_logs is True:
             silence_logs = logging.WARN
         common = dict(
-            n_workers=n_workers, argvs=argvs, threads_per_worker=threads_per_worker,
+            n_workers=n_workers, argvs=argvs, scheduler_process=scheduler_process,
+            threads_per_worker=threads_per_worker,
             dashboard_address=dashboard_address, host=host, silence_logs=silence_logs, **kwargs,
         )
         if backend == "cuda":
@@ -130,6 +135,11 @@ class _DgvmCluster:
     FREE_TIMEOUT = 2  # seconds, of the few Dask gives a close at exit; then it closes anyway
     __repr__ = LocalCluster.__repr__
 
+    async def _start(self):
+        if self._scheduler_process and self.scheduler is None:  # not yet started
+            self.scheduler_spec = scheduler_process.spec(self.scheduler_spec["options"])
+        await super()._start()
+
     def _preload_argv_of(self, i: int) -> list[str]:
         """Worker ``i``'s preload arguments (a worker beyond those asked for: defaults)."""
         return self._argvs[i] if i < len(self._argvs) else _preload_argv(self.backend)
@@ -147,8 +157,9 @@ class CPUCluster(_DgvmCluster, distributed.LocalCluster):
 
     backend = "cpu"
 
-    def __init__(self, n_workers: int, argvs: list, processes: bool, **kwargs):
+    def __init__(self, n_workers: int, argvs: list, processes: bool, scheduler_process: bool, **kwargs):
         self._argvs = argvs
+        self._scheduler_process = scheduler_process
         self._processes = processes
         # TCP even for workers in threads (Dask would pick inproc): dgvm's cross-host
         # transfer path is Dask's comm, and tests of it need a real one.
@@ -196,8 +207,9 @@ def _cuda_cluster_class():
 
         backend = "cuda"
 
-        def __init__(self, n_workers: int, argvs: list, gpus: list, **kwargs):
+        def __init__(self, n_workers: int, argvs: list, gpus: list, scheduler_process: bool, **kwargs):
             self._argvs = argvs  # read by new_worker_spec, which the parent's __init__ calls
+            self._scheduler_process = scheduler_process
             super().__init__(
                 CUDA_VISIBLE_DEVICES=gpus, n_workers=n_workers, name="dgvm.LocalCluster",
                 scheduler_kwargs=_scheduler_kwargs(kwargs), preload=[WORKER_PRELOAD], **kwargs,

@@ -273,6 +273,38 @@ def test_local_cluster_on_gpus_is_local_cuda_cluster():
         assert len(set(x.locations().values())) == n
 
 
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_local_cluster_with_its_scheduler_in_a_process_of_its_own(backend):
+    import dask
+
+    # The scheduler process takes this process's config, as the workers do.
+    with dask.config.set({"dgvm.placement.headroom": 0.25}), \
+            dgvm.LocalCluster(n_workers=2, backend=backend, device_memory="256MiB",
+                              scheduler_process=True, dashboard_address=None) as cluster, \
+            dgvm.connect(cluster) as client:
+        pid = client.run_on_scheduler(os.getpid)
+        assert pid != os.getpid()
+        assert client.run_on_scheduler(lambda: dask.config.get("dgvm.placement.headroom")) == 0.25
+        h = np.random.default_rng(0).random((300, 300))
+        x = dnp.from_numpy(h, chunks=100, placement="round_robin")
+        assert float((x + x.T).sum()) == pytest.approx((h + h.T).sum(), rel=1e-12)
+        assert len(set(x.locations().values())) == 2
+    # Closed with the cluster.
+    with pytest.raises(ProcessLookupError):
+        for _ in range(100):
+            os.kill(pid, 0)
+            time.sleep(0.1)
+
+
+def test_scheduler_process_refuses_options_it_cannot_pass():
+    from dgvm.scheduler_process import spec
+
+    with pytest.raises(ValueError, match="cannot pass the scheduler option services="):
+        spec({"services": {("x", 0): object}, "port": 0})
+    assert spec({"security": None, "port": 0, "preload": ["dgvm.scheduler"]})["options"] == {
+        "options": {"port": 0, "preload": ["dgvm.scheduler"]}}
+
+
 def test_scheduler_with_a_bad_config_value_stops_and_says_why(procs):
     procs.start("scheduler", [
         *cli("dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
