@@ -39,13 +39,13 @@ OPS = {
 }
 
 
-def _expr(tree, leaf_types: list, k: str) -> tuple[str, str] | None:
-    """(C++ value of ``tree`` for element slot ``k``, its C type), or None."""
+def _expr(tree) -> str | None:
+    """The C++ value of ``tree`` for element slot ``k`` of the loads, or None."""
     kind = tree[0]
     if kind == "in":
-        return f"v{tree[1]}[{k}]", leaf_types[tree[1]]
+        return f"v{tree[1]}[k]"
     if kind == "arg":
-        return f"s{tree[1]}", None  # a Python scalar: takes the type of where it enters
+        return f"s{tree[1]}"  # a Python scalar: takes the type of where it enters
     if kind != "call":
         return None
     _, name, args, dtype = tree
@@ -55,11 +55,11 @@ def _expr(tree, leaf_types: list, k: str) -> tuple[str, str] | None:
         return None
     operands = []
     for a in args:
-        sub = _expr(a, leaf_types, k)
+        sub = _expr(a)
         if sub is None:
             return None
-        operands.append(f"(({ctype}){sub[0]})")
-    return f"(({ctype}){template.format(**dict(zip('ab', operands)))})", ctype
+        operands.append(f"(({ctype}){sub})")
+    return f"(({ctype}){template.format(**dict(zip('ab', operands)))})"
 
 
 def source(tree, leaf_dtypes, out_dtype, nscalars: int, name: str = "dgvm_wide") -> str | None:
@@ -69,7 +69,7 @@ def source(tree, leaf_dtypes, out_dtype, nscalars: int, name: str = "dgvm_wide")
     out_type = C_TYPES.get(np.dtype(out_dtype).str)
     if out_type is None or None in leaf_types or tree[0] != "call":
         return None
-    value = _expr(tree, leaf_types, "k")
+    value = _expr(tree)
     if value is None:
         return None
     params = [f"const {t}* in{j}" for j, t in enumerate(leaf_types)]
@@ -93,7 +93,7 @@ extern "C" __global__ void {name}({", ".join(params)}) {{
         }}
         #pragma unroll
         for (int k = 0; k < {PER_THREAD}; ++k) {{
-            if (i[k] < n) out[i[k]] = ({out_type}){value[0]};
+            if (i[k] < n) out[i[k]] = ({out_type}){value};
         }}
     }}
 }}
