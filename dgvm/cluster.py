@@ -23,10 +23,11 @@ from abc import ABCMeta
 import distributed
 from distributed.core import Status
 
-from dgvm import backends, config, deploy, scheduler_process
+from dgvm import backends, config, deploy
 from dgvm.backends.cuda import gpu_count
 from dgvm.deploy import SCHEDULER_PRELOAD, WORKER_PRELOAD
 from dgvm.errors import DgvmError
+from dgvm.scheduler_process import spec as own_process_spec
 
 
 def _per_worker(value, n: int, what: str) -> list:
@@ -67,7 +68,8 @@ class LocalCluster(metaclass=ABCMeta):
     processes : workers in their own processes (True) or threads of this one (cpu only)
     scheduler_process : run the scheduler in a process of its own instead of on this
         process's event loop (``dgvm.scheduler_process``): programs that start many small
-        operations no longer share one interpreter lock with it
+        operations no longer share one interpreter lock with it. It stops with the cluster,
+        or when this process ends.
 
     Other keyword arguments go to the Dask cluster underneath (``LocalCUDACluster`` on
     cuda, ``distributed.LocalCluster`` on cpu), e.g. ``protocol="ucx"`` or
@@ -106,6 +108,8 @@ class LocalCluster(metaclass=ABCMeta):
         ]
         if silence_logs is True:
             silence_logs = logging.WARN
+        if scheduler_process:  # refused before anything starts
+            own_process_spec({"security": kwargs.get("security"), **(kwargs.get("scheduler_kwargs") or {})})
         common = dict(
             n_workers=n_workers, argvs=argvs, scheduler_process=scheduler_process,
             threads_per_worker=threads_per_worker,
@@ -137,7 +141,8 @@ class _DgvmCluster:
 
     async def _start(self):
         if self._scheduler_process and self.scheduler is None:  # not yet started
-            self.scheduler_spec = scheduler_process.spec(self.scheduler_spec["options"])
+            level = self._silence_logs if isinstance(self._silence_logs, int) and self._silence_logs else None
+            self.scheduler_spec = own_process_spec(self.scheduler_spec["options"], level)
         await super()._start()
 
     def _preload_argv_of(self, i: int) -> list[str]:
@@ -159,7 +164,7 @@ class CPUCluster(_DgvmCluster, distributed.LocalCluster):
 
     def __init__(self, n_workers: int, argvs: list, processes: bool, scheduler_process: bool, **kwargs):
         self._argvs = argvs
-        self._scheduler_process = scheduler_process
+        self._scheduler_process, self._silence_logs = scheduler_process, kwargs.get("silence_logs")
         self._processes = processes
         # TCP even for workers in threads (Dask would pick inproc): dgvm's cross-host
         # transfer path is Dask's comm, and tests of it need a real one.
@@ -169,10 +174,14 @@ class CPUCluster(_DgvmCluster, distributed.LocalCluster):
             scheduler_kwargs=_scheduler_kwargs(kwargs), preload=[WORKER_PRELOAD], **kwargs,
         )
         # Started with no workers so that each gets its own preload arguments from
-        # new_worker_spec (as LocalCUDACluster does; awaiting the cluster starts them
-        # when asynchronous).
-        self.scale(n_workers)
-        if not self.asynchronous:
+        # new_worker_spec (as LocalCUDACluster does). When asynchronous, awaiting the
+        # cluster starts them after its scheduler: scale() would try at once, before a
+        # scheduler in its own process has an address.
+        if self.asynchronous:
+            while len(self.worker_spec) < n_workers:
+                self.worker_spec.update(self.new_worker_spec())
+        else:
+            self.scale(n_workers)
             self.sync(self._correct_state)
 
     def new_worker_spec(self):
@@ -209,7 +218,7 @@ def _cuda_cluster_class():
 
         def __init__(self, n_workers: int, argvs: list, gpus: list, scheduler_process: bool, **kwargs):
             self._argvs = argvs  # read by new_worker_spec, which the parent's __init__ calls
-            self._scheduler_process = scheduler_process
+            self._scheduler_process, self._silence_logs = scheduler_process, kwargs.get("silence_logs")
             super().__init__(
                 CUDA_VISIBLE_DEVICES=gpus, n_workers=n_workers, name="dgvm.LocalCluster",
                 scheduler_kwargs=_scheduler_kwargs(kwargs), preload=[WORKER_PRELOAD], **kwargs,

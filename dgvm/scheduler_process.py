@@ -7,8 +7,10 @@ operations run back to back spent as much CPU in that one process as they took t
 (``benchmarks/task_timeline.py``). In its own process the scheduler gets a core of its own.
 
 The process runs ``distributed.Scheduler`` through Dask's ``dask spec`` entry point, with
-this process's Dask configuration (the way Dask's nannies hand it to workers); its log
-goes to a temporary file, shown if it fails to start.
+this process's Dask configuration (the way Dask's nannies hand it to workers) and module
+path; its log goes to a temporary file, shown if it fails to start. This module is also
+one of its preloads (``dask_setup``): it closes the scheduler when this process is gone,
+however it ended, and logs at the level ``LocalCluster(silence_logs=...)`` asked for.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -29,10 +32,16 @@ from distributed.deploy.spec import ProcessInterface
 _DROPPED_IF_UNSET = ("services", "service_kwargs", "security")
 
 
-def spec(options: dict) -> dict:
+PARENT = "DGVM_SCHEDULER_PARENT"  # the parent's pid, as the child's environment says
+LOG_LEVEL = "DGVM_SCHEDULER_LOG_LEVEL"
+WATCH_INTERVAL = 1.0  # seconds between looks at the parent
+
+
+def spec(options: dict, log_level: int | None = None) -> dict:
     """The cluster's scheduler spec (``cls``: the in-process Scheduler, ``options``) for a
-    scheduler in its own process. Raises ValueError for options it cannot pass there."""
-    opts = {}
+    scheduler in its own process, whose ``distributed`` loggers log at ``log_level``.
+    Raises ValueError for options it cannot pass there."""
+    opts = {"preload": [*(options.get("preload") or []), __name__]}
     for key, value in options.items():
         if key in _DROPPED_IF_UNSET and not _set(value):
             continue
@@ -43,8 +52,9 @@ def spec(options: dict) -> dict:
                 f"scheduler_process=True cannot pass the scheduler option {key}={value!r} to "
                 "another process; start the scheduler with `dgvm scheduler` instead"
             ) from None
-        opts[key] = value
-    return {"cls": SchedulerProcess, "options": {"options": opts}}
+        if key != "preload":
+            opts[key] = value
+    return {"cls": SchedulerProcess, "options": {"options": opts, "log_level": log_level}}
 
 
 def _set(value) -> bool:
@@ -60,9 +70,10 @@ class SchedulerProcess(ProcessInterface):
     START_TIMEOUT = 60  # seconds
     STOP_TIMEOUT = 10
 
-    def __init__(self, options: dict):
+    def __init__(self, options: dict, log_level: int | None = None):
         super().__init__()
         self.options = options
+        self.log_level = log_level
         self.process = None
         self._log = None
         self._file = None
@@ -72,7 +83,15 @@ class SchedulerProcess(ProcessInterface):
         os.close(fd)
         os.unlink(self._file)  # the scheduler writes it once it listens
         self._log = tempfile.TemporaryFile()
-        env = {**os.environ, "DASK_INTERNAL_INHERIT_CONFIG": dask.config.serialize(dask.config.global_config)}
+        env = {
+            **os.environ,
+            "DASK_INTERNAL_INHERIT_CONFIG": dask.config.serialize(dask.config.global_config),
+            # Preloads and functions run on the scheduler import as they do here.
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+            PARENT: str(os.getpid()),
+        }
+        if self.log_level is not None:
+            env[LOG_LEVEL] = str(self.log_level)
         cls_spec = {"cls": "distributed.Scheduler", "opts": {**self.options, "scheduler_file": self._file}}
         self.process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "distributed.cli.dask_spec", "--spec", json.dumps(cls_spec),
@@ -112,3 +131,23 @@ class SchedulerProcess(ProcessInterface):
             self._log.close()
             self._log = None
         await super().close()
+
+
+def dask_setup(scheduler) -> None:
+    """Preload of the scheduler process: close it once its parent is gone (a parent killed,
+    or stopped by a signal, never closes its cluster), and set its log level."""
+    level = os.environ.get(LOG_LEVEL)
+    if level:
+        logging.getLogger("distributed").setLevel(int(level))
+    parent = int(os.environ.get(PARENT, "0"))
+    if not parent:
+        return
+    from tornado.ioloop import PeriodicCallback
+
+    def look():
+        if os.getppid() != parent:  # re-parented: the parent has exited
+            watch.stop()
+            asyncio.ensure_future(scheduler.close(reason="dgvm-cluster-parent-gone"))
+
+    watch = PeriodicCallback(look, WATCH_INTERVAL * 1000)
+    watch.start()

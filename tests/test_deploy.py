@@ -296,13 +296,77 @@ def test_local_cluster_with_its_scheduler_in_a_process_of_its_own(backend):
             time.sleep(0.1)
 
 
+ORPHAN = """
+import os, sys, time
+import dgvm
+if __name__ == "__main__":
+    cluster = dgvm.LocalCluster(n_workers=1, backend="cpu", device_memory="64MiB",
+                                scheduler_process=True, dashboard_address=None)
+    client = dgvm.connect(cluster)
+    print(client.run_on_scheduler(os.getpid), flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_scheduler_in_its_own_process_stops_when_its_parent_is_killed(tmp_path):
+    script = tmp_path / "orphan.py"
+    script.write_text(ORPHAN)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(parent.stdout.readline())
+    finally:
+        parent.kill()  # SIGKILL: no cluster close runs
+        parent.wait()
+    with pytest.raises(ProcessLookupError):
+        for _ in range(150):
+            os.kill(pid, 0)
+            time.sleep(0.1)
+
+
+async def _async_cluster_with_its_scheduler_in_a_process_of_its_own():
+    async with dgvm.LocalCluster(n_workers=2, backend="cpu", device_memory="64MiB", asynchronous=True,
+                                 scheduler_process=True, dashboard_address=None) as cluster:
+        from distributed import Client
+
+        async with Client(cluster, asynchronous=True) as client:
+            await client.wait_for_workers(2, timeout=60)
+            return await client.run_on_scheduler(os.getpid)
+
+
+def test_an_asynchronous_cluster_with_its_scheduler_in_a_process_of_its_own():
+    import asyncio
+    import logging
+
+    class Errors(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.ERROR)
+            self.seen = []
+
+        def emit(self, record):
+            self.seen.append(record.getMessage())
+
+    # Workers started before the scheduler had an address: an error on the event loop.
+    errors, loggers = Errors(), [logging.getLogger(n) for n in ("", "tornado.application", "asyncio")]
+    for log in loggers:
+        log.addHandler(errors)
+    try:
+        assert asyncio.run(_async_cluster_with_its_scheduler_in_a_process_of_its_own()) != os.getpid()
+    finally:
+        for log in loggers:
+            log.removeHandler(errors)
+    assert errors.seen == []
+
+
 def test_scheduler_process_refuses_options_it_cannot_pass():
     from dgvm.scheduler_process import spec
 
     with pytest.raises(ValueError, match="cannot pass the scheduler option services="):
         spec({"services": {("x", 0): object}, "port": 0})
     assert spec({"security": None, "port": 0, "preload": ["dgvm.scheduler"]})["options"] == {
-        "options": {"port": 0, "preload": ["dgvm.scheduler"]}}
+        "options": {"preload": ["dgvm.scheduler", "dgvm.scheduler_process"], "port": 0}, "log_level": None}
+    # Refused before anything starts.
+    with pytest.raises(ValueError, match="cannot pass the scheduler option services="):
+        dgvm.LocalCluster(backend="cpu", scheduler_process=True, scheduler_kwargs={"services": {("x", 0): object}})
 
 
 def test_scheduler_with_a_bad_config_value_stops_and_says_why(procs):

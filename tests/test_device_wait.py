@@ -4,6 +4,7 @@ work left running, and a fault found later names that work."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import types
 
@@ -17,7 +18,7 @@ import dgvm.array as dnp
 from dgvm.backends.queued_work import QueuedWork
 from dgvm.errors import KernelError
 from dgvm.kernels.access import ArraySpec
-from dgvm.kernels.launch import finish_on_device
+from dgvm.kernels.launch import finish_on_device, write_chunks
 
 
 class _Event:
@@ -53,7 +54,7 @@ def test_a_device_fault_names_the_work_left_running_before_it():
     def fault():
         raise RuntimeError("cudaErrorIllegalAddress")
 
-    backend = types.SimpleNamespace(queued=q, synchronize=fault)
+    backend = types.SimpleNamespace(queued=q, synchronize=fault, one_stream=True)
     worker = types.SimpleNamespace(address="tcp://w:1", state=types.SimpleNamespace(ready=[], constrained=[]))
     access = types.SimpleNamespace(store=types.SimpleNamespace(backend=backend), worker=worker)
     out = ArraySpec(9, "me", (4,), "<f8", ((2, 2),))
@@ -62,6 +63,24 @@ def test_a_device_fault_names_the_work_left_running_before_it():
     msg = str(e.value)
     assert "kernel 'second' failed on chunk 1" in msg and "cudaErrorIllegalAddress" in msg
     assert "queued before it without a wait: kernel 'first' on chunks [0, 1] of allocation 7" in msg
+
+
+def test_a_failing_task_still_waits_for_the_work_left_before_it():
+    # The task that failed was the one an earlier task left its work running for.
+    q = QueuedWork(_Event)
+    q.leave("kernel 'first' on chunks [0] of allocation 7")
+    waits = []
+    backend = types.SimpleNamespace(queued=q, synchronize=lambda: waits.append(1), one_stream=True)
+    access = types.SimpleNamespace(store=types.SimpleNamespace(backend=backend), reads={},
+                                   output_chunk=contextlib.nullcontext)
+
+    def per_chunk(k):
+        raise ValueError("the task's own error")
+
+    out = ArraySpec(9, "me", (4,), "<f8", ((2, 2),))
+    with pytest.raises(ValueError, match="own error"):
+        write_chunks(access, out, [0, 1], "operation X", per_chunk, kernel_errors=False)
+    assert waits == [1] and q.done() and q.named() == []
 
 
 def _left_running(client) -> int:

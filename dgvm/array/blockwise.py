@@ -18,7 +18,7 @@ from dgvm import chunk_grid
 from dgvm.array import fused
 from dgvm.array.deferred import host_value
 from dgvm.kernels.access import Access, ArraySpec
-from dgvm.kernels.launch import dispatch, finish_on_device, still_reading, unfinished, write_chunks
+from dgvm.kernels.launch import dispatch, finish_on_device, still_reading, unfinished, waits_on_error, write_chunks
 
 
 def run(op, out, inputs, name: str) -> None:
@@ -154,12 +154,13 @@ def _collect_here(op, spec: ArraySpec, indices, deps):
     access = Access.here()
     xp = access.store.backend.xp
     out = {}
-    for k in indices:
-        lo, hi = chunk_bounds(spec, k)
-        with access.output_chunk():
-            out[chunk_grid.block_index(k, spec.grid)] = _small_or_host(op.partial(access.chunk(spec, k), lo, hi, xp))
-    # Host values: the wait is needed anyway; this one names a fault.
-    finish_on_device(access, f"reduction {type(op).__name__}", spec, indices, may_leave=False)
+    with waits_on_error(access):
+        for k in indices:
+            lo, hi = chunk_bounds(spec, k)
+            with access.output_chunk():
+                out[chunk_grid.block_index(k, spec.grid)] = _small_or_host(op.partial(access.chunk(spec, k), lo, hi, xp))
+        # Host values: the wait is needed anyway; this one names a fault.
+        finish_on_device(access, f"reduction {type(op).__name__}", spec, indices, may_leave=False)
     return {b: _host(v) for b, v in out.items()}
 
 
@@ -172,22 +173,23 @@ def _collect_tree_here(op, tree, dtype, specs, grid: ArraySpec, indices, deps):
 
     reduction = getattr(op, "reduction", None)  # (fn, axes, dtype) a fused kernel can end with
     out = {}
-    for k in indices:
-        lo, hi = chunk_bounds(grid, k)
-        with access.output_chunk():
-            shape = [h - l for l, h in zip(lo, hi)]
-            leaves = tree.leaves(read, lo, hi, xp)
-            # One pass where it can: the tree's values are never stored.
-            partial = reduction and fused.reduce_tree(tree.expr, leaves, xp, *reduction, shape)
-            if partial is None:
-                # The tree of an array of this dtype: its root casts to it.
-                scratch = access.scratch(shape, dtype)
-                tree.leaves_into(leaves, xp, scratch)
-                # A partial may be a view of the chunk (a head, a slice): copied off the
-                # scratch before the next chunk overwrites it.
-                partial = _detached(op.partial(scratch, lo, hi, xp), scratch, xp)
-            out[chunk_grid.block_index(k, grid.grid)] = _small_or_host(partial)
-    finish_on_device(access, f"reduction {type(op).__name__}", grid, indices, may_leave=False)
+    with waits_on_error(access):
+        for k in indices:
+            lo, hi = chunk_bounds(grid, k)
+            with access.output_chunk():
+                shape = [h - l for l, h in zip(lo, hi)]
+                leaves = tree.leaves(read, lo, hi, xp)
+                # One pass where it can: the tree's values are never stored.
+                partial = reduction and fused.reduce_tree(tree.expr, leaves, xp, *reduction, shape)
+                if partial is None:
+                    # The tree of an array of this dtype: its root casts to it.
+                    scratch = access.scratch(shape, dtype)
+                    tree.leaves_into(leaves, xp, scratch)
+                    # A partial may be a view of the chunk (a head, a slice): copied off the
+                    # scratch before the next chunk overwrites it.
+                    partial = _detached(op.partial(scratch, lo, hi, xp), scratch, xp)
+                out[chunk_grid.block_index(k, grid.grid)] = _small_or_host(partial)
+        finish_on_device(access, f"reduction {type(op).__name__}", grid, indices, may_leave=False)
     return {b: _host(v) for b, v in out.items()}
 
 

@@ -24,6 +24,9 @@ class Backend(abc.ABC):
     name: str = ""
     #: the array module of views: numpy or cupy
     xp: Any = np
+    #: all of this worker's device work and copies run in order on one stream, so a task
+    #: may leave its work running (``dgvm.backends.queued_work``)
+    one_stream: bool = True
 
     def __init__(self, capacity: int | None = None, speed: float | None = None):
         self.speed = speed

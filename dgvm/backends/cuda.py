@@ -58,6 +58,12 @@ class CudaBackend(Backend):
         self._cupy = cupy
         self._device = cupy.cuda.Device()
         self._device.use()
+        # Per-thread default streams would let a copy on another thread (a host read, an
+        # export) overtake a task's kernels: then every task waits for its own.
+        self.one_stream = not any(
+            os.environ.get(v, "0") not in ("", "0")
+            for v in ("CUPY_CUDA_PER_THREAD_DEFAULT_STREAM", "NUMBA_CUDA_PER_THREAD_DEFAULT_STREAM")
+        )
         free, total = cupy.cuda.runtime.memGetInfo()
         self._total = total
         if capacity is None:

@@ -39,8 +39,8 @@ class QueuedWork:
 
     def leave(self, what: str) -> None:
         """The calling task returns with its work ``what`` queued, not waited for."""
-        event = self._record()
-        with self._lock:
+        with self._lock:  # recorded and kept in one step: the kept event is the latest
+            event = self._record()
             self.left_running += 1
             if event is not None:
                 self._event = event

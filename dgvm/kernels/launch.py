@@ -9,6 +9,7 @@ wrote its inputs or its output, or read its output (those that touched the same 
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 import uuid
 
@@ -197,16 +198,17 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
     leaves ``out`` as it is (a staged launch); only the reads are reported."""
     written = []
     try:
-        for k in indices:
-            try:
-                with access.output_chunk():
-                    per_chunk(k)
-            except Exception as e:
-                if not kernel_errors or isinstance(e, DgvmError):
-                    raise
-                raise kernel_error(what, out, [k], access, e) from None
-            written.append(k)
-        finish_on_device(access, what, out, indices)
+        with waits_on_error(access):
+            for k in indices:
+                try:
+                    with access.output_chunk():
+                        per_chunk(k)
+                except Exception as e:
+                    if not kernel_errors or isinstance(e, DgvmError):
+                        raise
+                    raise kernel_error(what, out, [k], access, e) from None
+                written.append(k)
+            finish_on_device(access, what, out, indices)
     finally:
         wrote = written if writes else []
         if wrote or access.reads:
@@ -220,13 +222,15 @@ def finish_on_device(access: Access, what: str, out: ArraySpec, indices, may_lea
     ``dgvm.backends.queued_work``), else wait for the device. A fault found by the wait is
     a ``KernelError`` for the task's chunks, which names the work earlier tasks left
     running: the fault may be theirs."""
-    queued = access.store.backend.queued
-    if may_leave and config.get("dispatch.device-wait") == "last" and next_task_waits(access.worker):
+    backend = access.store.backend
+    queued = backend.queued
+    if (may_leave and backend.one_stream and config.get("dispatch.device-wait") == "last"
+            and next_task_waits(access.worker)):
         queued.leave(f"{what} on chunks {_span(indices)} of allocation {out.alloc_id}")
         return
     earlier = queued.named()
     try:
-        queued.synchronized(access.store.backend.synchronize)
+        queued.synchronized(backend.synchronize)
     except Exception as e:  # a fault ends the CUDA context
         err = kernel_error(what, out, indices, access, e)
         if earlier:
@@ -234,13 +238,25 @@ def finish_on_device(access: Access, what: str, out: ArraySpec, indices, may_lea
         raise err from None
 
 
+@contextlib.contextmanager
+def waits_on_error(access: Access):
+    """A task that fails waits for the device all the same: an earlier task may have left
+    its work running for this one (``finish_on_device``). The task's own error is the one
+    raised; a device fault found here is raised by the next task that waits."""
+    try:
+        yield
+    except BaseException:
+        backend = access.store.backend
+        with contextlib.suppress(Exception):
+            backend.queued.synchronized(backend.synchronize)
+        raise
+
+
 def next_task_waits(worker) -> bool:
     """Is another dgvm task ready to run on ``worker``, waiting only for a thread? It
     finishes its own device work after this task's (``finish_on_device``)."""
-    try:  # the event loop owns these sets: a copy, taken at once under the GIL
-        ready = [*worker.state.ready, *worker.state.constrained]
-    except RuntimeError:  # changed size while copied
-        return False
+    # The event loop owns these sets: copied in C, under the interpreter lock.
+    ready = [*worker.state.ready, *worker.state.constrained]
     return any(str(ts.key).startswith("dgvm-") for ts in ready)
 
 
