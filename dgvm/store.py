@@ -52,6 +52,9 @@ class ChunkStore:
         # Read-only copies of chunks homed elsewhere: alloc id -> chunk index -> chunk.
         # The GVAT drops them (drop_replicas) before a write to the chunk completes.
         self._replicas: dict[int, dict[int, StoredChunk]] = {}
+        # Copies that all-or-nothing launches wrote, until their commit (kernels.staged):
+        # launch id -> (alloc id of the output, {chunk index: new value}).
+        self._staged: dict[str, tuple[int, dict]] = {}
         self.stats = StoreStats()
 
     # -- life cycle ----------------------------------------------------------------------
@@ -100,7 +103,26 @@ class ChunkStore:
         replicas = self._replicas.pop(alloc_id, None) or {}
         for c in (*chunks.values(), *replicas.values()):
             self.backend.release(c.handle, c.nbytes)
+        # Launches into it that have not committed never will.
+        for launch in [k for k, (a, _) in self._staged.items() if a == alloc_id]:
+            del self._staged[launch]
         return sum(c.nbytes for c in (*chunks.values(), *replicas.values()))
+
+    # -- staged launches -----------------------------------------------------------------
+    @_locked
+    def stage(self, launch: str, alloc_id: int, copies: dict) -> None:
+        """Keep launch ``launch``'s new values of chunks of ``alloc_id`` until its commit
+        takes them (``take_staged``) or the allocation is freed."""
+        self._staged[launch] = (alloc_id, copies)
+
+    @_locked
+    def take_staged(self, launch: str) -> dict:
+        """The values ``stage`` kept for ``launch`` ({} if none), no longer kept."""
+        return self._staged.pop(launch, (None, {}))[1]
+
+    def staged_launches(self) -> int:
+        """How many launches have copies kept here (for tests)."""
+        return len(self._staged)
 
     # -- replicas ------------------------------------------------------------------------
     def local(self, alloc_id: int, index: int) -> StoredChunk | None:

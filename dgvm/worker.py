@@ -137,9 +137,6 @@ class ChunkStorePlugin(WorkerPlugin):
         store = self.store
         if store is None:
             return 0  # the store closed with the worker: its memory is gone already
-        from dgvm.kernels import staged
-
-        staged.drop_for(self.worker.address, alloc_id)  # launches it will never see end
         try:
             n = await self._run(store.free, alloc_id)
         except RuntimeError:

@@ -171,11 +171,27 @@ def test_kernel_error_keeps_previous_contents(case):
         free(x, out)
 
 
+def test_a_freed_output_drops_the_copies_its_launches_staged():
+    from dgvm import backends
+    from dgvm.store import ChunkStore
+
+    store = ChunkStore(backends.create("cpu", 8 * 2**20, None), "tcp://here")
+    try:
+        store.allocate(5, "me", [0, 1], [64, 64])
+        store.allocate(6, "me", [0], [64])
+        store.stage("launch-a", 5, {0: np.ones(8)})
+        store.stage("launch-b", 6, {0: np.ones(8)})
+        store.free(5)  # before launch-a's commit: it will never come
+        assert store.staged_launches() == 1
+        assert store.take_staged("launch-a") == {}
+        assert list(store.take_staged("launch-b")) == [0] and store.staged_launches() == 0
+    finally:
+        store.close()
+
+
 def test_kernel_error_leaves_every_workers_chunks_as_they_were(case):
     if case.backend == "cuda":
         pytest.skip("GPU kernels raise only when compiled with debug=True")
-    from dgvm.kernels.staged import staged_here
-
     h = np.arange(30, dtype=np.int64)[::-1].copy()  # 3 is in the last chunk
     x = dnp.from_numpy(h, chunks=5, placement="round_robin")
     out = dnp.from_numpy(np.full(30, 7, dtype=np.int64), chunks=5, colocate=x)
@@ -186,7 +202,7 @@ def test_kernel_error_leaves_every_workers_chunks_as_they_were(case):
             out.wait()
         out._pending.writes = []  # forget the failed launch, read what the chunks hold
         assert (dnp.asnumpy(out) == 7).all()  # no worker wrote any chunk
-        assert set(case.client.run(lambda dask_worker: staged_here(dask_worker.address)).values()) == {0}
+        assert set(case.client.run(lambda dask_worker: dask_worker.extensions["dgvm"].staged_launches()).values()) == {0}
         x[26] = 100  # no bad element now: the same kernel commits on every worker
         dgvm.launch(fails, x, out=out)
         expect = h.copy()

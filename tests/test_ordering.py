@@ -11,7 +11,6 @@ from numba import cuda
 import dgvm
 import dgvm.array as dnp
 from dgvm.kernels import ordering
-from dgvm.kernels.staged import staged_here
 
 
 class _Task:
@@ -87,7 +86,7 @@ def test_a_staged_launch_after_a_failure_on_one_worker_stages_nothing(case):
             out.wait()
         y.settle()  # every task that reads y has ended
         # No worker holds copies that no commit will take.
-        assert set(case.client.run(lambda dask_worker: staged_here(dask_worker.address)).values()) == {0}
+        assert set(case.client.run(lambda dask_worker: dask_worker.extensions["dgvm"].staged_launches()).values()) == {0}
     finally:
         # The error, kept by the failed tasks' futures, holds this frame and its arrays.
         for a in (out, y, e, x):

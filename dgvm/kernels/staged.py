@@ -17,20 +17,15 @@ It costs a copy of the output and one more step, so kernels that cannot stop hal
 (every CUDA kernel: it runs to its end or ends the context) write in place in one step.
 What it covers is the kernel's own failure: the commit only copies (or forwards a chunk
 whose home moved meanwhile), and a failure there (a worker lost) can still leave part
-of the output written. Copies of an output freed before its commit are dropped with it.
+of the output written. The copies are kept by the worker's chunk store, which drops them
+when the output is freed before its commit.
 """
 
 from __future__ import annotations
 
-import threading
-
 from dgvm.errors import DgvmError
 from dgvm.kernels.access import Access, ArraySpec
 from dgvm.kernels.launch import kernel_call, write_chunks
-
-# (launch id, worker address) -> (alloc id of the output, {chunk index: new value})
-_STAGED: dict[tuple[str, str], tuple[int, dict]] = {}
-_LOCK = threading.Lock()
 
 
 def stage(stage_id: str, kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices, deps) -> dict:
@@ -50,16 +45,14 @@ def stage(stage_id: str, kernel, out: ArraySpec, specs, halo, pass_origin, tpb, 
                      kernel_errors=True, writes=False)
     except DgvmError as e:  # every worker's commit raises it; nothing was written
         return {"error": e}
-    with _LOCK:
-        _STAGED[(stage_id, access.worker.address)] = (out.alloc_id, made)
+    access.store.stage(stage_id, out.alloc_id, made)
     return {"staged": len(made)}
 
 
 def commit(stage_id: str, out: ArraySpec, what: str, indices, results: list) -> int:
     """Step 2 on one worker: the staged copies become the output, or all are dropped."""
     access = Access.here()
-    with _LOCK:
-        _, made = _STAGED.pop((stage_id, access.worker.address), (None, {}))
+    made = access.store.take_staged(stage_id)
     errors = [r["error"] for r in results if "error" in r]
     if errors:
         raise errors[0]
@@ -77,17 +70,3 @@ def commit(stage_id: str, out: ArraySpec, what: str, indices, results: list) -> 
 
     return write_chunks(access, out, indices, what, per_chunk, kernel_errors=False)
 
-
-def drop_for(address: str, alloc_id: int) -> None:
-    """Allocation ``alloc_id`` was freed on worker ``address``: copies staged for it
-    there will never be committed."""
-    with _LOCK:
-        for key, (staged_alloc, _) in list(_STAGED.items()):
-            if key[1] == address and staged_alloc == alloc_id:
-                del _STAGED[key]
-
-
-def staged_here(address: str) -> int:
-    """How many launches have copies waiting on worker ``address`` (for tests)."""
-    with _LOCK:
-        return sum(1 for key in _STAGED if key[1] == address)
