@@ -18,7 +18,7 @@ from dgvm import chunk_grid
 from dgvm.array import fused
 from dgvm.array.deferred import host_value
 from dgvm.kernels.access import Access, ArraySpec
-from dgvm.kernels.launch import dispatch, finish_on_device, still_reading, unfinished, waits_on_error, write_chunks
+from dgvm.kernels.launch import add_readers, dispatch, finish_on_device, unfinished, waits_on_error, write_chunks
 
 
 def run(op, out, inputs, name: str) -> None:
@@ -93,8 +93,7 @@ def collect(op, x, name: str) -> dict[tuple, object]:
         )
         for w, idx in homes.items()
     ]
-    for a in readers:
-        a._pending.reads = still_reading(a._pending.reads) + futures
+    add_readers(readers, futures)
     out = {}
     for part in client.gather(futures, direct=True):
         out.update(part)

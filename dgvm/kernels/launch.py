@@ -132,9 +132,14 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
         ]
         ordering.record(futures, homes.values(), aligned)
     out._pending.writes, out._pending.reads = futures, []
-    for a in inputs:
-        if a is not out:
-            a._pending.reads = still_reading(a._pending.reads) + readers
+    add_readers([a for a in inputs if a is not out], readers)
+
+
+def add_readers(arrays, futures) -> None:
+    """Record ``futures`` as tasks that read ``arrays``: a later write to one of them
+    waits for those still reading."""
+    for a in arrays:
+        a._pending.reads = still_reading(a._pending.reads) + futures
 
 
 def unfinished(futures) -> list:
