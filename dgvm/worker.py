@@ -110,7 +110,10 @@ class ChunkStorePlugin(WorkerPlugin):
                 self._export_executor.shutdown(wait=True)
                 store.close()
 
-            await asyncio.get_running_loop().run_in_executor(None, close)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, close)
+            except RuntimeError:  # the process is exiting and starts no threads: here, then
+                close()
 
     def metrics(self) -> dict:
         m = {"profile": self.profile.to_dict(), **self.store.metrics()}

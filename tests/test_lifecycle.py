@@ -1,6 +1,9 @@
 """Owners, disconnects, lost workers, and the plugins' wiring."""
 
 import logging
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -181,3 +184,22 @@ def test_closing_a_cluster_frees_its_allocations_before_its_workers_go():
             lg.removeHandler(records)
         client.close()
         cluster.close()
+
+
+NUMPY_PROGRAM = """
+import dgvm.array as np
+
+x = np.ones(10)
+print(float(x.sum()))
+"""
+
+
+def test_a_numpy_program_ends_without_errors(tmp_path):
+    # Its cluster started by the first operation is closed at exit: the workers' stores
+    # close while their processes are exiting, when no new thread can start.
+    script = tmp_path / "program.py"
+    script.write_text(NUMPY_PROGRAM)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "DASK_DGVM__BACKEND": "cpu"})
+    assert out.returncode == 0 and out.stdout.strip() == "10.0"
+    assert "Traceback" not in out.stderr and "ERROR" not in out.stderr, out.stderr
