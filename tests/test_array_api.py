@@ -381,3 +381,35 @@ def test_a_result_that_does_not_fit_raises_and_leaves_the_input(case):
     assert [a.alloc_id for a in dgvm.table(client=case.client)] == [a.alloc_id for a in before]
     assert float(x[:3].sum()) == 6.0
     del x
+
+
+# Found by the standard's conformance suite: NumPy's dtypes and shapes in corners.
+@pytest.mark.parametrize("args", [
+    (0, 0.0, 1), (0, 5, 1), (0.5,), (1, 10, 2.0), (5,), (10, 0, -1),
+    (np.float32(0), np.float32(3), np.float32(1)), (0, 5, np.int32(1)), (np.int8(0), 5),
+])
+def test_arange_takes_numpys_dtype_from_all_three_values(case, args):
+    same(dnp.arange(*args), np.arange(*args))
+
+
+def test_vecdot_and_dot_keep_the_promoted_input_type(case):
+    u = np.arange(20, dtype=np.uint8)
+    x = dnp.asarray(u)
+    same(dnp.vecdot(x, x), np.vecdot(u, u))  # wraps around in uint8, as NumPy's
+    same(dnp.dot(x, x), np.dot(u, u))
+
+
+@pytest.mark.parametrize("mask", [True, False, np.bool_(True), np.array(False)])
+@pytest.mark.parametrize("shape", [(), (0,), (2, 3)])
+def test_a_zero_dimensional_mask_adds_an_axis(case, shape, mask):
+    h = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
+    same(dnp.asarray(h)[mask], h[mask])
+    same(dnp.asarray(h)[dnp.asarray(np.asarray(mask))], h[np.asarray(mask)])
+
+
+def test_full_takes_an_array_fill_value(case):
+    same(dnp.full((2, 3), dnp.asarray(np.int8(3))), np.full((2, 3), np.int8(3)))
+    row = np.array([1.0, 2.0, 3.0])
+    same(dnp.full((2, 3), dnp.asarray(row)), np.full((2, 3), row))
+    same(dnp.full((2,), dnp.asarray(np.float32(2.5)) * 2), np.full((2,), np.float32(5.0)))
+    same(dnp.asarray(np.int8(3)), np.asarray(np.int8(3)))  # a NumPy scalar keeps its type

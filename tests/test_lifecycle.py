@@ -203,3 +203,15 @@ def test_a_numpy_program_ends_without_errors(tmp_path):
                          env={**os.environ, "DASK_DGVM__BACKEND": "cpu"})
     assert out.returncode == 0 and out.stdout.strip() == "10.0"
     assert "Traceback" not in out.stderr and "ERROR" not in out.stderr, out.stderr
+
+
+def test_a_free_after_the_allocation_went_is_answered_not_a_handler_failure(case):
+    # As when a program's arrays are released while its cluster closes and frees them all.
+    x = dnp.zeros(1000)
+    alloc, client = x.alloc, case.client
+    assert client.sync(client.scheduler.dgvm_free, alloc_id=alloc.alloc_id, owner=alloc.owner) == alloc.nbytes
+    again = client.sync(client.scheduler.dgvm_free, alloc_id=alloc.alloc_id, owner=alloc.owner)
+    assert again == {"invalid": f"allocation {alloc.alloc_id} was already freed"}
+    with pytest.raises(dgvm.InvalidAddress, match="already freed"):
+        alloc.free()
+    del x

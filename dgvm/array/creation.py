@@ -127,6 +127,13 @@ class _Fill:
 def full(shape, fill_value, dtype=None, chunks="auto", placement=None, colocate=None,
          client=None, *, device=None) -> DArray:
     """An array of ``fill_value`` (dtype from the value when not given)."""
+    if isinstance(fill_value, DArray):
+        if fill_value.ndim:  # an array fill: broadcast over the shape, as NumPy's
+            from dgvm.array.manipulation import broadcast_to
+
+            return asarray(broadcast_to(fill_value, shape), dtype=dtype or fill_value.dtype, copy=True)
+        dtype = dtype or fill_value.dtype
+        fill_value = fill_value.item()
     if dtype is None:
         dtype = np.asarray(fill_value).dtype
         if dtype.kind == "i":
@@ -184,7 +191,9 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None, chunks="auto
         start, stop = 0, start
     n = max(0, math.ceil((stop - start) / step))
     if dtype is None:
-        dtype = np.arange(start, start + step, step).dtype
+        # NumPy's dtype for these three values (a float stop makes floats), from a range
+        # of two elements: ``stop - stop`` carries stop's type.
+        dtype = np.arange(start, start + 2 * step + (stop - stop), step).dtype
     x = empty((n,), dtype, chunks)
     blockwise.run(_Range(start, step, x.dtype), x, [], "arange")
     return x
@@ -333,7 +342,7 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None, chunks="auto") -> DAr
         x = from_dask(obj, chunks=None if chunks == "auto" else chunks)
         return x if dtype is None else x.astype(dtype)
     a = np.asarray(obj, dtype=dtype)
-    if dtype is None and a.dtype.kind == "i" and not isinstance(obj, np.ndarray):
+    if dtype is None and a.dtype.kind == "i" and not isinstance(obj, (np.ndarray, np.generic)):
         a = a.astype(np.int64)
     return from_numpy(a, chunks)
 

@@ -88,6 +88,8 @@ def _plan(x: DArray, key):
 
 def _is_mask(key) -> bool:
     k = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+    if isinstance(k, (bool, np.bool_)):  # NumPy: a 0-d mask
+        return True
     return (isinstance(k, DArray) and k.dtype == bool) or (isinstance(k, np.ndarray) and k.dtype == bool)
 
 
@@ -147,6 +149,8 @@ class _Selected:
     shape: tuple
 
     def partial(self, chunk, lo, hi, xp):
+        if not self.shape:  # a 0-d mask's one element
+            return np.zeros(int(bool(chunk)), np.int64)
         local = xp.nonzero(chunk)
         local = [v.get() if hasattr(v, "get") else v for v in local]
         coords = [v + o for v, o in zip(local, lo)]
@@ -180,6 +184,13 @@ class _FlatTake:
 def _masked(x: DArray, mask) -> DArray:
     from dgvm.array.creation import empty, from_numpy
 
+    if isinstance(mask, (bool, np.bool_)):
+        mask = np.asarray(mask)
+    if mask.ndim == 0:  # NumPy: a new first axis, of length 1 if the mask is true, else 0
+        from dgvm.array.manipulation import expand_dims
+
+        out = expand_dims(x, axis=0)
+        return out if bool(mask) else out[:0]
     if isinstance(mask, np.ndarray):
         mask = from_numpy(mask, chunks=x.chunks if mask.shape == x.shape else "auto")
     if mask.shape != x.shape:

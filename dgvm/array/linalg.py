@@ -122,7 +122,7 @@ def vecdot(x1, x2, /, *, axis=-1) -> DArray:
         raise ValueError(f"vecdot: axis {axis} has {x1.shape[axis]} and {x2.shape[axis]} elements")
     a = apply("conj", x1) if x1.dtype.kind == "c" else x1
     prod = apply("multiply", a, x2)
-    return _sum(prod, axis=axis)
+    return _sum(prod, axis=axis, dtype=prod.dtype)  # the inputs' promoted type, as NumPy's
 
 
 def dot(a, b, /) -> DArray:
@@ -132,7 +132,8 @@ def dot(a, b, /) -> DArray:
         from dgvm.array.elementwise import apply
         from dgvm.array.reductions import sum as _sum
 
-        return _sum(apply("multiply", a, b))
+        prod = apply("multiply", a, b)
+        return _sum(prod, dtype=prod.dtype)
     if a.ndim <= 2 and b.ndim <= 2:
         return matmul(a, b)
     return tensordot(a, b, axes=([-1], [builtins.max(b.ndim - 2, 0)]))
