@@ -194,8 +194,8 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
     for each (the store locked), at most one wait for the device for the whole task (it
     runs one chunk while the next is queued; one stream, so a buffer freed meanwhile is
     reused only after the work queued on it; ``finish_on_device``), then the report to
-    the GVAT. The chunks written are
-    reported also when a later one fails: their replicas elsewhere must go.
+    the GVAT. The chunks written are reported also when a later one fails: their
+    replicas elsewhere must go.
 
     ``kernel_errors``: a failure in ``per_chunk`` comes back as a ``KernelError`` naming
     ``what``, the chunk and the worker (else as raised). A device fault found by the wait
