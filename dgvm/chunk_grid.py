@@ -15,11 +15,22 @@ from dask.array.core import normalize_chunks as _dask_normalize
 
 def normalize(chunks, shape, dtype) -> tuple[tuple[int, ...], ...]:
     """Dask-style chunk spec (int, tuple, "auto", dict) -> tuple of per-axis block sizes."""
-    if chunks is None or chunks == "auto":
-        if 0 in tuple(shape):  # no elements, one block per axis (Dask's "auto" divides by the size)
-            return tuple((int(n),) for n in shape)
+    if chunks is None:
         chunks = "auto"
+    if 0 in tuple(shape):  # no elements: "auto" is the whole axis (Dask's divides by the size)
+        chunks = _whole_for_auto(chunks)
     return _dask_normalize(chunks, shape, dtype=np.dtype(dtype))
+
+
+def _whole_for_auto(chunks):
+    """``chunks`` with every "auto" (the whole spec, an axis' entry) as -1, the whole axis."""
+    if isinstance(chunks, str):
+        return -1 if chunks == "auto" else chunks
+    if isinstance(chunks, dict):
+        return {a: -1 if isinstance(c, str) and c == "auto" else c for a, c in chunks.items()}
+    if isinstance(chunks, (tuple, list)):
+        return type(chunks)(-1 if isinstance(c, str) and c == "auto" else c for c in chunks)
+    return chunks
 
 
 def grid_shape(chunks) -> tuple[int, ...]:

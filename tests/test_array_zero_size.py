@@ -20,6 +20,8 @@ def test_creation_and_elementwise_make_no_allocation(case):
     before = case.allocations()
     same(dnp.zeros((0, 3)), np.zeros((0, 3)))
     same(dnp.zeros((0, 20_000_000)), np.zeros((0, 20_000_000)))  # "auto" chunks of a long empty axis
+    same(dnp.zeros((0, 20_000_000), chunks=("auto", "auto")), np.zeros((0, 20_000_000)))
+    same(dnp.zeros((0, 20_000_000), chunks={1: "auto"}), np.zeros((0, 20_000_000)))
     same(dnp.ones((2, 0), dtype=dnp.int8), np.ones((2, 0), dtype=np.int8))
     same(dnp.full((0,), 7), np.full((0,), 7))
     same(dnp.arange(0), np.arange(0))
@@ -123,3 +125,9 @@ def test_aliases_stay_aliases_and_a_freed_array_still_raises(case):
     x.free()
     with pytest.raises(dgvm.DgvmError):
         x[5:2]  # an empty key of a freed array: freed, as any other key says
+
+
+def test_chunk_specs_that_are_arrays_still_work():
+    from dgvm import chunk_grid
+
+    assert chunk_grid.normalize(np.array([5, 5]), (10,), "f8") == ((5, 5),)
