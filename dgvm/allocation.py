@@ -153,10 +153,12 @@ class Allocation:
         """Release the allocation's device memory and virtual range."""
         if self.freed:
             raise InvalidAddress(f"double free of allocation {self.alloc_id} at {self.vaddr:#x}")
-        answer = call_scheduler("dgvm_free", self.client, alloc_id=self.alloc_id, owner=self.owner)
+        try:
+            call_scheduler("dgvm_free", self.client, alloc_id=self.alloc_id, owner=self.owner)
+        except InvalidAddress:  # freed elsewhere meanwhile
+            self.freed = True
+            raise
         self.freed = True
-        if isinstance(answer, dict) and "invalid" in answer:  # freed elsewhere meanwhile
-            raise InvalidAddress(answer["invalid"])
 
     # -- moving pieces -------------------------------------------------------------------
     def _route(self, pieces) -> tuple[dict, dict]:

@@ -9,6 +9,8 @@ touches device memory, so the scheduler's event loop is never blocked.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 
 import numpy as np
@@ -24,6 +26,24 @@ from dgvm.records import DeviceProfile
 logger = logging.getLogger("dgvm.scheduler")
 
 PLUGIN_NAME = "dgvm-gvat"
+
+
+def _invalid_as_data(handler):
+    """A handler that looks an allocation up by id, answering an id that is gone as data,
+    ``{"invalid": message}``, which its callers raise as ``InvalidAddress``
+    (``session.call_scheduler``, ``Access``). It happens in running programs: a task or
+    a release outlives its array, arrays are released while their cluster closes; Dask
+    would log each as a handler failure."""
+
+    @functools.wraps(handler)
+    async def answer(*args, **kwargs):
+        try:
+            result = handler(*args, **kwargs)
+            return await result if inspect.isawaitable(result) else result
+        except InvalidAddress as e:
+            return {"invalid": str(e)}
+
+    return answer
 
 
 class GVATPlugin(SchedulerPlugin):
@@ -47,17 +67,17 @@ class GVATPlugin(SchedulerPlugin):
     def handlers(self) -> dict:
         return {
             "dgvm_allocate": self.allocate,
-            "dgvm_free": self.free,
+            "dgvm_free": _invalid_as_data(self.free),
             "dgvm_free_all": self.free_all,
             "dgvm_translate": self.translate,
-            "dgvm_table": self.table,
+            "dgvm_table": _invalid_as_data(self.table),
             "dgvm_workers": self.workers,
-            "dgvm_chunk_map": self.chunk_map,
-            "dgvm_locate": self.locate,
+            "dgvm_chunk_map": _invalid_as_data(self.chunk_map),
+            "dgvm_locate": _invalid_as_data(self.locate),
             "dgvm_replica_added": self.replica_added,
             "dgvm_launched": self.launched,
             "dgvm_stats": self.stats,
-            "dgvm_migrate": self.migrate,
+            "dgvm_migrate": _invalid_as_data(self.migrate),
             "dgvm_rebalance": self.rebalance,
             "dgvm_replicas_dropped": self.replicas_dropped,
         }
@@ -221,13 +241,7 @@ class GVATPlugin(SchedulerPlugin):
                 logger.warning("freeing allocation %s on %s failed: %s", alloc_id, a, r)
 
     async def free(self, alloc_id: int, owner: str | None = None):
-        try:
-            alloc = self.gvat.get(alloc_id, owner)
-        except InvalidAddress as e:
-            # A free that comes after the allocation went (a program's arrays released
-            # as its cluster closes): answered as data, the caller decides, and Dask logs
-            # no handler failure here.
-            return {"invalid": str(e)}
+        alloc = self.gvat.get(alloc_id, owner)
         # Old homes too: a release still on its way there frees nothing once this has.
         live = self.gvat.inventory.by_address
         old = {a for a in self.releases.old_homes(alloc_id) if a in live}
@@ -239,13 +253,7 @@ class GVATPlugin(SchedulerPlugin):
     # -- migration -----------------------------------------------------------------------
     def locate(self, alloc_id: int, index: int, worker: str):
         """Where a worker that misses a chunk fetches it from, and by which path."""
-        try:
-            alloc = self.gvat.get(alloc_id)
-        except InvalidAddress as e:
-            # Expected when a task outlives its array (a program ends with work in
-            # flight): answered as data, so the worker raises it without Dask logging a
-            # handler failure here.
-            return {"invalid": str(e)}
+        alloc = self.gvat.get(alloc_id)
         home = self.gvat.inventory.by_uid[int(alloc.homes[index])]
         if not home.alive:
             return {"lost": home.address}

@@ -198,7 +198,7 @@ class ChunkStorePlugin(WorkerPlugin):
         current replica held here, or fetch the chunk from its home (one export request
         per home), once the releases sent here up to ``after_release`` are done. Answers
         {"moved": [indices], "versions": [...]}, {"oom": message} or {"busy": message}."""
-        if not await self._settle(after_release):
+        if not await self._settle(after_release, memory=False):  # their order only
             return {"busy": f"{self.worker.address} did not do the chunk releases sent to it "
                             f"within {RELEASE_WAIT:.0f} s; chunks of allocation {alloc_id} stay"}
         store = self.store
@@ -283,9 +283,10 @@ class ChunkStorePlugin(WorkerPlugin):
             self._release_done = ticket  # in stream order: tickets only grow
             self._releases.notify_all()
 
-    async def _settle(self, after_release: int | None) -> bool:
+    async def _settle(self, after_release: int | None, memory: bool = True) -> bool:
         """Wait until the releases sent here up to ticket ``after_release`` are done and
-        their memory is back (``gvat.releases``); False after ``RELEASE_WAIT`` seconds."""
+        (``memory``) their memory is back (``gvat.releases``); False after
+        ``RELEASE_WAIT`` seconds."""
         if after_release is None:
             return True
         async with self._releases:
@@ -295,7 +296,8 @@ class ChunkStorePlugin(WorkerPlugin):
                 )
             except asyncio.TimeoutError:
                 return False
-        await self._retired()
+        if memory:
+            await self._retired()
         return True
 
     async def drop_replicas(self, alloc_id: int, indices: list):

@@ -214,4 +214,12 @@ def test_a_free_after_the_allocation_went_is_answered_not_a_handler_failure(case
     assert again == {"invalid": f"allocation {alloc.alloc_id} was already freed"}
     with pytest.raises(dgvm.InvalidAddress, match="already freed"):
         alloc.free()
+    # Every handler that looks an allocation up answers so, and the caller raises it.
+    gone = client.sync(client.scheduler.dgvm_chunk_map, alloc_id=alloc.alloc_id)
+    assert gone == {"invalid": f"allocation {alloc.alloc_id} was already freed"}
+    from dgvm.session import call_scheduler
+
+    for op, kw in (("dgvm_chunk_map", {}), ("dgvm_table", {}), ("dgvm_migrate", {"indices": [0], "worker": "x"})):
+        with pytest.raises(dgvm.InvalidAddress, match="already freed"):
+            call_scheduler(op, client, alloc_id=alloc.alloc_id, **kw)
     del x

@@ -18,7 +18,7 @@ from dgvm import chunk_grid
 from dgvm.array import fused
 from dgvm.array.deferred import host_value
 from dgvm.kernels.access import Access, ArraySpec
-from dgvm.kernels.launch import add_readers, dispatch, finish_on_device, unfinished, waits_on_error, write_chunks
+from dgvm.kernels.launch import add_readers, device_task, dispatch, unfinished, write_chunks
 
 
 def run(op, out, inputs, name: str) -> None:
@@ -26,10 +26,8 @@ def run(op, out, inputs, name: str) -> None:
     if out.size == 0:  # no chunk (dgvm.array.zero_size; random draws reach here unwrapped)
         return
     specs = [ArraySpec.of(a) for a in inputs]
-    # An op that reads each input where it writes the output (``op.aligned``) over inputs
-    # of out's chunks touches one block index set per task (dgvm.kernels.ordering).
-    aligned = getattr(op, "aligned", False) and all(a.chunks == out.chunks for a in inputs)
-    dispatch(_blockwise_here, out, list(inputs), name, op, ArraySpec.of(out), specs, aligned=aligned)
+    dispatch(_blockwise_here, out, list(inputs), name, op, ArraySpec.of(out), specs,
+             aligned=getattr(op, "aligned", False))
 
 
 def chunk_bounds(spec: ArraySpec, k: int) -> tuple[list[int], list[int]]:
@@ -149,18 +147,24 @@ def _host(value):
     return value.get() if hasattr(value, "get") else value
 
 
-def _collect_here(op, spec: ArraySpec, indices, deps):
-    access = Access.here()
-    xp = access.store.backend.xp
+def _collect_chunks(access, op, spec: ArraySpec, indices, partial_of) -> dict:
+    """The body of a collect task: ``partial_of(k, lo, hi)`` for each chunk ``k`` (the
+    store locked), kept on the device while small; one wait for the device (the values
+    go to the host anyway; this one names a fault); block index -> host value."""
     out = {}
-    with waits_on_error(access):
+    with device_task(access, f"reduction {type(op).__name__}", spec, indices, may_leave=False):
         for k in indices:
             lo, hi = chunk_bounds(spec, k)
             with access.output_chunk():
-                out[chunk_grid.block_index(k, spec.grid)] = _small_or_host(op.partial(access.chunk(spec, k), lo, hi, xp))
-        # Host values: the wait is needed anyway; this one names a fault.
-        finish_on_device(access, f"reduction {type(op).__name__}", spec, indices, may_leave=False)
+                out[chunk_grid.block_index(k, spec.grid)] = _small_or_host(partial_of(k, lo, hi))
     return {b: _host(v) for b, v in out.items()}
+
+
+def _collect_here(op, spec: ArraySpec, indices, deps):
+    access = Access.here()
+    xp = access.store.backend.xp
+    return _collect_chunks(access, op, spec, indices,
+                           lambda k, lo, hi: op.partial(access.chunk(spec, k), lo, hi, xp))
 
 
 def _collect_tree_here(op, tree, dtype, specs, grid: ArraySpec, indices, deps):
@@ -171,25 +175,22 @@ def _collect_tree_here(op, tree, dtype, specs, grid: ArraySpec, indices, deps):
         return access.read(specs[i], lo, hi, xp)
 
     reduction = getattr(op, "reduction", None)  # (fn, axes, dtype) a fused kernel can end with
-    out = {}
-    with waits_on_error(access):
-        for k in indices:
-            lo, hi = chunk_bounds(grid, k)
-            with access.output_chunk():
-                shape = [h - l for l, h in zip(lo, hi)]
-                leaves = tree.leaves(read, lo, hi, xp)
-                # One pass where it can: the tree's values are never stored.
-                partial = reduction and fused.reduce_tree(tree.expr, leaves, xp, *reduction, shape)
-                if partial is None:
-                    # The tree of an array of this dtype: its root casts to it.
-                    scratch = access.scratch(shape, dtype)
-                    tree.leaves_into(leaves, xp, scratch)
-                    # A partial may be a view of the chunk (a head, a slice): copied off the
-                    # scratch before the next chunk overwrites it.
-                    partial = _detached(op.partial(scratch, lo, hi, xp), scratch, xp)
-                out[chunk_grid.block_index(k, grid.grid)] = _small_or_host(partial)
-        finish_on_device(access, f"reduction {type(op).__name__}", grid, indices, may_leave=False)
-    return {b: _host(v) for b, v in out.items()}
+
+    def partial_of(k, lo, hi):
+        shape = [h - l for l, h in zip(lo, hi)]
+        leaves = tree.leaves(read, lo, hi, xp)
+        # One pass where it can: the tree's values are never stored.
+        partial = reduction and fused.reduce_tree(tree.expr, leaves, xp, *reduction, shape)
+        if partial is None:
+            # The tree of an array of this dtype: its root casts to it.
+            scratch = access.scratch(shape, dtype)
+            tree.leaves_into(leaves, xp, scratch)
+            # A partial may be a view of the chunk (a head, a slice): copied off the
+            # scratch before the next chunk overwrites it.
+            partial = _detached(op.partial(scratch, lo, hi, xp), scratch, xp)
+        return partial
+
+    return _collect_chunks(access, op, grid, indices, partial_of)
 
 
 def _detached(value, scratch, xp):

@@ -55,8 +55,7 @@ class QueuedWork:
         """Wait for the work left running so far (not for work queued after it)."""
         event = self._event
         if event is not None:
-            event.synchronize()
-            self._forget(event)
+            self.synchronized(event.synchronize)
 
     def synchronized(self, device_wait) -> None:
         """Run ``device_wait()``, a wait for everything queued on the device: then the

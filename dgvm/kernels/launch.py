@@ -96,11 +96,12 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
     chunks, ordered after earlier launches: after those that wrote ``inputs`` or ``out``,
     and after those that read ``out``, where they touched the task's chunks
     (``dgvm.kernels.ordering``; ``aligned``: each task reads only its own chunks' block
-    indices of inputs of ``out``'s grid). Record the new tasks as writers of ``out`` and
-    readers of ``inputs``. ``then=(fn2, *args2)``: a second task per worker,
+    indices of its inputs, which counts when they all have ``out``'s grid). Record the
+    new tasks as writers of ``out`` and readers of ``inputs``. ``then=(fn2, *args2)``: a second task per worker,
     ``fn2(*args2, indices, results)`` with the results of every first task (a step all
     workers must finish first), recorded instead."""
     out._before_write()  # deferred readers of out run first
+    aligned = aligned and all(a.chunks == out.chunks for a in inputs)
     out_tasks = unfinished(out._pending.writes + still_reading(out._pending.reads))
     input_writers = unfinished([f for a in inputs for f in a._pending.writes])
     client = out.alloc.client
@@ -193,7 +194,7 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
     """The body of a task that writes chunks ``indices`` of ``out`` here: ``per_chunk(k)``
     for each (the store locked), at most one wait for the device for the whole task (it
     runs one chunk while the next is queued; one stream, so a buffer freed meanwhile is
-    reused only after the work queued on it; ``finish_on_device``), then the report to
+    reused only after the work queued on it; ``device_task``), then the report to
     the GVAT. The chunks written are reported also when a later one fails: their
     replicas elsewhere must go.
 
@@ -203,7 +204,7 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
     leaves ``out`` as it is (a staged launch); only the reads are reported."""
     written = []
     try:
-        with waits_on_error(access):
+        with device_task(access, what, out, indices):
             for k in indices:
                 try:
                     with access.output_chunk():
@@ -213,7 +214,6 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
                         raise
                     raise kernel_error(what, out, [k], access, e) from None
                 written.append(k)
-            finish_on_device(access, what, out, indices)
     finally:
         wrote = written if writes else []
         if wrote or access.reads:
@@ -244,10 +244,11 @@ def finish_on_device(access: Access, what: str, out: ArraySpec, indices, may_lea
 
 
 @contextlib.contextmanager
-def waits_on_error(access: Access):
-    """A task that fails waits for the device all the same: an earlier task may have left
-    its work running for this one (``finish_on_device``). The task's own error is the one
-    raised; a device fault found here is raised by the next task that waits."""
+def device_task(access: Access, what: str, out: ArraySpec, indices, may_leave: bool = True):
+    """The part of a task that queues device work for chunks ``indices`` of ``out``; then
+    ``finish_on_device``. A body that fails waits for the device all the same: an
+    earlier task may have left its work running for this one. The body's own error is
+    the one raised; a device fault found then is raised by the next task that waits."""
     try:
         yield
     except BaseException:
@@ -255,14 +256,19 @@ def waits_on_error(access: Access):
         with contextlib.suppress(Exception):
             backend.queued.synchronized(backend.synchronize)
         raise
+    finish_on_device(access, what, out, indices, may_leave)
 
 
 def next_task_waits(worker) -> bool:
     """Is another dgvm task ready to run on ``worker``, waiting only for a thread? It
     finishes its own device work after this task's (``finish_on_device``)."""
-    # The event loop owns these sets: copied in C, under the interpreter lock.
-    ready = [*worker.state.ready, *worker.state.constrained]
-    return any(str(ts.key).startswith("dgvm-") for ts in ready)
+    try:
+        for tasks in (worker.state.ready, worker.state.constrained):
+            if any(str(ts.key).startswith("dgvm-") for ts in tasks):
+                return True
+    except RuntimeError:  # the event loop, which owns them, changed one meanwhile: wait
+        pass
+    return False
 
 
 def _span(indices) -> str:
