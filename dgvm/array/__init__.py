@@ -43,7 +43,7 @@ import numpy as _np  # noqa: E402
 
 _zero_size.install(globals(), skip=_ELEMENTWISE)
 _zero_size.install(vars(linalg), numpy=_np.linalg, defined_in="dgvm.array.linalg")
-_zero_size.install(vars(_indexing), skip=[n for n in vars(_indexing) if n not in ("setitem",)])
+_indexing.setitem = _zero_size.aware(_indexing.setitem)  # DArray.__setitem__ calls it there
 
 import math as _math  # noqa: E402
 

@@ -149,12 +149,10 @@ class _Selected:
     shape: tuple
 
     def partial(self, chunk, lo, hi, xp):
-        if not self.shape:  # a 0-d mask's one element
-            return np.zeros(int(bool(chunk)), np.int64)
         local = xp.nonzero(chunk)
         local = [v.get() if hasattr(v, "get") else v for v in local]
         coords = [v + o for v, o in zip(local, lo)]
-        return np.ravel_multi_index(coords, self.shape) if self.shape else np.zeros(int(bool(chunk)), np.int64)
+        return np.ravel_multi_index(coords, self.shape)  # (a 0-d mask never gets here: _masked)
 
 
 def selected_flat(mask: DArray) -> np.ndarray:

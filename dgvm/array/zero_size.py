@@ -59,10 +59,9 @@ _SKIP = {"asnumpy", "to_dask", "rechunk", "can_cast", "result_type", "finfo",
 
 
 class NoElements(DgvmError):
-    """Raised by ``creation.allocate`` for a shape with a zero in it, and by ``DArray.alloc``
-    of an array with no elements; the wrapper of the public function that asked answers
-    an empty array of that shape and dtype (a caller who asks for the allocation of one
-    gets this error)."""
+    """Raised by ``creation.allocate`` for a shape with a zero in it; the wrapper of the
+    public function that asked answers an empty array of that shape and dtype (a caller
+    who asks for the allocation of one gets this error)."""
 
     def __init__(self, shape, dtype, client=None):
         super().__init__(f"a {tuple(shape)} {np.dtype(dtype)} array has no elements: it is held on "
@@ -70,52 +69,38 @@ class NoElements(DgvmError):
         self.shape, self.dtype, self.client = tuple(shape), np.dtype(dtype), client
 
 
-def array(shape, dtype, client=None):
-    """A DArray of ``shape`` (with a zero in it) and ``dtype``, held on the caller."""
+def array(shape, dtype, client):
+    """A DArray of ``shape`` (with a zero in it) and ``dtype``, held on the caller (its
+    results' arrays go where ``client``'s do)."""
     from dgvm.array import deferred
-    from dgvm.array.creation import _client
-    from dgvm.array.darray import DArray
 
-    client = _client(client)  # its results' arrays go where its client's do
-    shape = tuple(int(s) for s in shape)
-    out = DArray(None, shape, dtype, tuple((n,) for n in shape))
-    deferred.hold(out, np.empty(shape, dtype=dtype), client, "empty")
-    return out
+    return deferred.on_caller(np.empty(tuple(int(s) for s in shape), dtype=dtype), client, "empty")
 
 
-def _is_darray(a) -> bool:
-    return isinstance(a, DArray)
+def _darrays(args, kwargs=None):
+    """The DArrays among the arguments, and in lists and tuples among them."""
+    for a in (*args, *(kwargs or {}).values()):
+        for b in (a if isinstance(a, (list, tuple)) else (a,)):
+            if isinstance(b, DArray):
+                yield b
 
 
 def _empty_among(args, kwargs) -> bool:
-    for a in (*args, *kwargs.values()):
-        if _is_darray(a):
-            if a.size == 0:
-                return True
-        elif isinstance(a, (list, tuple)) and any(_is_darray(b) and b.size == 0 for b in a):
-            return True
-    return False
+    return any(a.size == 0 for a in _darrays(args, kwargs))
 
 
 def _to_numpy(a, real: bool):
     """NumPy's view of an argument: an empty array, a stand-in holding no memory for an
     array with elements, or (``real``) its values."""
-    if _is_darray(a):
+    if isinstance(a, DArray):
         if a.size == 0:
             return np.empty(a.shape, dtype=a.dtype)
         return a.to_numpy() if real else np.broadcast_to(np.zeros((), dtype=a.dtype), a.shape)
-    if isinstance(a, (list, tuple)) and any(_is_darray(b) for b in a):
+    if isinstance(a, (list, tuple)) and any(isinstance(b, DArray) for b in a):
         return type(a)(_to_numpy(b, real) for b in a)
     return a
 
 
-def _sizes_with_elements(args) -> int:
-    n = 0
-    for a in args:
-        for b in (a if isinstance(a, (list, tuple)) else (a,)):
-            if _is_darray(b) and b.size:
-                n += b.size
-    return n
 
 
 def _has_elements(value) -> bool:
@@ -124,22 +109,13 @@ def _has_elements(value) -> bool:
     return np.size(value) > 0 if isinstance(value, (np.ndarray, np.generic)) else False
 
 
-def _client_of(args, kwargs):
-    for a in (*args, *kwargs.values()):
-        for b in (a if isinstance(a, (list, tuple)) else (a,)):
-            if _is_darray(b):
-                return b.client
-    return kwargs.get("client")
-
-
 def _from_numpy(value, client):
-    if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0):
+    if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and (value.ndim == 0 or value.size == 0)):
         from dgvm.array import deferred
 
-        return deferred.on_caller(np.asarray(value), client, "value")  # as reductions answer
+        # Held on the caller: a value as reductions answer it, or an array with no elements.
+        return deferred.on_caller(np.asarray(value), client, "value")
     if isinstance(value, np.ndarray):
-        if value.size == 0:
-            return array(value.shape, value.dtype, client)
         from dgvm.array.creation import from_numpy
 
         return from_numpy(value, client=client)
@@ -154,7 +130,7 @@ def _from_numpy(value, client):
 def on_host(name: str, args, kwargs, numpy=np):
     """``name`` computed by NumPy (``numpy``: the module that has it) on the caller,
     DArrays in and out."""
-    client = _client_of(args, kwargs)
+    client = next(_darrays(args, kwargs)).client  # an array with no elements is among them
     fn = _HOST.get(name) or getattr(numpy, name)
     kwargs = {k: v for k, v in kwargs.items() if k not in _NOT_NUMPYS}
 
@@ -164,11 +140,9 @@ def on_host(name: str, args, kwargs, numpy=np):
                       **{k: _to_numpy(v, real) for k, v in kwargs.items()})
 
     value = run(real=False)
-    n = _sizes_with_elements((*args, *kwargs.values()))
+    n = sum(a.size for a in _darrays(args, kwargs))
     if n and _has_elements(value):  # the result may depend on their values
         if n > GATHER_LIMIT:
-            from dgvm.errors import DgvmError
-
             raise DgvmError(
                 f"dgvm.array.{name}: an array with no elements beside arrays of {n} elements "
                 f"in all, whose result has elements: that would gather them to the caller "
@@ -194,7 +168,7 @@ def aware(fn, name: str | None = None, numpy=np):
         try:
             return fn(*args, **kwargs)
         except NoElements as e:
-            return array(e.shape, e.dtype, e.client or _client_of(args, kwargs))
+            return array(e.shape, e.dtype, e.client)
 
     wrapper._empty_aware = True
     return wrapper
