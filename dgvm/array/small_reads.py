@@ -8,8 +8,9 @@ worker and read it back, three round trips for eight bytes. A deferred array of 
 ``MAX_ELEMENTS`` elements whose leaves are views of (or whole) computed arrays is instead
 read on the caller: each leaf straight from the chunks of its array, each run of
 elements that follow one another in one chunk a (chunk, byte offset, length) piece of
-one read request per worker (``Allocation.get``), and the tree evaluated with NumPy, as
-the elementwise operations of host values are (``dgvm.array.deferred``).
+one read request per worker and array (``Allocation.get``; ``x[3] - x[2]`` reads x
+once), and the tree evaluated with NumPy, as the elementwise operations of host values
+are (``dgvm.array.deferred``).
 """
 
 from __future__ import annotations
@@ -35,17 +36,27 @@ def read_view(x) -> np.ndarray | None:
     if any(b.ndim == 0 or b._alloc is None or b._alloc.freed for b in d.inputs):
         return None
     settle([f for b in d.inputs for f in b._pending.writes])  # values as of the views
-    leaves = [_read(b, v) for b, v in zip(d.inputs, d.views)]
+    leaves = _read(d.inputs, d.views)
     with np.errstate(all="ignore"):
         value = evaluate(d.expr, leaves, np)
     return np.array(np.broadcast_to(value, x.shape), dtype=x.dtype)
 
 
-def _read(base, view) -> np.ndarray:
-    """Leaf ``base`` through ``view`` (None: whole), read from its chunks."""
-    shape = view_shape(base, view)
-    raw = base.alloc.get(_pieces(base, _input_coordinates(view, shape)))
-    return np.concatenate(raw).view(base.dtype).reshape(shape)
+def _read(bases, views) -> list[np.ndarray]:
+    """Each leaf ``bases[i]`` through ``views[i]`` (None: whole), read from its chunks:
+    one ``Allocation.get`` per array, however many leaves view it."""
+    shapes = [view_shape(b, v) for b, v in zip(bases, views)]
+    pieces = [_pieces(b, _input_coordinates(v, s)) for b, v, s in zip(bases, views, shapes)]
+    by_array: dict[int, list[int]] = {}
+    for i, b in enumerate(bases):
+        by_array.setdefault(id(b.alloc), []).append(i)
+    leaves = [None] * len(bases)
+    for leaf_ids in by_array.values():
+        raw = bases[leaf_ids[0]].alloc.get([p for i in leaf_ids for p in pieces[i]])
+        for i in leaf_ids:  # the answers in the order of the pieces
+            mine, raw = raw[:len(pieces[i])], raw[len(pieces[i]):]
+            leaves[i] = np.concatenate(mine).view(bases[i].dtype).reshape(shapes[i])
+    return leaves
 
 
 def _input_coordinates(view, shape) -> list[np.ndarray]:
