@@ -81,9 +81,11 @@ STEADY = "chain, steady loop"
 LONG = 5 * BACK_TO_BACK
 
 
-def per_chain_in_a_loop(run, reps: int) -> float:
-    """Seconds each chain more adds to ``run(k)``, a loop of ``k`` chains."""
-    return (median_time(lambda: run(LONG), reps) - median_time(lambda: run(BACK_TO_BACK), reps)) / (LONG - BACK_TO_BACK)
+def loop_times(run, reps: int) -> dict:
+    """Per chain of ``run(k)``, a loop of ``k`` chains: ``ROW``, a run of BACK_TO_BACK;
+    ``STEADY``, what each chain more adds to it (from a run of LONG)."""
+    short, long = (median_time(lambda: run(k), reps) for k in (BACK_TO_BACK, LONG))
+    return {ROW: short / BACK_TO_BACK, STEADY: (long - short) / (LONG - BACK_TO_BACK)}
 
 
 def chains_back_to_back(x, k=BACK_TO_BACK, alive=2):
@@ -120,8 +122,7 @@ def cupy_times(n, nm, reps):
     out = {
         "(x + x.T).sum()": median_time(lambda: sync(float((x + x.T).sum())), reps),
         "elementwise chain": median_time(lambda: sync(chain(x)), reps),
-        ROW: median_time(lambda: sync(chains(x, BACK_TO_BACK)), reps) / BACK_TO_BACK,
-        STEADY: per_chain_in_a_loop(lambda k: sync(chains(x, k)), reps),
+        **loop_times(lambda k: sync(chains(x, k)), reps),
         "x @ y": median_time(lambda: sync(xm @ y), reps),
         "x.mean(axis=0)": median_time(lambda: sync(x.mean(axis=0)), reps),
         "x[::3]": median_time(lambda: sync(x[::3].copy()), reps),
@@ -177,8 +178,7 @@ def main(argv=None) -> int:
         mine = {
             "(x + x.T).sum()": median_time(lambda: float((x + x.T).sum()), args.reps),
             "elementwise chain": median_time(lambda: chain(x).wait(), args.reps),
-            ROW: median_time(lambda: chains_back_to_back(x), args.reps) / BACK_TO_BACK,
-            STEADY: per_chain_in_a_loop(lambda k: chains_back_to_back(x, k), args.reps),
+            **loop_times(lambda k: chains_back_to_back(x, k), args.reps),
             "x @ y": median_time(lambda: (xm @ ym).wait(), args.reps),
             "x.mean(axis=0)": median_time(lambda: x.mean(axis=0).wait(), args.reps),
             "x[::3]": median_time(lambda: x[::3].wait(), args.reps),
@@ -197,9 +197,8 @@ def main(argv=None) -> int:
                 f"{w.device} {w.free / 2**30:.0f} GiB free of {w.capacity / 2**30:.0f}" for w in dgvm.workers()))
             xc = dnp.random.random((nc, nc), chunks=-(-nc // 4))
             xc.wait()
-            big_chain = (nc, median_time(lambda: chain(xc).wait(), args.reps),
-                         median_time(lambda: chains_back_to_back(xc), args.reps) / BACK_TO_BACK,
-                         per_chain_in_a_loop(lambda k: chains_back_to_back(xc, k), args.reps))
+            big_chain = (nc, {"elementwise chain": median_time(lambda: chain(xc).wait(), args.reps),
+                              **loop_times(lambda k: chains_back_to_back(xc, k), args.reps)})
             del xc
             settle_releases()
 
@@ -244,16 +243,13 @@ def main(argv=None) -> int:
             ops = {
                 "(x + x.T).sum()": lambda: float((dx + dx.T).sum().compute()),
                 "elementwise chain": lambda: done(chain(dx)),
-                ROW: lambda: dask_chains_back_to_back(dx),
-                STEADY: lambda k: dask_chains_back_to_back(dx, k),
                 "x.mean(axis=0)": lambda: done(dx.mean(axis=0)),
                 "x[::3]": lambda: done(dx[::3]),
                 **dict(extra),
             }
             before = sent()
-            times = {op: per_chain_in_a_loop(fn, args.reps) if op == STEADY
-                     else median_time(fn, args.reps) / (BACK_TO_BACK if op == ROW else 1)
-                     for op, fn in ops.items()}
+            times = {op: median_time(fn, args.reps) for op, fn in ops.items()}
+            times.update(loop_times(lambda k: dask_chains_back_to_back(dx, k), args.reps))
             return times, sent() - before
 
         theirs, dask_moved = dask_runs(dx, {"x @ y": lambda: done(dxm @ dym)})
@@ -291,9 +287,9 @@ def main(argv=None) -> int:
         ways = {w: sorted(set(v.values())) for w, v in client.run(fused.ways_used).items()}
         print(f"fused kernels on the workers: {ways}")
         if big_chain:
-            nc, *times = big_chain
+            nc, times = big_chain
             big = CHAIN_BYTES * 8 * nc * nc
-            for what, t in zip(("elementwise chain", ROW, STEADY), times):
+            for what, t in times.items():
                 print(f"{what} at {nc}x{nc} ({8 * nc * nc / 2**30:.0f} GiB), dgvm only (no peer "
                       f"timed at this size): {t:.4f} s, {big / t / 1e9:.0f} GB/s = "
                       f"{big / t / bw:.0%} of the measured {bw / 1e9:.0f} GB/s")
