@@ -139,10 +139,16 @@ class _DgvmCluster:
     FREE_TIMEOUT = 2  # seconds, of the few Dask gives a close at exit; then it closes anyway
     __repr__ = LocalCluster.__repr__
 
+    def _keep(self, argvs: list, scheduler_process: bool, silence_logs) -> None:
+        """What ``__init__`` was given that the Dask cluster underneath does not keep
+        (before its ``__init__``, which asks for worker specs)."""
+        self._argvs = argvs
+        self._scheduler_process = scheduler_process
+        self._log_level = silence_logs if isinstance(silence_logs, int) and silence_logs else None
+
     async def _start(self):
         if self._scheduler_process and self.scheduler is None:  # not yet started
-            level = self._silence_logs if isinstance(self._silence_logs, int) and self._silence_logs else None
-            self.scheduler_spec = own_process_spec(self.scheduler_spec["options"], level)
+            self.scheduler_spec = own_process_spec(self.scheduler_spec["options"], self._log_level)
         await super()._start()
 
     def _preload_argv_of(self, i: int) -> list[str]:
@@ -163,8 +169,7 @@ class CPUCluster(_DgvmCluster, distributed.LocalCluster):
     backend = "cpu"
 
     def __init__(self, n_workers: int, argvs: list, processes: bool, scheduler_process: bool, **kwargs):
-        self._argvs = argvs
-        self._scheduler_process, self._silence_logs = scheduler_process, kwargs.get("silence_logs")
+        self._keep(argvs, scheduler_process, kwargs.get("silence_logs"))
         self._processes = processes
         # TCP even for workers in threads (Dask would pick inproc): dgvm's cross-host
         # transfer path is Dask's comm, and tests of it need a real one.
@@ -175,13 +180,11 @@ class CPUCluster(_DgvmCluster, distributed.LocalCluster):
         )
         # Started with no workers so that each gets its own preload arguments from
         # new_worker_spec (as LocalCUDACluster does). When asynchronous, awaiting the
-        # cluster starts them after its scheduler: scale() would try at once, before a
-        # scheduler in its own process has an address.
-        if self.asynchronous:
-            while len(self.worker_spec) < n_workers:
-                self.worker_spec.update(self.new_worker_spec())
-        else:
-            self.scale(n_workers)
+        # cluster starts them after its scheduler (scale() would try at once, before a
+        # scheduler in its own process has an address).
+        while len(self.worker_spec) < n_workers:
+            self.worker_spec.update(self.new_worker_spec())
+        if not self.asynchronous:
             self.sync(self._correct_state)
 
     def new_worker_spec(self):
@@ -217,8 +220,7 @@ def _cuda_cluster_class():
         backend = "cuda"
 
         def __init__(self, n_workers: int, argvs: list, gpus: list, scheduler_process: bool, **kwargs):
-            self._argvs = argvs  # read by new_worker_spec, which the parent's __init__ calls
-            self._scheduler_process, self._silence_logs = scheduler_process, kwargs.get("silence_logs")
+            self._keep(argvs, scheduler_process, kwargs.get("silence_logs"))
             super().__init__(
                 CUDA_VISIBLE_DEVICES=gpus, n_workers=n_workers, name="dgvm.LocalCluster",
                 scheduler_kwargs=_scheduler_kwargs(kwargs), preload=[WORKER_PRELOAD], **kwargs,

@@ -65,7 +65,11 @@ def _set(value) -> bool:
 
 
 class SchedulerProcess(ProcessInterface):
-    """``distributed.Scheduler(**options)`` in a child process, for a ``SpecCluster``."""
+    """``distributed.Scheduler(**options)`` in a child process, for a ``SpecCluster``.
+
+    Dask's own ``SubprocessScheduler`` (``distributed.deploy.subprocess``) starts it the
+    same way, but passes no configuration or module path, logs to a pipe nobody reads
+    (the child blocks once it fills) and stops it with SIGKILL."""
 
     START_TIMEOUT = 60  # seconds
     STOP_TIMEOUT = 10
