@@ -6,6 +6,9 @@ it without reading dgvm's source.
 
 from __future__ import annotations
 
+import contextlib
+import copy
+
 
 class DgvmError(Exception):
     """Base class of every error dgvm raises on purpose."""
@@ -44,3 +47,23 @@ class ChunkLost(DgvmError):
 class KernelError(DgvmError):
     """A kernel failed on a worker; the message names the kernel, chunk and worker and
     carries the original traceback. The failing output chunk keeps its previous contents."""
+
+
+@contextlib.contextmanager
+def detached_task_errors():
+    """Raise a failed Dask task's exception as a copy.
+
+    Dask keeps the exception it raises in the future's state, held by the client as long
+    as the future is; raised as it is, it would gather the caller's frames on its way up
+    (and through them the arrays of the operation, whose pending writes hold the future):
+    an array whose task failed could never be freed. The original loses those frames
+    (Dask keeps the worker's traceback apart); the copy carries them."""
+    try:
+        yield
+    except Exception as e:
+        tb, e.__traceback__ = e.__traceback__, None
+        try:
+            twin = copy.copy(e)
+        except Exception:  # an exception type that cannot be rebuilt from its args
+            raise e.with_traceback(tb) from None
+        raise twin.with_traceback(tb) from None

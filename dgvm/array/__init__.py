@@ -13,6 +13,7 @@ from dgvm.array.creation import (
     linspace, meshgrid, ones, ones_like, to_dask, tril, triu, zeros, zeros_like,
 )
 from dgvm.array.darray import DArray
+from dgvm.array.diagonals import diag, diagonal, trace
 from dgvm.array.dtypes import (
     bool, can_cast, complex64, complex128, finfo, float32, float64, iinfo, int8, int16, int32,
     int64, isdtype, result_type, uint8, uint16, uint32, uint64,

@@ -17,6 +17,7 @@ import numpy as np
 from dgvm import chunk_grid
 from dgvm.array import fused
 from dgvm.array.deferred import host_value
+from dgvm.errors import detached_task_errors
 from dgvm.kernels.access import Access, ArraySpec
 from dgvm.kernels.launch import add_readers, device_task, dispatch, unfinished, write_chunks
 
@@ -93,7 +94,9 @@ def collect(op, x, name: str) -> dict[tuple, object]:
     ]
     add_readers(readers, futures)
     out = {}
-    for part in client.gather(futures, direct=True):
+    with detached_task_errors():
+        parts = client.gather(futures, direct=True)
+    for part in parts:
         out.update(part)
     return out
 

@@ -398,6 +398,7 @@ def to_dask(x: DArray):
     return da.Array(graph, name, x.chunks, dtype=x.dtype, meta=np.empty((0,) * x.ndim, x.dtype))
 
 
-def asnumpy(x: DArray) -> np.ndarray:
-    """Gather a DArray into a new NumPy array on the caller."""
-    return x.to_numpy()
+def asnumpy(x) -> np.ndarray:
+    """Gather a DArray into a new NumPy array on the caller (anything else: as
+    ``numpy.asarray`` gives it, as ``cupy.asnumpy`` does)."""
+    return x.to_numpy() if isinstance(x, DArray) else np.asarray(x)

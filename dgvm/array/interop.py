@@ -74,6 +74,15 @@ def _same(name):
     return lambda *args, **kwargs: getattr(_ns(), name)(*args, **_numpy_keywords(kwargs))
 
 
+def _linalg(name):
+    return lambda *args, **kwargs: getattr(_ns().linalg, name)(*args, **kwargs)
+
+
+def _lower(name, a, uplo):
+    # dgvm's eigh reads the lower triangle, as the standard's does.
+    return getattr(_ns().linalg, name)(a) if uplo == "L" else _unsupported(f"linalg.{name}", "UPLO='U'")
+
+
 _FUNCTIONS = {
     "sum": _reduction("sum"), "prod": _reduction("prod"), "mean": _reduction("mean"),
     "var": _reduction("var", True), "std": _reduction("std", True),
@@ -111,6 +120,26 @@ _FUNCTIONS = {
     "round": lambda a, decimals=0: _ns().round(a) if decimals == 0 else _unsupported("round", "decimals"),
     "around": lambda a, decimals=0: _ns().round(a) if decimals == 0 else _unsupported("around", "decimals"),
     "linalg.norm": lambda x, ord=None, axis=None, keepdims=False: _ns().linalg.norm(x, ord, axis, keepdims),
+    **{f"linalg.{n}": _linalg(n) for n in (
+        "cholesky", "cross", "det", "diagonal", "inv", "matrix_norm", "matrix_power", "matrix_transpose",
+        "outer", "qr", "slogdet", "solve", "svdvals", "tensordot", "trace", "vecdot", "vector_norm")},
+    "linalg.matmul": _same("matmul"),
+    "linalg.eigh": lambda a, UPLO="L": _lower("eigh", a, UPLO),
+    "linalg.eigvalsh": lambda a, UPLO="L": _lower("eigvalsh", a, UPLO),
+    "linalg.svd": lambda a, full_matrices=True, compute_uv=True, hermitian=False: (
+        _unsupported("linalg.svd", "hermitian") if hermitian else
+        _ns().linalg.svd(a, full_matrices=full_matrices) if compute_uv else _ns().linalg.svdvals(a)),
+    "linalg.pinv": lambda a, rcond=None, hermitian=False, *, rtol=None: (
+        _unsupported("linalg.pinv", "hermitian") if hermitian else
+        _ns().linalg.pinv(a, rtol=rtol if rcond is None else rcond)),
+    "linalg.matrix_rank": lambda A, tol=None, hermitian=False, *, rtol=None: (
+        _unsupported("linalg.matrix_rank", "tol") if tol is not None else
+        _unsupported("linalg.matrix_rank", "hermitian") if hermitian else
+        _ns().linalg.matrix_rank(A, rtol=rtol)),
+    "diag": lambda v, k=0: _ns().diag(v, k),
+    "diagonal": lambda a, offset=0, axis1=0, axis2=1: _ns().diagonal(a, offset, axis1, axis2),
+    "trace": lambda a, offset=0, axis1=0, axis2=1, dtype=None, out=None: (
+        _unsupported("trace", "out") if out is not None else _ns().trace(a, offset, axis1, axis2, dtype)),
     "shape": lambda a: a.shape, "ndim": lambda a: a.ndim, "size": lambda a: a.size,
     "result_type": lambda *a: _ns().result_type(*a),
 }

@@ -1,19 +1,26 @@
-"""Linear algebra: ``matmul``/``@``, ``tensordot``, ``vecdot``, ``dot``, ``outer``, norms.
+"""Linear algebra: ``matmul``/``@``, ``tensordot``, ``vecdot``, ``dot``, ``outer``, norms,
+and the standard's ``linalg`` extension.
 
 The matrix product is blocked by output chunk: the worker that holds output block (i, j)
 multiplies the blocks of row panel i of ``x1`` by those of column panel j of ``x2``,
 reading them through the migration layer (replicas of the blocks it lacks, kept for the
 next product), with CuPy's cuBLAS on GPUs and NumPy's BLAS on ``cpu``.
+
+``diagonal`` and ``trace`` read only the blocks the diagonal crosses; ``cross`` and
+``matrix_power`` are elementwise operations and products. Factorizations, inverses and
+solves run once per matrix where the whole matrix is read (``dgvm.array.per_matrix``).
 """
 
 from __future__ import annotations
 
 import builtins
+import functools
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from dgvm.array import blockwise
+from dgvm.array import blockwise, per_matrix
 from dgvm.array.darray import DArray
 from dgvm.array.manipulation import _empty, matrix_transpose, permute_dims, reshape  # noqa: F401
 from dgvm.array.reductions import normalize_axis
@@ -167,7 +174,8 @@ def vector_norm(x, /, *, axis=None, keepdims=False, ord=2) -> DArray:  # noqa: A
 
 
 def matrix_norm(x, /, *, keepdims=False, ord="fro") -> DArray:  # noqa: A002
-    """Frobenius, 1, -1, inf or -inf norm of the matrices in the last two axes."""
+    """Frobenius, nuclear, 1, -1, 2, -2, inf or -inf norm of the matrices in the last two
+    axes (2, -2 and nuclear from the singular values: ``svdvals``)."""
     from dgvm.array.elementwise import apply
     from dgvm.array.reductions import max as _max, min as _min, sum as _sum
 
@@ -180,10 +188,11 @@ def matrix_norm(x, /, *, keepdims=False, ord="fro") -> DArray:  # noqa: A002
         pick = _max if ord in (1, np.inf) else _min
         out = pick(s, axis=(-1 if inner == -2 else -2), keepdims=True)
         return out if keepdims else reshape(out, x.shape[:-2])
-    raise ValueError(
-        f"matrix_norm ord={ord!r}: dgvm.array has 'fro', 1, -1, inf and -inf; the 2 and "
-        "nuclear norms need a singular value decomposition, which it does not distribute"
-    )
+    if ord in (2, -2, "nuc"):
+        s = svdvals(x)
+        out = {2: _max, -2: _min, "nuc": _sum}[ord](s, axis=-1)
+        return reshape(out, x.shape[:-2] + (1, 1)) if keepdims else out
+    raise ValueError(f"matrix_norm: ord={ord!r} is not one of 'fro', 'nuc', 1, -1, 2, -2, inf, -inf")
 
 
 def norm(x, /, ord=None, axis=None, keepdims=False) -> DArray:  # noqa: A002
@@ -201,3 +210,288 @@ def norm(x, /, ord=None, axis=None, keepdims=False) -> DArray:  # noqa: A002
                 out = expand_dims(out, axis=a)
         return out
     return vector_norm(x, axis=axis, keepdims=keepdims, ord=2 if ord is None else ord)
+
+
+# -- the linalg extension: diagonals, cross products, powers ----------------------------
+@dataclass
+class _Diagonal:
+    offset: int
+
+    def block(self, read, lo, hi, xp):
+        r0, c0 = builtins.max(0, -self.offset), builtins.max(0, self.offset)
+        t0, t1 = lo[-1], hi[-1]
+        # The output chunks are cut where the diagonal crosses a chunk edge of x: the
+        # square read is one chunk's view (or one replica), never a gather.
+        square = read(0, lo[:-1] + [r0 + t0, c0 + t0], hi[:-1] + [r0 + t1, c0 + t1])
+        return xp.diagonal(square, axis1=-2, axis2=-1)
+
+
+def diagonal(x, /, *, offset=0) -> DArray:
+    """Diagonal ``offset`` (above the main one when positive) of the matrices in the
+    last two axes."""
+    per_matrix.check_matrices("diagonal", x)
+    m, n = x.shape[-2:]
+    r0, c0 = builtins.max(0, -offset), builtins.max(0, offset)
+    k = builtins.max(0, builtins.min(m - r0, n - c0))
+    rows, cols = (np.cumsum((0,) + x.chunks[a]).tolist() for a in (-2, -1))
+    edges = sorted({0, k} | {e - r0 for e in rows if 0 < e - r0 < k} | {e - c0 for e in cols if 0 < e - c0 < k})
+    chunks = x.chunks[:-2] + (tuple(b - a for a, b in zip(edges[:-1], edges[1:])) or (0,),)
+    out = _empty(x.shape[:-2] + (k,), x.dtype, chunks, x,
+                 lambda lo: list(lo[:-1]) + [r0 + lo[-1], c0 + lo[-1]])
+    blockwise.run(_Diagonal(int(offset)), out, [x], "diagonal")
+    return out
+
+
+def trace(x, /, *, offset=0, dtype=None) -> DArray:
+    """Sum along diagonal ``offset`` of the matrices in the last two axes (``dtype`` as
+    for ``sum``)."""
+    from dgvm.array.reductions import sum as _sum
+
+    return _sum(diagonal(x, offset=offset), axis=-1, dtype=dtype)
+
+
+def cross(x1, x2, /, *, axis=-1) -> DArray:
+    """Cross product of the 3-vectors along ``axis`` (broadcasting the other axes)."""
+    from dgvm.array.elementwise import apply
+    from dgvm.array.manipulation import stack
+
+    ndim = builtins.max(x1.ndim, x2.ndim)
+    if not -builtins.min(x1.ndim, x2.ndim) <= axis < 0:
+        if not (x1.ndim == x2.ndim and 0 <= axis < ndim):
+            raise ValueError(f"cross: axis {axis} is not an axis of both shapes {x1.shape} and {x2.shape}")
+        axis -= ndim
+    if x1.shape[axis] != 3 or x2.shape[axis] != 3:
+        raise ValueError(f"cross: axis {axis} must have 3 elements in both arrays; shapes {x1.shape} and {x2.shape}")
+    after = (slice(None),) * (-axis - 1)
+    a = [x1[(Ellipsis, i) + after] for i in range(3)]
+    b = [x2[(Ellipsis, i) + after] for i in range(3)]
+
+    def term(i, j):
+        return apply("subtract", apply("multiply", a[i], b[j]), apply("multiply", a[j], b[i]))
+
+    return stack([term(1, 2), term(2, 0), term(0, 1)], axis=axis)
+
+
+def matrix_power(x, n, /) -> DArray:
+    """``x`` multiplied by itself ``n`` times (n < 0: of its inverse; 0: identities), by
+    repeated squaring with distributed products."""
+    from dgvm.array.creation import eye
+    from dgvm.array.manipulation import broadcast_to
+
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool):
+        raise TypeError(f"matrix_power: the exponent must be an integer, not {n!r}")
+    per_matrix.check_matrices("matrix_power", x, square=True)
+    if n == 0:
+        return broadcast_to(eye(x.shape[-1], dtype=x.dtype, chunks=x.chunks[-2:]), x.shape)
+    if n < 0:
+        x, n = inv(x), -n
+    result, base = None, x
+    while True:
+        if n & 1:
+            result = base if result is None else matmul(result, base)
+        n >>= 1
+        if not n:
+            return result
+        base = matmul(base, base)
+
+
+# -- the linalg extension: factorizations, run once per matrix -------------------------
+class EighResult(NamedTuple):
+    eigenvalues: DArray
+    eigenvectors: DArray
+
+
+class QRResult(NamedTuple):
+    Q: DArray
+    R: DArray
+
+
+class SlogdetResult(NamedTuple):
+    sign: DArray
+    logabsdet: DArray
+
+
+class SVDResult(NamedTuple):
+    U: DArray
+    S: DArray
+    Vh: DArray
+
+
+def _matrices(name, x, square=True):
+    per_matrix.check_matrices(name, x, square=square)
+    return per_matrix.float_dtype(x)
+
+
+def _one(fn, x, tail, dtype, compute, name):
+    return per_matrix.run(fn, [(x, 2)], [tail], [dtype], compute, name)[0]
+
+
+# The per-matrix bodies: (xp, *matrices) -> results. Module functions, so that a task
+# carries them by name.
+def _cholesky(upper, xp, a):
+    low = xp.linalg.cholesky(a)
+    return (xp.conj(xp.swapaxes(low, -1, -2)) if upper else low,)
+
+
+def _det(xp, a):
+    return (xp.linalg.det(a),)
+
+
+def _eigh(xp, a):
+    return tuple(xp.linalg.eigh(a))
+
+
+def _eigvalsh(xp, a):
+    return (xp.linalg.eigvalsh(a),)
+
+
+def _inv(xp, a):
+    return (xp.linalg.inv(a),)
+
+
+def _qr(mode, xp, a):
+    return tuple(xp.linalg.qr(a, mode=mode))
+
+
+def _slogdet(xp, a):
+    return tuple(xp.linalg.slogdet(a))
+
+
+def _solve(vector, xp, a, b):
+    # Both backends get an explicit stack of right-hand-side matrices: NumPy 2 and CuPy
+    # read a batch of vectors differently.
+    return (xp.linalg.solve(a, b[..., None])[..., 0] if vector else xp.linalg.solve(a, b),)
+
+
+def _svd(full, xp, a):
+    return tuple(xp.linalg.svd(a, full_matrices=full))
+
+
+def _svdvals(xp, a):
+    return (xp.linalg.svd(a, compute_uv=False),)
+
+
+def _pinv(rtol, xp, a, *rtol_array):
+    u, s, vh = xp.linalg.svd(a, full_matrices=False)
+    r = rtol_array[0][..., None] if rtol_array else rtol
+    keep = s > r * s.max(axis=-1, keepdims=True)
+    s_inv = xp.where(keep, 1 / xp.where(keep, s, 1), 0).astype(s.dtype)
+    adjoint = functools.partial(xp.swapaxes, axis1=-1, axis2=-2)
+    return (xp.matmul(xp.conj(adjoint(vh)) * s_inv[..., None, :], xp.conj(adjoint(u))),)
+
+
+def cholesky(x, /, *, upper=False) -> DArray:
+    """Cholesky factor of each Hermitian positive-definite matrix: lower (``L @ L^H``),
+    or upper (``U^H @ U``). A matrix that is not positive definite raises NumPy's
+    ``LinAlgError`` on ``cpu``; cuSOLVER gives NaNs, as CuPy does."""
+    t = _matrices("cholesky", x)
+    return _one(functools.partial(_cholesky, bool(upper)), x, x.shape[-2:], t, t, "cholesky")
+
+
+def det(x, /) -> DArray:
+    """Determinant of each matrix."""
+    t = _matrices("det", x)
+    return _one(_det, x, (), t, t, "det")
+
+
+def eigh(x, /) -> EighResult:
+    """Eigenvalues (ascending, real) and eigenvectors (columns) of each Hermitian
+    matrix, from its lower triangle."""
+    t = _matrices("eigh", x)
+    n = x.shape[-1]
+    return EighResult(*per_matrix.run(_eigh, [(x, 2)], [(n,), (n, n)], [per_matrix.real_dtype(t), t], t, "eigh"))
+
+
+def eigvalsh(x, /) -> DArray:
+    """Eigenvalues (ascending, real) of each Hermitian matrix, from its lower triangle."""
+    t = _matrices("eigvalsh", x)
+    return _one(_eigvalsh, x, x.shape[-1:], per_matrix.real_dtype(t), t, "eigvalsh")
+
+
+def inv(x, /) -> DArray:
+    """Inverse of each matrix (a singular one raises NumPy's ``LinAlgError`` on ``cpu``)."""
+    t = _matrices("inv", x)
+    return _one(_inv, x, x.shape[-2:], t, t, "inv")
+
+
+def qr(x, /, *, mode="reduced") -> QRResult:
+    """QR factorization of each matrix: ``mode`` 'reduced' (Q is M x K, R is K x N,
+    K = min(M, N)) or 'complete' (Q is M x M, R is M x N)."""
+    if mode not in ("reduced", "complete"):
+        raise ValueError(f"qr: mode must be 'reduced' or 'complete', not {mode!r}")
+    t = _matrices("qr", x, square=False)
+    m, n = x.shape[-2:]
+    k = m if mode == "complete" else builtins.min(m, n)
+    return QRResult(*per_matrix.run(functools.partial(_qr, mode), [(x, 2)], [(m, k), (k, n)], [t, t], t, "qr"))
+
+
+def slogdet(x, /) -> SlogdetResult:
+    """Sign (a unit complex number for complex input) and natural log of the absolute
+    value of the determinant of each matrix."""
+    t = _matrices("slogdet", x)
+    return SlogdetResult(*per_matrix.run(_slogdet, [(x, 2)], [(), ()], [t, per_matrix.real_dtype(t)], t, "slogdet"))
+
+
+def solve(x1, x2, /) -> DArray:
+    """Solution ``y`` of ``x1 @ y = x2`` for each square matrix of ``x1``. ``x2`` is a
+    vector when it is 1-d, else a stack of matrices (NumPy 2's rule); stacks broadcast."""
+    per_matrix.check_matrices("solve", x1, square=True)
+    if not isinstance(x2, DArray):
+        raise TypeError(f"linalg.solve needs DArrays, not {type(x2).__name__}")
+    vector = x2.ndim == 1
+    m = x1.shape[-1]
+    if x2.ndim == 0 or x2.shape[-1 if vector else -2] != m:
+        raise ValueError(f"linalg.solve: {x1.shape} matrices and right-hand sides of shape {x2.shape} do not align")
+    t = per_matrix.float_dtype(x1, x2)
+    tail = (m,) if vector else (m, x2.shape[-1])
+    return per_matrix.run(functools.partial(_solve, vector), [(x1, 2), (x2, 1 if vector else 2)],
+                          [tail], [t], t, "solve")[0]
+
+
+def svd(x, /, *, full_matrices=True) -> SVDResult:
+    """Singular value decomposition ``U @ diag(S) @ Vh`` of each matrix, singular values
+    descending (``full_matrices``: U is M x M and Vh N x N, else M x K and K x N)."""
+    t = _matrices("svd", x, square=False)
+    m, n = x.shape[-2:]
+    k = builtins.min(m, n)
+    tails = [(m, m), (k,), (n, n)] if full_matrices else [(m, k), (k,), (k, n)]
+    return SVDResult(*per_matrix.run(functools.partial(_svd, bool(full_matrices)), [(x, 2)], tails,
+                                     [t, per_matrix.real_dtype(t), t], t, "svd"))
+
+
+def svdvals(x, /) -> DArray:
+    """Singular values of each matrix, descending."""
+    t = _matrices("svdvals", x, square=False)
+    return _one(_svdvals, x, (builtins.min(*x.shape[-2:]),), per_matrix.real_dtype(t), t, "svdvals")
+
+
+def _default_rtol(x, t):
+    return builtins.max(x.shape[-2:]) * float(np.finfo(per_matrix.real_dtype(t)).eps)
+
+
+def pinv(x, /, *, rtol=None) -> DArray:
+    """Moore-Penrose pseudo-inverse of each matrix: singular values up to ``rtol`` times
+    the largest are taken as zero (default: max(M, N) * eps; a DArray gives one per
+    matrix)."""
+    t = _matrices("pinv", x, square=False)
+    tail = x.shape[-2:][::-1]
+    if isinstance(rtol, DArray):
+        return per_matrix.run(functools.partial(_pinv, None), [(x, 2), (rtol, 0)], [tail], [t], t, "pinv")[0]
+    r = _default_rtol(x, t) if rtol is None else float(rtol)
+    return _one(functools.partial(_pinv, r), x, tail, t, t, "pinv")
+
+
+def matrix_rank(x, /, *, rtol=None) -> DArray:
+    """Number of singular values of each matrix above ``rtol`` times the largest (default
+    max(M, N) * eps; a DArray gives one per matrix)."""
+    from dgvm.array.elementwise import apply
+    from dgvm.array.manipulation import expand_dims
+    from dgvm.array.reductions import max as _max
+    from dgvm.array.searching import count_nonzero
+
+    t = _matrices("matrix_rank", x, square=False)
+    s = svdvals(x)
+    r = expand_dims(rtol, axis=-1) if isinstance(rtol, DArray) else (
+        _default_rtol(x, t) if rtol is None else float(rtol))
+    cut = apply("multiply", _max(s, axis=-1, keepdims=True), r)
+    return count_nonzero(apply("greater", s, cut), axis=-1)

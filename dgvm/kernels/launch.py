@@ -19,7 +19,7 @@ from distributed.protocol import to_serialize
 from distributed.utils import sync
 
 from dgvm import config, streams
-from dgvm.errors import DgvmError, KernelError
+from dgvm.errors import DgvmError, KernelError, detached_task_errors
 from dgvm.kernels import ordering
 from dgvm.kernels.access import Access, ArraySpec
 from dgvm.kernels.blocks import Blocks
@@ -339,4 +339,5 @@ def settle(futures) -> None:
     dask_wait(futures)
     for f in futures:
         if f.status == "error":
-            f.result()  # raises the remote exception (KernelError, OutOfDeviceMemory, ...)
+            with detached_task_errors():
+                f.result()  # raises the remote exception (KernelError, OutOfDeviceMemory, ...)

@@ -1,0 +1,76 @@
+"""NumPy's diagonal functions: ``diag``, ``diagonal`` and ``trace`` (with ``axis1`` and
+``axis2``, where the standard's ``linalg.diagonal`` and ``linalg.trace`` take the last
+two axes)."""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass
+
+from dgvm.array import blockwise
+from dgvm.array.darray import DArray
+
+
+def _last_two(a, axis1, axis2):
+    from dgvm.array.manipulation import moveaxis
+
+    if not isinstance(a, DArray):
+        raise TypeError(f"needs a DArray, not {type(a).__name__}")
+    if a.ndim < 2:
+        raise ValueError(f"needs an array of at least 2 dimensions; got shape {a.shape}")
+    axis1, axis2 = axis1 % a.ndim, axis2 % a.ndim
+    if axis1 == axis2:
+        raise ValueError(f"axis1 and axis2 are both axis {axis1}")
+    if (axis1, axis2) == (a.ndim - 2, a.ndim - 1):
+        return a
+    return moveaxis(a, (axis1, axis2), (-2, -1))
+
+
+def diagonal(a, offset=0, axis1=0, axis2=1) -> DArray:
+    """NumPy's ``diagonal``: diagonal ``offset`` of the matrices in axes ``axis1`` and
+    ``axis2``, as the last axis of the result."""
+    from dgvm.array.linalg import diagonal as last_two
+
+    return last_two(_last_two(a, axis1, axis2), offset=offset)
+
+
+def trace(a, offset=0, axis1=0, axis2=1, dtype=None) -> DArray:
+    """NumPy's ``trace``: sums along diagonal ``offset`` of axes ``axis1`` and ``axis2``."""
+    from dgvm.array.linalg import trace as last_two
+
+    return last_two(_last_two(a, axis1, axis2), offset=offset, dtype=dtype)
+
+
+@dataclass
+class _Diag:
+    k: int
+    dtype: object
+
+    def block(self, read, lo, hi, xp):
+        out = xp.zeros(tuple(h - l for l, h in zip(lo, hi)), dtype=self.dtype)
+        r0, c0 = builtins.max(0, -self.k), builtins.max(0, self.k)
+        # Element t of v sits at (r0 + t, c0 + t): the t whose place is in this block.
+        t0 = builtins.max(lo[0] - r0, lo[1] - c0)
+        t1 = builtins.min(hi[0] - r0, hi[1] - c0)
+        if t0 < t1:
+            t = xp.arange(t0, t1)
+            out[t + r0 - lo[0], t + c0 - lo[1]] = read(0, [t0], [t1])
+        return out
+
+
+def diag(v, k=0) -> DArray:
+    """NumPy's ``diag``: a 1-d ``v`` becomes a square matrix with ``v`` on diagonal
+    ``k`` (its chunks follow ``v``'s along both axes); a 2-d ``v`` gives its diagonal."""
+    from dgvm.array.creation import empty
+
+    if not isinstance(v, DArray):
+        raise TypeError(f"diag needs a DArray, not {type(v).__name__}")
+    if v.ndim == 2:
+        return diagonal(v, offset=k)
+    if v.ndim != 1:
+        raise ValueError(f"diag needs a 1-d or 2-d array; got shape {v.shape}")
+    n = v.shape[0] + builtins.abs(k)
+    side = v.chunks[0] + ((builtins.abs(k),) if k else ())
+    out = empty((n, n), v.dtype, (side, side))
+    blockwise.run(_Diag(int(k), v.dtype), out, [v], "diag")
+    return out

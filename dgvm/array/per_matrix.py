@@ -1,0 +1,153 @@
+"""Matrix functions run where a whole matrix is read: factorizations, inverses, solves.
+
+``linalg.cholesky``, ``inv``, ``eigh``, ``svd``, ``qr``, ``solve``, ``det`` and the rest
+have no owner-computes form over blocks of one matrix that beats running them on one
+device, so each runs once per matrix, with NumPy's LAPACK on ``cpu`` and CuPy's
+cuSOLVER on GPUs. A stack of matrices is spread by its batch axes: the result keeps the
+input's batch chunks, each result chunk is made on the worker that holds the input's
+first matrix of that chunk, and that worker reads the whole matrices of its chunk
+through the migration layer (views of local chunks, replicas of the rest). One matrix
+cut into many chunks is thus gathered to one worker: it has to fit there
+(``OutOfMemory`` names the worker and its free memory otherwise).
+
+A function with several results (``eigh``, ``svd``, ``qr``, ``slogdet``) runs once: its
+results are packed side by side along one last axis of a single result array, and split
+back into views of it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dgvm.array import blockwise
+from dgvm.array.darray import DArray
+
+
+@dataclass(frozen=True)
+class Operand:
+    """An input of a matrix function: its shape and how many trailing axes make one of
+    its items (2: a matrix, 1: a vector, 0: a number per matrix); the rest are batch axes,
+    broadcast against the other operands'."""
+
+    shape: tuple
+    core: int
+
+    @property
+    def batch(self) -> tuple:
+        return self.shape[: len(self.shape) - self.core]
+
+
+@dataclass
+class _PerMatrix:
+    fn: object  # fn(xp, *items) -> tuple of results, each batch + its tail
+    operands: tuple  # Operand per input
+    tails: tuple  # per result: its shape after the batch axes
+    dtypes: tuple  # per result
+    packed: object  # dtype of the one result array when there are several, else None
+    compute: object  # dtype the matrices and vectors are cast to before fn
+
+    def block(self, read, lo, hi, xp):
+        nb = len(lo) - (1 if self.packed is not None else len(self.tails[0]))
+        batch = tuple(h - l for l, h in zip(lo[:nb], hi[:nb]))
+        items = []
+        for i, op in enumerate(self.operands):
+            d = nb - len(op.batch)  # batch axes right-aligned, size-1 ones broadcast
+            blo = [0 if op.batch[j] == 1 else lo[j + d] for j in range(len(op.batch))]
+            bhi = [1 if op.batch[j] == 1 else hi[j + d] for j in range(len(op.batch))]
+            core = op.shape[len(op.batch):]
+            a = read(i, blo + [0] * op.core, bhi + list(core))
+            if op.core:
+                a = a.astype(self.compute, copy=False)
+            items.append(xp.broadcast_to(a, batch + tuple(core)))
+        results = [xp.asarray(r).astype(t, copy=False)
+                   for r, t in zip(self.fn(xp, *items), self.dtypes)]
+        if self.packed is None:
+            return results[0]
+        return xp.concatenate([r.reshape(batch + (-1,)).astype(self.packed) for r in results], axis=-1)
+
+
+def run(fn, inputs, tails, dtypes, compute, name: str) -> list[DArray]:
+    """``fn(xp, *items)`` once per stack position of the DArrays ``inputs`` (pairs of a
+    DArray and its core rank, the first one a matrix), its matrices and vectors cast to
+    ``compute``; ``tails``/``dtypes``: the shape
+    after the batch axes and the dtype of each result. Results: new DArrays with the
+    broadcast batch axes of the inputs, chunked as the first input's batch axes."""
+    from dgvm.array.dtypes import result_type
+    from dgvm.array.elementwise import apply, out_chunks
+    from dgvm.array.manipulation import _empty, reshape
+
+    arrays = [a for a, _ in inputs]
+    operands = tuple(Operand(tuple(a.shape), core) for a, core in inputs)
+    try:
+        batch = tuple(np.broadcast_shapes(*(o.batch for o in operands)))
+    except ValueError:
+        raise ValueError(f"linalg.{name}: the stacks of shapes {[a.shape for a in arrays]} do not broadcast") from None
+    batch_arrays = [_batch_view(a, o) for a, o in zip(arrays, operands)]
+    batch_chunks = out_chunks(batch_arrays, batch, None) if batch else ()
+    dtypes = tuple(np.dtype(t) for t in dtypes)
+    packed = None
+    if len(tails) == 1:
+        shape, tail_chunks = batch + tuple(tails[0]), tuple((n,) for n in tails[0])
+        dtype = dtypes[0]
+    else:
+        sizes = [math.prod(t) for t in tails]
+        packed = result_type(*dtypes)
+        shape, tail_chunks, dtype = batch + (sum(sizes),), ((sum(sizes),),), packed
+    x = arrays[0]
+    d = len(batch) - len(operands[0].batch)
+    out = _empty(shape, dtype, tuple(batch_chunks) + tail_chunks, x,
+                 lambda lo: [0 if x.shape[j] == 1 else lo[j + d] for j in range(len(operands[0].batch))]
+                 + [0] * operands[0].core)
+    op = _PerMatrix(fn, operands, tuple(tuple(t) for t in tails), dtypes, packed, np.dtype(compute))
+    blockwise.run(op, out, arrays, f"linalg-{name}")
+    if packed is None:
+        return [out]
+    results, at = [], 0
+    for tail, size, t in zip(tails, sizes, dtypes):
+        part = reshape(out[..., at:at + size], batch + tuple(tail))
+        if part.dtype != t:
+            part = apply("real", part) if part.dtype.kind == "c" and t.kind != "c" else part
+            part = apply("astype", part, dtype=t) if part.dtype != t else part
+        results.append(part)
+        at += size
+    return results
+
+
+class _Shape:
+    """Stands in for an array in ``out_chunks``: a batch shape and its chunks."""
+
+    def __init__(self, shape, chunks):
+        self.shape, self.chunks, self.ndim = shape, chunks, len(shape)
+
+
+def _batch_view(a: DArray, op: Operand) -> _Shape:
+    return _Shape(op.batch, a.chunks[: len(op.batch)])
+
+
+def float_dtype(*arrays) -> np.dtype:
+    """The dtype a factorization computes in: the inputs' promoted floating type (bool and
+    integers become float64, as in NumPy)."""
+    from dgvm.array.dtypes import result_type
+
+    t = result_type(*arrays)
+    return t if t.kind in "fc" else np.dtype(np.float64)
+
+
+def real_dtype(t) -> np.dtype:
+    """The real type of the same precision (float32 for complex64)."""
+    t = np.dtype(t)
+    return np.dtype(np.float32 if t in (np.float32, np.complex64) else np.float64)
+
+
+def check_matrices(name: str, x, square: bool = False) -> None:
+    """The checks every matrix function starts with: a DArray of at least 2 dimensions,
+    square ones where asked."""
+    if not isinstance(x, DArray):
+        raise TypeError(f"linalg.{name} needs a DArray, not {type(x).__name__}")
+    if x.ndim < 2:
+        raise ValueError(f"linalg.{name} needs an array of at least 2 dimensions (a stack of matrices); got shape {x.shape}")
+    if square and x.shape[-1] != x.shape[-2]:
+        raise ValueError(f"linalg.{name} needs square matrices; got shape {x.shape}")
