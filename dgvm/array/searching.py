@@ -24,7 +24,7 @@ import numpy as np
 from dgvm import chunk_grid
 from dgvm.array import blockwise
 from dgvm.array.darray import DArray
-from dgvm.array.sorting import check_real, count_before, sort_key
+from dgvm.array.sorting import check_array, count_before, sort_key
 
 
 # -- searchsorted ------------------------------------------------------------------------
@@ -83,8 +83,8 @@ def searchsorted(x1, x2, /, *, side="left", sorter=None) -> DArray:
     ``x2``'s shape and chunks. ``sorter``: int indices that sort ``x1`` (x1 unsorted)."""
     from dgvm.array.creation import empty
 
-    check_real(x1, "searchsorted")
-    check_real(x2, "searchsorted")
+    check_array(x1, "searchsorted")
+    check_array(x2, "searchsorted")
     if x1.ndim != 1:
         raise ValueError(f"dgvm.array.searchsorted: x1 must be 1-d, got shape {x1.shape}")
     if side not in ("left", "right"):

@@ -5,16 +5,15 @@ values (sorted, in the order of ``dgvm.array.sorting``), how often each occurs t
 the flat index (C order of the whole array) of its first occurrence, plus the flat
 indices of its NaNs. The caller merges them: counts add, first indices take the least.
 Every NaN is distinct, as the standard asks and NumPy 2's ``unique_*`` do: each is an
-entry of its own, with count 1, after the numbers, in flat-index order. -0.0 and +0.0
-are one value. The results (values, counts, first indices) are new 1-d DArrays; the
+entry of its own, with count 1, after the numbers, in flat-index order (complex values
+with a NaN part: in the sort order of ``dgvm.array.sorting``, then flat-index order, as
+NumPy's sorted ``unique_all``). -0.0 and +0.0 are one value. The results (values, counts, first indices) are new 1-d DArrays; the
 whole set of distinct values passes through the caller, so a set as large as the array
 costs what gathering the array does.
 
 ``inverse_indices`` is made back on the workers, with the input's shape and chunks: each
 chunk binary-searches its values among the distinct values it can hold (only the range
 between its own least and greatest ones is read, from the ``values`` result).
-
-Complex arrays have no order here: TypeError (sort their parts yourself).
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import numpy as np
 from dgvm.array import blockwise
 from dgvm.array.darray import DArray
 from dgvm.array.deferred import on_caller  # results combined here stay on the caller
-from dgvm.array.sorting import argsort_lines, block_of, check_real, count_before, sort_key
+from dgvm.array.sorting import argsort_lines, block_of, check_array, count_before, sort_key
 
 
 class UniqueAllResult(NamedTuple):
@@ -61,7 +60,8 @@ def _flat_index(local, chunk_shape, lo, shape, xp):
 
 @dataclass
 class _LocalUnique:
-    """Partial: (distinct values, their counts, first flat indices, NaNs' flat indices)."""
+    """Partial: (distinct values, their counts, first flat indices, NaNs' flat indices,
+    the NaNs themselves)."""
 
     shape: tuple
 
@@ -71,7 +71,7 @@ class _LocalUnique:
         order = argsort_lines(keys.reshape(1, -1), False, xp)[0]
         ordered = keys[order]
         n = int(ordered.shape[0])
-        if flat.dtype.kind == "f":
+        if flat.dtype.kind in "fc":
             n = int(xp.count_nonzero(~xp.isnan(ordered)))  # NaNs sort last
         new = xp.ones(n, dtype=bool)
         if n > 1:
@@ -80,7 +80,7 @@ class _LocalUnique:
         counts = xp.diff(xp.concatenate([at, xp.asarray([n], dtype=at.dtype)])).astype(np.int64)
         first = order[at]  # stable: the earliest of equal values
         to_flat = lambda i: _flat_index(i, chunk.shape, lo, self.shape, xp)  # noqa: E731
-        return flat[first], counts, to_flat(first), to_flat(order[n:])
+        return flat[first], counts, to_flat(first), to_flat(order[n:]), flat[order[n:]]
 
 
 @dataclass
@@ -111,15 +111,18 @@ def _unique(x, name: str, inverse: bool):
     """values, counts, first indices (NumPy) and, with ``inverse``, the inverse DArray."""
     from dgvm.array.creation import empty, from_numpy
 
-    check_real(x, name)
+    check_array(x, name)
     parts = blockwise.collect(_LocalUnique(x.shape), x, name)
     blocks = sorted(parts)
     values = np.concatenate([parts[b][0] for b in blocks])
     counts = np.concatenate([parts[b][1] for b in blocks])
     firsts = np.concatenate([parts[b][2] for b in blocks])
-    nans = np.sort(np.concatenate([parts[b][3] for b in blocks]))
+    nans = np.concatenate([parts[b][3] for b in blocks])
+    nan_values = np.concatenate([parts[b][4] for b in blocks])
+    by_index = np.argsort(nans, kind="stable")
+    nan_order = by_index[argsort_lines(sort_key(nan_values[by_index], np).reshape(1, -1), False, np)[0]]
     keys = sort_key(values, np)
-    order = np.argsort(keys, kind="stable")
+    order = argsort_lines(keys.reshape(1, -1), False, np)[0]
     keys, values, counts, firsts = keys[order], values[order], counts[order], firsts[order]
     new = np.ones(len(keys), bool)
     new[1:] = keys[1:] != keys[:-1]
@@ -129,9 +132,9 @@ def _unique(x, name: str, inverse: bool):
         values = values[at]
         counts = np.add.reduceat(counts, at)
         firsts = np.minimum.reduceat(firsts, at)
-    values = np.concatenate([values, np.full(len(nans), np.nan, x.dtype)])
+    values = np.concatenate([values, nan_values[nan_order]])
     counts = np.concatenate([counts, np.ones(len(nans), np.int64)])
-    firsts = np.concatenate([firsts, nans])
+    firsts = np.concatenate([firsts, nans[nan_order]])
     client = x.client  # a deferred x stays unstored
     result = from_numpy(values, client=client)
     if not inverse:
@@ -144,8 +147,11 @@ def _unique(x, name: str, inverse: bool):
                          int(np.searchsorted(distinct, own[-1], side="right")))
         else:
             ranges[b] = (0, 0)
-        if len(parts[b][3]):
-            nan_ranks[b] = len(distinct) + np.searchsorted(nans, parts[b][3])
+        if len(parts[b][3]):  # each NaN's entry, for the chunk's NaNs in C order
+            rank = np.empty(len(nans), np.int64)
+            rank[nan_order] = np.arange(len(nans))
+            at = by_index[np.searchsorted(nans, np.sort(parts[b][3]), sorter=by_index)]
+            nan_ranks[b] = len(distinct) + rank[at]
     starts = [np.concatenate([[0], np.cumsum(c)]).astype(np.int64) for c in x.chunks]
     inv = empty(x.shape, np.int64, x.chunks, colocate=x, client=client)
     blockwise.run(_Inverse(starts, ranges, nan_ranks), inv, [x, result], f"{name}-inverse")

@@ -6,7 +6,10 @@ or radix) and the binary searches below agree on one order: ascending, NaN after
 (NumPy's convention), -0.0 equal to +0.0. ``descending=True`` is that order reversed, so
 NaN come first there, as in ``np.flip(np.sort(x))``; a stable descending sort keeps equal
 elements in their original order (the standard's rule). Sorts are always stable
-(``stable=False`` is allowed to be stable). Complex arrays have no order: TypeError.
+(``stable=False`` is allowed to be stable). Complex values are in NumPy's order:
+lexicographic (real part, then imaginary), those with a NaN part after all the others, in
+the order none < imaginary NaN < real NaN < both; the sorts take one stable pass per key
+(imaginary, real, NaN class), the searches compare the three keys.
 
 One block along the axis: each chunk sorts its lines where it lives (one blockwise op).
 
@@ -52,12 +55,30 @@ def sort_key(a, xp):
     """``a`` as keys that every backend sorts in one order (see the module notes)."""
     if a.dtype.kind == "f":
         return xp.where(xp.isnan(a), xp.asarray(np.nan, dtype=a.dtype), a + a.dtype.type(0))
+    if a.dtype.kind == "c":
+        return a + a.dtype.type(0)  # -0.0 parts made +0.0; NaN parts are keyed apart
     if a.dtype.kind == "b":
         return a.astype(np.uint8)
     return a
 
 
+def _complex_keys(k, xp):
+    """A complex key's three real keys, least significant first: the imaginary part, the
+    real part, and which parts are NaN (0 none, 1 imaginary, 2 real, 3 both)."""
+    re, im = sort_key(xp.real(k), xp), sort_key(xp.imag(k), xp)
+    nan_class = xp.isnan(re).astype(np.uint8) * np.uint8(2) + xp.isnan(im).astype(np.uint8)
+    return im, re, nan_class
+
+
 def _stable_argsort(k, xp):
+    if k.dtype.kind == "c":
+        order = None
+        for part in _complex_keys(k, xp):  # stable passes, the most significant last
+            if order is not None:
+                part = xp.take_along_axis(part, order, axis=-1)
+            step = _stable_argsort(part, xp)
+            order = step if order is None else xp.take_along_axis(order, step, axis=-1)
+        return order
     if xp is np:
         return np.argsort(k, axis=-1, kind="stable")
     return xp.argsort(k, axis=-1)  # CuPy's sorts are always stable and take no ``kind``
@@ -75,10 +96,23 @@ def _before(a, q, descending: bool, xp):
     """Elementwise: key ``a`` comes strictly before key ``q`` in the order."""
     if descending:
         a, q = q, a
+    if a.dtype.kind == "c" or q.dtype.kind == "c":
+        return _complex_before(a, q, xp)
     out = a < q
     if a.dtype.kind == "f" or q.dtype.kind == "f":
         out = out | (xp.isnan(q) & ~xp.isnan(a))
     return out
+
+
+def _complex_before(a, q, xp):
+    ai, ar, ac = _complex_keys(a, xp)
+    qi, qr, qc = _complex_keys(q, xp)
+
+    def level(x, y):  # NaN parts are level: the NaN class has told them apart
+        return (x == y) | (xp.isnan(x) & xp.isnan(y))
+
+    return (ac < qc) | ((ac == qc) & (_before(ar, qr, False, xp)
+                                      | (level(ar, qr) & _before(ai, qi, False, xp))))
 
 
 def count_before(lines, queries, inclusive, descending: bool, xp):
@@ -128,14 +162,9 @@ def _starts(chunks) -> list[np.ndarray]:
 
 # -- checks ------------------------------------------------------------------------------
 
-def check_real(x, name: str) -> None:
+def check_array(x, name: str) -> None:
     if not isinstance(x, DArray):
         raise TypeError(f"dgvm.array.{name} expects a DArray, got {type(x).__name__}")
-    if x.dtype.kind == "c":
-        raise TypeError(
-            f"dgvm.array.{name}: {x.dtype} values have no order; it takes real-valued or "
-            "boolean arrays (sort the real and imaginary parts yourself)"
-        )
 
 
 def _axis(axis, x: DArray, name: str) -> int:
@@ -433,12 +462,12 @@ def _sorted(x: DArray, axis: int, descending: bool, indices: bool, name: str) ->
 def sort(x, /, *, axis=-1, descending=False, stable=True) -> DArray:
     """A sorted copy of ``x`` along ``axis`` (same shape and chunks); stable, NaN last
     (first when ``descending``)."""
-    check_real(x, "sort")
+    check_array(x, "sort")
     return _sorted(x, _axis(axis, x, "sort"), bool(descending), False, "sort")
 
 
 def argsort(x, /, *, axis=-1, descending=False, stable=True) -> DArray:
     """The int64 indices along ``axis`` that sort ``x`` (stable: ties keep their order,
     also when ``descending``)."""
-    check_real(x, "argsort")
+    check_array(x, "argsort")
     return _sorted(x, _axis(axis, x, "argsort"), bool(descending), True, "argsort")
