@@ -205,6 +205,28 @@ def test_a_numpy_program_ends_without_errors(tmp_path):
     assert "Traceback" not in out.stderr and "ERROR" not in out.stderr, out.stderr
 
 
+GPU_PROGRAM = """
+import os
+import dgvm.array as np
+from distributed import default_client
+
+x = np.ones(10)
+print(float(x.sum()))
+print(default_client().run_on_scheduler(os.getpid) != os.getpid())
+"""
+
+
+@pytest.mark.gpu
+def test_a_numpy_program_on_gpus_gets_a_scheduler_process(tmp_path):
+    script = tmp_path / "program.py"
+    script.write_text(GPU_PROGRAM)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "DASK_DGVM__BACKEND": "cuda"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["10.0", "True"]
+    assert "Traceback" not in out.stderr and "ERROR" not in out.stderr, out.stderr
+
+
 def test_a_free_after_the_allocation_went_is_answered_not_a_handler_failure(case):
     # As when a program's arrays are released while its cluster closes and frees them all.
     x = dnp.zeros(1000)

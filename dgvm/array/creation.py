@@ -38,9 +38,12 @@ def _client(client=None):
 
         backend = config.get("backend")
         # In-process cpu workers: a script with no ``if __name__ == "__main__":`` guard
-        # would otherwise be run again by every spawned worker process.
+        # would otherwise be run again by every spawned worker process. GPU workers are
+        # processes, and the scheduler gets one of its own: a program's operations then
+        # do not wait on the scheduler's work for the interpreter lock
+        # (``LocalCluster(scheduler_process=True)``, started without re-running the script).
         local = backend == "cpu" or (backend == "auto" and gpu_count() == 0)
-        client = connect(processes=False) if local else connect()
+        client = connect(processes=False) if local else connect(scheduler_process=True)
         atexit.register(_close_quietly, client)
         return client
 
