@@ -11,6 +11,7 @@ standard's; every node of the tree casts to its own dtype, so fused and unfused 
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -161,6 +162,28 @@ def _probe(x):
 
 def result_dtype(name: str, args) -> np.dtype:
     """The dtype NumPy gives ``name`` on these arguments; NumPy's TypeError if it refuses."""
+    key = []
+    for a in args:
+        if isinstance(a, DArray):
+            key.append((DArray, a.dtype))
+        elif type(a) in (bool, int, float, complex):
+            key.append((type(a), a))  # a Python int's value can matter (out of range)
+        elif isinstance(a, np.generic):
+            key.append((np.generic, a.dtype))
+        else:
+            return _numpy_result_dtype(name, tuple(args))
+    # Asked for every operation of every loop: NumPy's answer, once per kind of call.
+    return _cached_result_dtype(name, tuple(key))
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_result_dtype(name: str, key: tuple) -> np.dtype:
+    stand_ins = [np.ones(1, dtype=v) if kind is DArray else v.type(0) if kind is np.generic else v
+                 for kind, v in key]
+    return _numpy_result_dtype(name, stand_ins)
+
+
+def _numpy_result_dtype(name: str, args) -> np.dtype:
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         dtype = np.asarray(_call(np, name, [_probe(a) for a in args])).dtype
