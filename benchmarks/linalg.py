@@ -74,7 +74,8 @@ def main(argv=None) -> int:
           f"({a.nbytes / 2**30:.2f} GiB) in 8 chunks")
     peer = cupy_times(a, b, args.reps) if backend == "cuda" else {}
     kw = {} if backend == "cuda" else {"device_memory": f"{int(6 * a.nbytes / args.workers) // 2**20 + 256}MiB"}
-    client = dgvm.connect(n_workers=args.workers, backend=backend, dashboard_address=None, **kw)
+    client = dgvm.connect(n_workers=args.workers, backend=backend, dashboard_address=None,
+                          threads_per_worker=1, **kw)  # as dask-cuda's workers
     try:
         c = -(-s // 8)
         x = dnp.from_numpy(a, chunks=(c, n, n))

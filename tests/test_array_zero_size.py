@@ -72,6 +72,9 @@ def test_operations_on_and_into_empty_arrays_give_numpys_results(case):
     same(dnp.sort(dnp.zeros(0), descending=True), np.zeros(0))
     same(dnp.unique_values(z), np.unique_values(hz))
     same(dnp.linalg.vector_norm(dnp.zeros(0)), np.linalg.vector_norm(np.zeros(0)))
+    # repeats of any integer dtype, as the standard's (NumPy's own refuses uint64)
+    same(dnp.repeat(dnp.zeros(0, dtype=dnp.bool), dnp.asarray(np.zeros(0, np.uint64))), np.zeros(0, bool))
+    same(dnp.linalg.inv(dnp.zeros((0, 3, 3))), np.zeros((0, 3, 3)))
 
 
 def test_mixed_calls_gather_nothing_they_do_not_need(case, monkeypatch):

@@ -47,7 +47,15 @@ def _setitem(x, key, value):
 
 
 # Functions with no NumPy function of their name.
-_HOST = {"setitem": _setitem}
+def _repeat(x, repeats, axis=None):
+    # The standard takes repeats of any integer dtype; NumPy's repeat refuses uint64
+    # (no safe cast to its intp).
+    if np.asarray(repeats).dtype == np.uint64:
+        repeats = np.asarray(repeats).astype(np.int64)
+    return np.repeat(x, repeats, axis=axis)
+
+
+_HOST = {"setitem": _setitem, "repeat": _repeat}
 # Functions whose result is a list in dgvm.array (NumPy 2 answers a tuple).
 _LISTS = {"broadcast_arrays", "meshgrid"}
 # Functions that take arrays with no elements among others themselves, reading only the
