@@ -6,7 +6,9 @@ the workers that hold its chunks (one task per worker), never sent from the call
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,9 +45,31 @@ def _client(client=None):
         # do not wait on the scheduler's work for the interpreter lock
         # (``LocalCluster(scheduler_process=True)``, started without re-running the script).
         local = backend == "cpu" or (backend == "auto" and gpu_count() == 0)
-        client = connect(processes=False) if local else connect(scheduler_process=True)
+        if local:
+            client = connect(processes=False)
+        else:
+            with _program_not_rerun():
+                client = connect(scheduler_process=True)
         atexit.register(_close_quietly, client)
         return client
+
+
+@contextlib.contextmanager
+def _program_not_rerun():
+    """Worker processes start by spawning, which runs the program's script (or module)
+    again in each one, as ``__mp_main__``: a NumPy program with no ``if __name__ ==
+    "__main__":`` guard would start a cluster in every worker. Its name and path are
+    hidden while they start. The workers need nothing from it: tasks carry the program's
+    functions by value (cloudpickle)."""
+    main = sys.modules.get("__main__")
+    hidden = {k: getattr(main, k) for k in ("__file__", "__spec__") if getattr(main, k, None) is not None}
+    for k in hidden:
+        setattr(main, k, None) if k == "__spec__" else delattr(main, k)
+    try:
+        yield
+    finally:
+        for k, v in hidden.items():
+            setattr(main, k, v)
 
 
 def _close_quietly(client) -> None:
