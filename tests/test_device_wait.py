@@ -47,6 +47,24 @@ def test_queued_work_forgets_only_what_it_waited_for():
     assert q.named() == ["c", "d"] and not q.done()
 
 
+def test_a_wait_forgets_only_the_event_it_waited_for():
+    """Another task leaves work right after wait() has taken its event: that work is
+    still running and must stay recorded (an export would skip its wait otherwise)."""
+    q = None
+
+    class Racing(_Event):
+        @property
+        def synchronize(self):  # looked up once wait() holds its event
+            if q.named() == ["a"]:
+                q.leave("b")
+            return super().synchronize
+
+    q = QueuedWork(Racing)
+    q.leave("a")
+    q.wait()
+    assert q.named()[-1] == "b" and not q.done()
+
+
 def test_a_device_fault_names_the_work_left_running_before_it():
     q = QueuedWork(_Event)
     q.leave("kernel 'first' on chunks [0, 1] of allocation 7")
@@ -70,7 +88,9 @@ def test_a_failing_task_still_waits_for_the_work_left_before_it():
     q = QueuedWork(_Event)
     q.leave("kernel 'first' on chunks [0] of allocation 7")
     waits = []
-    backend = types.SimpleNamespace(queued=q, synchronize=lambda: waits.append(1), one_stream=True)
+    # As a Backend's synchronize: the device wait, then the work left running is forgotten.
+    backend = types.SimpleNamespace(queued=q, synchronize=lambda: q.synchronized(lambda: waits.append(1)),
+                                    one_stream=True)
     access = types.SimpleNamespace(store=types.SimpleNamespace(backend=backend), reads={},
                                    output_chunk=contextlib.nullcontext)
 

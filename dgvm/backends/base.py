@@ -107,7 +107,12 @@ class Backend(abc.ABC):
         return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
 
     def synchronize(self) -> None:
-        """Wait for the device to finish queued work (no-op on cpu)."""
+        """Wait for the device to finish queued work (no-op on cpu). The work tasks left
+        running has run then, and is forgotten: every wait counts, whoever asks."""
+        self.queued.synchronized(self._device_synchronize)
+
+    def _device_synchronize(self) -> None:
+        """The device's own wait for everything queued on it."""
 
     def record_event(self):
         """An event that completes when the work queued so far has run (``.done``,

@@ -159,7 +159,7 @@ class CudaBackend(Backend):
         total, free = self.device_memory()  # one memGetInfo per heartbeat
         return max(0, self.capacity - self.used - free), total, free
 
-    def synchronize(self):
+    def _device_synchronize(self):
         self._device.synchronize()
 
     def record_event(self):

@@ -53,13 +53,14 @@ class QueuedWork:
 
     def wait(self) -> None:
         """Wait for the work left running so far (not for work queued after it)."""
-        event = self._event
+        event = self._event  # read once: what is waited for is what is forgotten
         if event is not None:
-            self.synchronized(event.synchronize)
+            event.synchronize()
+            self._forget(event)
 
     def synchronized(self, device_wait) -> None:
         """Run ``device_wait()``, a wait for everything queued on the device: then the
-        work left running so far has run too."""
+        work left running so far has run too (the backend's ``synchronize``)."""
         event = self._event
         device_wait()
         self._forget(event)

@@ -235,7 +235,7 @@ def finish_on_device(access: Access, what: str, out: ArraySpec, indices, may_lea
         return
     earlier = queued.named()
     try:
-        queued.synchronized(backend.synchronize)
+        backend.synchronize()
     except Exception as e:  # a fault ends the CUDA context
         err = kernel_error(what, out, indices, access, e)
         if earlier:
@@ -254,7 +254,7 @@ def device_task(access: Access, what: str, out: ArraySpec, indices, may_leave: b
     except BaseException:
         backend = access.store.backend
         with contextlib.suppress(Exception):
-            backend.queued.synchronized(backend.synchronize)
+            backend.synchronize()
         raise
     finish_on_device(access, what, out, indices, may_leave)
 
