@@ -26,15 +26,6 @@ from dgvm.array.manipulation import _empty, matrix_transpose, permute_dims, resh
 from dgvm.array.reductions import normalize_axis
 
 
-def _batch_region(shape, nb: int, lo, hi):
-    """Region of the batch axes of an input (right-aligned, broadcasting) for an output
-    block with ``nb`` batch axes."""
-    d = nb - (len(shape) - 2)
-    blo = [0 if shape[j] == 1 else lo[j + d] for j in range(len(shape) - 2)]
-    bhi = [1 if shape[j] == 1 else hi[j + d] for j in range(len(shape) - 2)]
-    return blo, bhi
-
-
 @dataclass
 class _MatMul:
     a_shape: tuple
@@ -44,8 +35,8 @@ class _MatMul:
 
     def block(self, read, lo, hi, xp):
         nb = len(lo) - 2
-        alo, ahi = _batch_region(self.a_shape, nb, lo, hi)
-        blo, bhi = _batch_region(self.b_shape, nb, lo, hi)
+        alo, ahi = per_matrix.batch_region(self.a_shape[:-2], nb, lo, hi)
+        blo, bhi = per_matrix.batch_region(self.b_shape[:-2], nb, lo, hi)
         acc = None
         for k0, k1 in zip(self.k_edges[:-1], self.k_edges[1:]):
             a = read(0, alo + [lo[-2], k0], ahi + [hi[-2], k1]).astype(self.dtype, copy=False)
@@ -86,9 +77,8 @@ def matmul(x1, x2, /) -> DArray:
     chunks = out_chunks([x1, x2], batch, dtype) if batch else ()
     chunks = tuple(chunks) + (x1.chunks[-2], x2.chunks[-1])
     edges = sorted(set(np.cumsum((0,) + x1.chunks[-1]).tolist()) | set(np.cumsum((0,) + x2.chunks[-2]).tolist()))
-    d = len(batch) - (x1.ndim - 2)
     out = _empty(shape, dtype, chunks, x1,
-                 lambda lo: [0 if x1.shape[j] == 1 else lo[j + d] for j in range(x1.ndim - 2)] + [lo[-2], 0])
+                 lambda lo: per_matrix.batch_region(x1.shape[:-2], len(batch), lo, lo)[0] + [lo[-2], 0])
     blockwise.run(_MatMul(x1.shape, x2.shape, tuple(int(e) for e in edges), dtype), out, [x1, x2], "matmul")
     return squeeze(out, axis=tuple(drop)) if drop else out
 

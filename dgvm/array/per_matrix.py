@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -40,6 +41,15 @@ class Operand:
         return self.shape[: len(self.shape) - self.core]
 
 
+def batch_region(batch: tuple, nb: int, lo, hi) -> tuple[list, list]:
+    """The region ``[lo, hi)`` of an operand's batch axes ``batch`` for an output block
+    with ``nb`` batch axes whose region is ``lo``/``hi``: right-aligned, and its length-1
+    axes broadcast (read at 0)."""
+    d = nb - len(batch)
+    return ([0 if batch[j] == 1 else lo[j + d] for j in range(len(batch))],
+            [1 if batch[j] == 1 else hi[j + d] for j in range(len(batch))])
+
+
 @dataclass
 class _PerMatrix:
     fn: object  # fn(xp, *items) -> tuple of results, each batch + its tail
@@ -54,9 +64,7 @@ class _PerMatrix:
         batch = tuple(h - l for l, h in zip(lo[:nb], hi[:nb]))
         items = []
         for i, op in enumerate(self.operands):
-            d = nb - len(op.batch)  # batch axes right-aligned, size-1 ones broadcast
-            blo = [0 if op.batch[j] == 1 else lo[j + d] for j in range(len(op.batch))]
-            bhi = [1 if op.batch[j] == 1 else hi[j + d] for j in range(len(op.batch))]
+            blo, bhi = batch_region(op.batch, nb, lo, hi)
             core = op.shape[len(op.batch):]
             a = read(i, blo + [0] * op.core, bhi + list(core))
             if op.core:
@@ -85,8 +93,10 @@ def run(fn, inputs, tails, dtypes, compute, name: str) -> list[DArray]:
         batch = tuple(np.broadcast_shapes(*(o.batch for o in operands)))
     except ValueError:
         raise ValueError(f"linalg.{name}: the stacks of shapes {[a.shape for a in arrays]} do not broadcast") from None
-    batch_arrays = [_batch_view(a, o) for a, o in zip(arrays, operands)]
-    batch_chunks = out_chunks(batch_arrays, batch, None) if batch else ()
+    # The batch axes' chunks, as an elementwise result over the operands' stacks has them.
+    stacks = [SimpleNamespace(shape=o.batch, chunks=a.chunks[:len(o.batch)], ndim=len(o.batch))
+              for a, o in zip(arrays, operands)]
+    batch_chunks = out_chunks(stacks, batch, None) if batch else ()
     dtypes = tuple(np.dtype(t) for t in dtypes)
     packed = None
     if len(tails) == 1:
@@ -96,11 +106,9 @@ def run(fn, inputs, tails, dtypes, compute, name: str) -> list[DArray]:
         sizes = [math.prod(t) for t in tails]
         packed = result_type(*dtypes)
         shape, tail_chunks, dtype = batch + (sum(sizes),), ((sum(sizes),),), packed
-    x = arrays[0]
-    d = len(batch) - len(operands[0].batch)
-    out = _empty(shape, dtype, tuple(batch_chunks) + tail_chunks, x,
-                 lambda lo: [0 if x.shape[j] == 1 else lo[j + d] for j in range(len(operands[0].batch))]
-                 + [0] * operands[0].core)
+    first = operands[0]
+    out = _empty(shape, dtype, tuple(batch_chunks) + tail_chunks, arrays[0],
+                 lambda lo: batch_region(first.batch, len(batch), lo, lo)[0] + [0] * first.core)
     op = _PerMatrix(fn, operands, tuple(tuple(t) for t in tails), dtypes, packed, np.dtype(compute))
     blockwise.run(op, out, arrays, f"linalg-{name}")
     if packed is None:
@@ -114,17 +122,6 @@ def run(fn, inputs, tails, dtypes, compute, name: str) -> list[DArray]:
         results.append(part)
         at += size
     return results
-
-
-class _Shape:
-    """Stands in for an array in ``out_chunks``: a batch shape and its chunks."""
-
-    def __init__(self, shape, chunks):
-        self.shape, self.chunks, self.ndim = shape, chunks, len(shape)
-
-
-def _batch_view(a: DArray, op: Operand) -> _Shape:
-    return _Shape(op.batch, a.chunks[: len(op.batch)])
 
 
 def float_dtype(*arrays) -> np.dtype:
