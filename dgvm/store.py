@@ -112,8 +112,10 @@ class ChunkStore:
     @_locked
     def stage(self, launch: str, alloc_id: int, copies: dict) -> None:
         """Keep launch ``launch``'s new values of chunks of ``alloc_id`` until its commit
-        takes them (``take_staged``) or the allocation is freed."""
-        self._staged[launch] = (alloc_id, copies)
+        takes them (``take_staged``) or the allocation is freed (also already: then
+        nothing is kept)."""
+        if alloc_id in self._allocs:
+            self._staged[launch] = (alloc_id, copies)
 
     @_locked
     def take_staged(self, launch: str) -> dict:

@@ -174,10 +174,13 @@ class ChunkStorePlugin(WorkerPlugin):
 
     async def export(self, alloc_id: int, indices: list, path: str, to: str | None = None):
         loop = asyncio.get_running_loop()
-        queued = self.store.backend.queued
-        if not queued.done():  # a task left work running: the peer copies after it
-            await loop.run_in_executor(self._export_executor, queued.wait)
         if not transfer.PATHS[path].export_reads:  # a descriptor: no thread hop
+            # The peer copies from this device outside its stream: after the work tasks
+            # left running (a read here is on that stream, after it anyway). Waited for
+            # off the export threads, which other exports need meanwhile.
+            queued = self.store.backend.queued
+            if not queued.done():
+                await loop.run_in_executor(None, queued.wait)
             return self._export(alloc_id, indices, path, to)
         return await loop.run_in_executor(self._export_executor, self._export, alloc_id, indices, path, to)
 

@@ -64,15 +64,14 @@ class ExportedBuffers:
             e = self._exported.get(key)
             if e is None or key in self._retiring:
                 return
-            first = False
             if not e.importers or self.on_retire is None:  # nobody to ask: free now
                 drop = self._exported.pop(key)
             else:
-                drop, first = None, not self._to_ask
+                drop = None
                 self._retiring.add(key)
                 self._retiring_bytes += e.nbytes
                 self._to_ask.append(key)
-        if first:  # one run asks about every buffer retiring by then
+        if drop is None:  # a run asks about every buffer retiring by then (runs merge)
             self.on_retire()
         del drop  # the last reference, outside the lock
 
