@@ -152,6 +152,21 @@ def test_diagonal_and_trace(case, chunks, offset):
     same(dnp.diag(x[1], offset), np.diag(a[1], offset))
 
 
+def test_numpys_diagonal_reads_other_axes_in_place(case):
+    a = np.arange(4 * 5 * 6.0).reshape(4, 5, 6)
+    x = dnp.from_numpy(a, chunks=(3, 2, 4))
+    before = case.allocations()
+    d = dnp.diagonal(x, 1, 2, 0)
+    assert case.allocations() == before + 1  # the result only: x's axes are not moved first
+    same(d, np.diagonal(a, 1, 2, 0))
+    with pytest.raises(np.exceptions.AxisError):
+        dnp.diagonal(x, 0, 5, 1)
+    with pytest.raises(ValueError, match="repeated axis"):
+        dnp.trace(x, 0, 1, -2)
+    with pytest.raises(TypeError, match="linalg.cross needs two DArrays"):
+        dnp.linalg.cross([1, 2, 3], x)
+
+
 @pytest.mark.parametrize("k", [-2, 0, 3])
 def test_diag_builds_a_matrix(case, k):
     v = np.arange(1, 8, dtype=np.float32)

@@ -11,34 +11,29 @@ from dgvm.array import blockwise
 from dgvm.array.darray import DArray
 
 
-def _last_two(a, axis1, axis2):
-    from dgvm.array.manipulation import moveaxis
+def _axes(a, axis1, axis2, name: str) -> tuple:
+    from dgvm.array.reductions import normalize_axis
 
     if not isinstance(a, DArray):
-        raise TypeError(f"needs a DArray, not {type(a).__name__}")
+        raise TypeError(f"{name} needs a DArray, not {type(a).__name__}")
     if a.ndim < 2:
-        raise ValueError(f"needs an array of at least 2 dimensions; got shape {a.shape}")
-    axis1, axis2 = axis1 % a.ndim, axis2 % a.ndim
-    if axis1 == axis2:
-        raise ValueError(f"axis1 and axis2 are both axis {axis1}")
-    if (axis1, axis2) == (a.ndim - 2, a.ndim - 1):
-        return a
-    return moveaxis(a, (axis1, axis2), (-2, -1))
+        raise ValueError(f"{name} needs an array of at least 2 dimensions; got shape {a.shape}")
+    return normalize_axis((axis1, axis2), a.ndim, sort=False)  # AxisError, or repeated
 
 
 def diagonal(a, offset=0, axis1=0, axis2=1) -> DArray:
     """NumPy's ``diagonal``: diagonal ``offset`` of the matrices in axes ``axis1`` and
-    ``axis2``, as the last axis of the result."""
-    from dgvm.array.linalg import diagonal as last_two
+    ``axis2``, as the last axis of the result (read where it lies: no copy of ``a``)."""
+    from dgvm.array.linalg import diagonal_of
 
-    return last_two(_last_two(a, axis1, axis2), offset=offset)
+    return diagonal_of(a, offset, _axes(a, axis1, axis2, "diagonal"))
 
 
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None) -> DArray:
     """NumPy's ``trace``: sums along diagonal ``offset`` of axes ``axis1`` and ``axis2``."""
-    from dgvm.array.linalg import trace as last_two
+    from dgvm.array.reductions import sum as _sum
 
-    return last_two(_last_two(a, axis1, axis2), offset=offset, dtype=dtype)
+    return _sum(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
 
 
 @dataclass

@@ -206,29 +206,46 @@ def norm(x, /, ord=None, axis=None, keepdims=False) -> DArray:  # noqa: A002
 @dataclass
 class _Diagonal:
     offset: int
+    axes: tuple  # the two axes of x the matrices are in
 
     def block(self, read, lo, hi, xp):
         r0, c0 = builtins.max(0, -self.offset), builtins.max(0, self.offset)
-        t0, t1 = lo[-1], hi[-1]
         # The output chunks are cut where the diagonal crosses a chunk edge of x: the
         # square read is one chunk's view (or one replica), never a gather.
-        square = read(0, lo[:-1] + [r0 + t0, c0 + t0], hi[:-1] + [r0 + t1, c0 + t1])
-        return xp.diagonal(square, axis1=-2, axis2=-1)
+        square_lo = _input_coords(lo[:-1], self.axes, r0 + lo[-1], c0 + lo[-1])
+        square_hi = _input_coords(hi[:-1], self.axes, r0 + hi[-1], c0 + hi[-1])
+        return xp.diagonal(read(0, square_lo, square_hi), axis1=self.axes[0], axis2=self.axes[1])
+
+
+def _input_coords(rest, axes, row, col) -> list:
+    """x's coordinates from the other axes' ``rest`` and a (row, col) in ``axes``."""
+    out = list(rest)
+    for a, v in sorted(zip(axes, (row, col))):
+        out.insert(a, v)
+    return out
 
 
 def diagonal(x, /, *, offset=0) -> DArray:
     """Diagonal ``offset`` (above the main one when positive) of the matrices in the
     last two axes."""
     per_matrix.check_matrices("diagonal", x)
-    m, n = x.shape[-2:]
+    return diagonal_of(x, offset, (x.ndim - 2, x.ndim - 1))
+
+
+def diagonal_of(x, offset: int, axes: tuple) -> DArray:
+    """Diagonal ``offset`` of the matrices in ``axes`` (two distinct non-negative axes
+    of x, rows first), as the result's last axis; NumPy's ``diagonal``. Only the blocks
+    the diagonal crosses are read."""
+    m, n = (x.shape[a] for a in axes)
     r0, c0 = builtins.max(0, -offset), builtins.max(0, offset)
     k = builtins.max(0, builtins.min(m - r0, n - c0))
-    rows, cols = (np.cumsum((0,) + x.chunks[a]).tolist() for a in (-2, -1))
+    rows, cols = (np.cumsum((0,) + x.chunks[a]).tolist() for a in axes)
     edges = sorted({0, k} | {e - r0 for e in rows if 0 < e - r0 < k} | {e - c0 for e in cols if 0 < e - c0 < k})
-    chunks = x.chunks[:-2] + (tuple(b - a for a, b in zip(edges[:-1], edges[1:])) or (0,),)
-    out = _empty(x.shape[:-2] + (k,), x.dtype, chunks, x,
-                 lambda lo: list(lo[:-1]) + [r0 + lo[-1], c0 + lo[-1]])
-    blockwise.run(_Diagonal(int(offset)), out, [x], "diagonal")
+    rest = [a for a in range(x.ndim) if a not in axes]
+    chunks = tuple(x.chunks[a] for a in rest) + (tuple(b - a for a, b in zip(edges[:-1], edges[1:])) or (0,),)
+    out = _empty(tuple(x.shape[a] for a in rest) + (k,), x.dtype, chunks, x,
+                 lambda lo: _input_coords(lo[:-1], axes, r0 + lo[-1], c0 + lo[-1]))
+    blockwise.run(_Diagonal(int(offset), tuple(axes)), out, [x], "diagonal")
     return out
 
 
@@ -245,6 +262,8 @@ def cross(x1, x2, /, *, axis=-1) -> DArray:
     from dgvm.array.elementwise import apply
     from dgvm.array.manipulation import stack
 
+    if not isinstance(x1, DArray) or not isinstance(x2, DArray):
+        raise TypeError(f"linalg.cross needs two DArrays, not {type(x1).__name__} and {type(x2).__name__}")
     ndim = builtins.max(x1.ndim, x2.ndim)
     if not -builtins.min(x1.ndim, x2.ndim) <= axis < 0:
         if not (x1.ndim == x2.ndim and 0 <= axis < ndim):
