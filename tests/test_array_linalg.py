@@ -233,3 +233,11 @@ def test_a_singular_matrix_raises_numpys_error_on_cpu(case):
         y.to_numpy()
     with pytest.raises(np.linalg.LinAlgError):
         dnp.sum(y * 2)  # a reduction's gather meets the same error
+
+
+def test_a_stacked_product_keeps_the_stacks_chunks(case):
+    a, b = np.arange(96.0).reshape(4, 6, 4), np.arange(48.0).reshape(4, 4, 3)
+    x, y = dnp.from_numpy(a, chunks=(2, 6, 4)), dnp.from_numpy(b, chunks=(2, 4, 3))
+    z = x @ y
+    assert z.chunks == ((2, 2), (6,), (3,))  # one task per stack chunk, not one for all
+    same(z, a @ b)

@@ -52,7 +52,6 @@ class _MatMul:
 def matmul(x1, x2, /) -> DArray:
     """Matrix product with NumPy's rules for 1-d operands and broadcast batch axes."""
     from dgvm.array.dtypes import result_type
-    from dgvm.array.elementwise import out_chunks
     from dgvm.array.manipulation import expand_dims, squeeze
 
     if not isinstance(x1, DArray) or not isinstance(x2, DArray):
@@ -74,8 +73,7 @@ def matmul(x1, x2, /) -> DArray:
         raise ValueError(f"matmul: batch shapes of {x1.shape} and {x2.shape} do not broadcast") from None
     dtype = result_type(x1, x2)
     shape = batch + (x1.shape[-2], x2.shape[-1])
-    chunks = out_chunks([x1, x2], batch, dtype) if batch else ()
-    chunks = tuple(chunks) + (x1.chunks[-2], x2.chunks[-1])
+    chunks = per_matrix.stack_chunks([x1, x2], [2, 2], batch) + (x1.chunks[-2], x2.chunks[-1])
     edges = sorted(set(np.cumsum((0,) + x1.chunks[-1]).tolist()) | set(np.cumsum((0,) + x2.chunks[-2]).tolist()))
     out = _empty(shape, dtype, chunks, x1,
                  lambda lo: per_matrix.batch_region(x1.shape[:-2], len(batch), lo, lo)[0] + [lo[-2], 0])

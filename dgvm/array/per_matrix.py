@@ -50,6 +50,16 @@ def batch_region(batch: tuple, nb: int, lo, hi) -> tuple[list, list]:
             [1 if batch[j] == 1 else hi[j + d] for j in range(len(batch))])
 
 
+def stack_chunks(arrays, cores, batch: tuple) -> tuple:
+    """Chunks of the broadcast batch axes ``batch`` of ``arrays`` (each with ``cores``
+    trailing item axes), as an elementwise result over their stacks has them."""
+    from dgvm.array.elementwise import out_chunks
+
+    stacks = [SimpleNamespace(shape=a.shape[:a.ndim - c], chunks=a.chunks[:a.ndim - c], ndim=a.ndim - c)
+              for a, c in zip(arrays, cores)]
+    return tuple(out_chunks(stacks, batch, None)) if batch else ()
+
+
 @dataclass
 class _PerMatrix:
     fn: object  # fn(xp, *items) -> tuple of results, each batch + its tail
@@ -84,7 +94,7 @@ def run(fn, inputs, tails, dtypes, compute, name: str) -> list[DArray]:
     after the batch axes and the dtype of each result. Results: new DArrays with the
     broadcast batch axes of the inputs, chunked as the first input's batch axes."""
     from dgvm.array.dtypes import result_type
-    from dgvm.array.elementwise import apply, out_chunks
+    from dgvm.array.elementwise import apply
     from dgvm.array.manipulation import _empty, reshape
 
     arrays = [a for a, _ in inputs]
@@ -93,10 +103,7 @@ def run(fn, inputs, tails, dtypes, compute, name: str) -> list[DArray]:
         batch = tuple(np.broadcast_shapes(*(o.batch for o in operands)))
     except ValueError:
         raise ValueError(f"linalg.{name}: the stacks of shapes {[a.shape for a in arrays]} do not broadcast") from None
-    # The batch axes' chunks, as an elementwise result over the operands' stacks has them.
-    stacks = [SimpleNamespace(shape=o.batch, chunks=a.chunks[:len(o.batch)], ndim=len(o.batch))
-              for a, o in zip(arrays, operands)]
-    batch_chunks = out_chunks(stacks, batch, None) if batch else ()
+    batch_chunks = stack_chunks(arrays, [o.core for o in operands], batch)
     dtypes = tuple(np.dtype(t) for t in dtypes)
     packed = None
     if len(tails) == 1:
