@@ -414,3 +414,20 @@ def test_full_takes_an_array_fill_value(case):
     same(dnp.full((2, 3), dnp.asarray(row)), np.full((2, 3), row))
     same(dnp.full((2,), dnp.asarray(np.float32(2.5)) * 2), np.full((2,), np.float32(5.0)))
     same(dnp.asarray(np.int8(3)), np.asarray(np.int8(3)))  # a NumPy scalar keeps its type
+
+
+def test_dtype_rules_are_asked_once_per_kind_of_call_and_stay_exact(case):
+    from dgvm.array import elementwise
+
+    x = dnp.asarray(np.arange(4, dtype=np.uint8))
+    known = len(elementwise._DTYPES)
+    for i in range(20):  # a loop's changing scalars: one kind of call each
+        x * (i / 7)
+        x + (16 + i % 16)  # ints of one bit length
+    assert len(elementwise._DTYPES) == known + 2
+    assert (x + 255).dtype == np.uint8
+    with pytest.raises(OverflowError, match="256"):  # NumPy's refusal, with its own value
+        x + 256
+    with pytest.raises(OverflowError, match="-1"):
+        x + (-1)
+    assert (x + 128).dtype == np.uint8 and (x * True).dtype == np.uint8

@@ -11,7 +11,6 @@ standard's; every node of the tree casts to its own dtype, so fused and unfused 
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -162,25 +161,29 @@ def _probe(x):
 
 def result_dtype(name: str, args) -> np.dtype:
     """The dtype NumPy gives ``name`` on these arguments; NumPy's TypeError if it refuses."""
-    key = []
+    key = [name]
     for a in args:
         if isinstance(a, DArray):
-            key.append((DArray, a.dtype))
-        elif type(a) in (bool, int, float, complex):
-            key.append((type(a), a))  # a Python int's value can matter (out of range)
+            key.append(a.dtype)
+        elif type(a) in (bool, float, complex):
+            key.append(type(a))  # weak: its value never changes the answer
+        elif type(a) is int:
+            # NumPy refuses an int out of an integer dtype's range: values of one sign
+            # and bit length fit the same dtypes.
+            key.append((int, a < 0, (-a - 1 if a < 0 else a).bit_length()))
         elif isinstance(a, np.generic):
             key.append((np.generic, a.dtype))
         else:
-            return _numpy_result_dtype(name, tuple(args))
+            return _numpy_result_dtype(name, args)
     # Asked for every operation of every loop: NumPy's answer, once per kind of call.
-    return _cached_result_dtype(name, tuple(key))
+    key = tuple(key)
+    dtype = _DTYPES.get(key)
+    if dtype is None:
+        dtype = _DTYPES[key] = _numpy_result_dtype(name, args)  # a refusal raises, uncached
+    return dtype
 
 
-@functools.lru_cache(maxsize=4096)
-def _cached_result_dtype(name: str, key: tuple) -> np.dtype:
-    stand_ins = [np.ones(1, dtype=v) if kind is DArray else v.type(0) if kind is np.generic else v
-                 for kind, v in key]
-    return _numpy_result_dtype(name, stand_ins)
+_DTYPES: dict = {}  # result_dtype's answers; a few hundred kinds of call at most
 
 
 def _numpy_result_dtype(name: str, args) -> np.dtype:
