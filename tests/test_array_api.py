@@ -414,6 +414,13 @@ def test_full_takes_an_array_fill_value(case):
     same(dnp.full((2, 3), dnp.asarray(row)), np.full((2, 3), row))
     same(dnp.full((2,), dnp.asarray(np.float32(2.5)) * 2), np.full((2,), np.float32(5.0)))
     same(dnp.asarray(np.int8(3)), np.asarray(np.int8(3)))  # a NumPy scalar keeps its type
+    # made as asked: chunks, dtype, and x's chunks and homes for full_like
+    y = dnp.full((8, 6), dnp.asarray(row.repeat(2)), dtype=dnp.int32, chunks=2)
+    assert y.chunks == ((2,) * 4, (2,) * 3)
+    same(y, np.full((8, 6), row.repeat(2), dtype=np.int32))
+    x = dnp.zeros((8, 6), chunks=2)
+    z = dnp.full_like(x, dnp.asarray(row.repeat(2)))
+    assert z.chunks == x.chunks and z.alloc.homes() == x.alloc.homes()
 
 
 def test_dtype_rules_are_asked_once_per_kind_of_call_and_stay_exact(case):

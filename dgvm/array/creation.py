@@ -156,9 +156,9 @@ def full(shape, fill_value, dtype=None, chunks="auto", placement=None, colocate=
     """An array of ``fill_value`` (dtype from the value when not given)."""
     if isinstance(fill_value, DArray):
         if fill_value.ndim:  # an array fill: broadcast over the shape, as NumPy's
-            from dgvm.array.manipulation import broadcast_to
-
-            return asarray(broadcast_to(fill_value, shape), dtype=dtype or fill_value.dtype, copy=True)
+            x = empty(shape, dtype or fill_value.dtype, chunks, placement, colocate, client)
+            x[...] = fill_value
+            return x
         dtype = dtype or fill_value.dtype
         fill_value = fill_value.item()
     if dtype is None:

@@ -140,6 +140,8 @@ def _unique(x, name: str, inverse: bool):
     if not inverse:
         return result, counts, firsts, None
     ranges, nan_ranks = {}, {}
+    rank = np.empty(len(nans), np.int64)  # the entry of each NaN, by its place in nans
+    rank[nan_order] = np.arange(len(nans))
     for b in blocks:
         own = sort_key(parts[b][0], np)
         if len(own):
@@ -148,8 +150,6 @@ def _unique(x, name: str, inverse: bool):
         else:
             ranges[b] = (0, 0)
         if len(parts[b][3]):  # each NaN's entry, for the chunk's NaNs in C order
-            rank = np.empty(len(nans), np.int64)
-            rank[nan_order] = np.arange(len(nans))
             at = by_index[np.searchsorted(nans, np.sort(parts[b][3]), sorter=by_index)]
             nan_ranks[b] = len(distinct) + rank[at]
     starts = [np.concatenate([[0], np.cumsum(c)]).astype(np.int64) for c in x.chunks]
