@@ -70,12 +70,12 @@ def _reduction(name, ddof=False):
     return f
 
 
-def _same(name):
-    return lambda *args, **kwargs: getattr(_ns(), name)(*args, **_numpy_keywords(kwargs))
-
-
-def _linalg(name):
-    return lambda *args, **kwargs: getattr(_ns().linalg, name)(*args, **kwargs)
+def _same(name, module=""):
+    """NumPy's ``name`` is dgvm.array's (``module``: of its ``linalg``)."""
+    def call(*args, **kwargs):
+        ns = getattr(_ns(), module) if module else _ns()
+        return getattr(ns, name)(*args, **_numpy_keywords(kwargs))
+    return call
 
 
 def _lower(name, a, uplo):
@@ -120,7 +120,7 @@ _FUNCTIONS = {
     "round": lambda a, decimals=0: _ns().round(a) if decimals == 0 else _unsupported("round", "decimals"),
     "around": lambda a, decimals=0: _ns().round(a) if decimals == 0 else _unsupported("around", "decimals"),
     "linalg.norm": lambda x, ord=None, axis=None, keepdims=False: _ns().linalg.norm(x, ord, axis, keepdims),
-    **{f"linalg.{n}": _linalg(n) for n in (
+    **{f"linalg.{n}": _same(n, "linalg") for n in (
         "cholesky", "cross", "det", "diagonal", "inv", "matrix_norm", "matrix_power", "matrix_transpose",
         "outer", "qr", "slogdet", "solve", "svdvals", "tensordot", "trace", "vecdot", "vector_norm")},
     "linalg.matmul": _same("matmul"),

@@ -80,11 +80,12 @@ class _PerMatrix:
             if op.core:
                 a = a.astype(self.compute, copy=False)
             items.append(xp.broadcast_to(a, batch + tuple(core)))
-        results = [xp.asarray(r).astype(t, copy=False)
-                   for r, t in zip(self.fn(xp, *items), self.dtypes)]
+        results = [xp.asarray(r) for r in self.fn(xp, *items)]
         if self.packed is None:
-            return results[0]
-        return xp.concatenate([r.reshape(batch + (-1,)).astype(self.packed) for r in results], axis=-1)
+            return results[0].astype(self.dtypes[0], copy=False)
+        # Each result to the packed type in one cast (a real result's values fit it).
+        return xp.concatenate([r.reshape(batch + (-1,)).astype(self.packed, copy=False) for r in results],
+                              axis=-1)
 
 
 def run(fn, inputs, tails, dtypes, compute, name: str) -> list[DArray]:
@@ -142,8 +143,7 @@ def float_dtype(*arrays) -> np.dtype:
 
 def real_dtype(t) -> np.dtype:
     """The real type of the same precision (float32 for complex64)."""
-    t = np.dtype(t)
-    return np.dtype(np.float32 if t in (np.float32, np.complex64) else np.float64)
+    return np.finfo(t).dtype
 
 
 def check_matrices(name: str, x, square: bool = False) -> None:
