@@ -10,7 +10,7 @@ import functools
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,17 @@ class StoredChunk:
     nbytes: int
     version: int = 0
     last_use: float = 0.0  # time.monotonic() of the last read (replicas: for eviction)
+    # (dtype, shape) -> the chunk as an array of that type: tasks read a chunk as the same
+    # typed array again and again, and a CuPy view costs several microseconds to make.
+    views: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def typed(self, backend, dtype: str, shape: tuple):
+        """The chunk's bytes as an array of ``dtype`` and ``shape`` (made once)."""
+        key = (dtype, shape)
+        view = self.views.get(key)
+        if view is None:
+            view = self.views[key] = backend.view(self.handle, self.nbytes).view(dtype).reshape(shape)
+        return view
 
 
 def _locked(method):

@@ -32,11 +32,9 @@ def run(op, out, inputs, name: str) -> None:
 
 
 def chunk_bounds(spec: ArraySpec, k: int) -> tuple[list[int], list[int]]:
-    """Global element range ``[lo, hi)`` per axis of chunk ``k``."""
-    block = chunk_grid.block_index(k, spec.grid)
-    lo = [int(spec.starts(a)[b]) for a, b in enumerate(block)]
-    hi = [int(spec.starts(a)[b + 1]) for a, b in enumerate(block)]
-    return lo, hi
+    """Global element range ``[lo, hi)`` per axis of chunk ``k`` (lists the op may keep)."""
+    lo, hi = spec.bounds(k)
+    return list(lo), list(hi)
 
 
 def _blockwise_here(op, out: ArraySpec, specs, indices, deps):
@@ -159,7 +157,7 @@ def _collect_chunks(access, op, spec: ArraySpec, indices, partial_of) -> dict:
         for k in indices:
             lo, hi = chunk_bounds(spec, k)
             with access.output_chunk():
-                out[chunk_grid.block_index(k, spec.grid)] = _small_or_host(partial_of(k, lo, hi))
+                out[spec.block(k)] = _small_or_host(partial_of(k, lo, hi))
     return {b: _host(v) for b, v in out.items()}
 
 

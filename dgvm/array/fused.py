@@ -122,7 +122,8 @@ def _trace(expr, leaves, scalars, cupy):
 def _build(tree, nleaves: int, nscalars: int, into: bool):
     """``cupy.fuse``'s kernel as a way ``run(leaves, scalars, target)``: writing into its
     last argument (``into``), or returning the value (for a CuPy whose fusion does not
-    trace ``out[...] = ...``; one copy more)."""
+    trace ``out[...] = ...``; one copy more). Contiguous leaves of the target's shape run
+    as 1-D arrays: a kernel over one axis indexes without a division per element."""
     import cupy
 
     def kernel(*params):
@@ -135,6 +136,9 @@ def _build(tree, nleaves: int, nscalars: int, into: bool):
     fused = cupy.fuse(kernel_name="dgvm_fused")(kernel)
 
     def run(leaves, scalars, target) -> bool:
+        flat = _flat(leaves, target.shape) if target.flags.c_contiguous else None
+        if flat is not None:
+            leaves, target = flat, target.reshape(-1)
         if into:
             fused(*leaves, *scalars, target)
         else:
@@ -163,12 +167,26 @@ def _flat(leaves, shape):
     return [a.reshape(-1) for a in leaves]
 
 
-def _cupy(expr, leaves, target) -> bool:
-    flat = _flat(leaves, target.shape) if target.flags.c_contiguous else None
-    if flat is not None:
-        leaves, target = flat, target.reshape(-1)
+# The last trees stripped, by identity: a task runs one tree over each of its chunks.
+_STRIPPED_KEPT = 16
+_stripped: dict = {}  # id(expr) -> (expr, tree, scalars)
+
+
+def _stripped_tree(expr):
+    """``_strip``'s (tree, scalars) of ``expr``, computed once per tree object."""
+    hit = _stripped.get(id(expr))
+    if hit is not None and hit[0] is expr:
+        return hit[1], hit[2]
     scalars: list = []
     tree = _strip(expr, scalars)
+    if len(_stripped) >= _STRIPPED_KEPT:
+        _stripped.clear()
+    _stripped[id(expr)] = (expr, tree, scalars)  # the expr kept alive: its id stays its own
+    return tree, scalars
+
+
+def _cupy(expr, leaves, target) -> bool:
+    tree, scalars = _stripped_tree(expr)
     key = (tree, tuple((a.dtype.str, a.ndim) for a in leaves), target.dtype.str, target.ndim)
     # Best first. A way that does not apply to these leaves (the wide kernel, to a strided
     # one) answers False and stays; one that fails (a tree cupy.fuse cannot trace) goes.

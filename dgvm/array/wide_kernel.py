@@ -103,7 +103,8 @@ extern "C" __global__ void {name}({", ".join(params)}) {{
 def build(tree, leaf_dtypes, out_dtype, nscalars: int):
     """A callable ``run(leaves, scalars, target) -> bool`` for the tree, or None. It
     answers False, running nothing, unless every leaf is a C-contiguous array of the
-    target's size (as ``fused._flat`` makes them) and the target is contiguous too."""
+    target's size and the target is contiguous too: the kernel runs over their memory as
+    one flat run of elements, whatever their shapes."""
     code = source(tree, leaf_dtypes, out_dtype, nscalars)
     if code is None:
         return None

@@ -25,7 +25,12 @@ from dgvm.transfer.ipc_mappings import BufferGone
 
 @dataclass
 class ArraySpec:
-    """What a task needs to know of a DArray argument (no handle, no client)."""
+    """What a task needs to know of a DArray argument (no handle, no client).
+
+    A task asks the same questions of its specs for every chunk it runs (a chunk's bounds,
+    its place in the grid, which chunk holds a region), so the answers are cached on the
+    spec, as Python ints: NumPy's scalar calls cost microseconds each, per chunk. The
+    caches stay where they were made (``__getstate__``)."""
 
     alloc_id: int
     owner: str
@@ -37,16 +42,65 @@ class ArraySpec:
     def of(cls, x) -> "ArraySpec":
         return cls(x.alloc_id, x.alloc.owner, x.shape, x.dtype.str, x.chunks)
 
+    def __getstate__(self):
+        return {f: self.__dict__[f] for f in ("alloc_id", "owner", "shape", "dtype", "chunks")}
+
+    def _cache(self, name: str) -> dict:
+        return self.__dict__.setdefault(name, {})
+
     @property
     def grid(self) -> tuple:
-        return tuple(len(c) for c in self.chunks)
+        grid = self.__dict__.get("_grid")
+        if grid is None:
+            grid = self.__dict__["_grid"] = tuple(len(c) for c in self.chunks)
+        return grid
 
     def starts(self, axis: int) -> np.ndarray:
         """Block start offsets along ``axis`` (and the axis length last); cached."""
-        cache = self.__dict__.setdefault("_starts", {})
+        cache = self._cache("_starts")
         if axis not in cache:
-            cache[axis] = np.concatenate([[0], np.cumsum(self.chunks[axis])]).astype(np.int64)
+            cache[axis] = np.asarray(self.edges(axis), dtype=np.int64)
         return cache[axis]
+
+    def edges(self, axis: int) -> list[int]:
+        """``starts(axis)`` as a list of Python ints; cached."""
+        cache = self._cache("_edges")
+        edges = cache.get(axis)
+        if edges is None:
+            edges = cache[axis] = [0, *itertools.accumulate(int(c) for c in self.chunks[axis])]
+        return edges
+
+    def block(self, k: int) -> tuple:
+        """The grid position of chunk ``k`` (C order); cached."""
+        cache = self._cache("_blocks")
+        block = cache.get(k)
+        if block is None:
+            block = cache[k] = tuple(int(b) for b in np.unravel_index(k, self.grid)) if self.grid else ()
+        return block
+
+    def bounds(self, k: int) -> tuple[tuple, tuple]:
+        """Chunk ``k``'s global element range ``[lo, hi)`` per axis; cached."""
+        cache = self._cache("_bounds")
+        span = cache.get(k)
+        if span is None:
+            block = self.block(k)
+            edges = [self.edges(a) for a in range(len(block))]
+            span = cache[k] = (tuple(edges[a][b] for a, b in enumerate(block)),
+                               tuple(edges[a][b + 1] for a, b in enumerate(block)))
+        return span
+
+    def chunk_holding(self, lo, hi) -> int | None:
+        """The chunk whose elements are exactly ``[lo, hi)``, or None."""
+        k = 0
+        for a, n in enumerate(self.grid):
+            at = self._cache("_block_at").get(a)
+            if at is None:
+                at = self._cache("_block_at")[a] = {e: b for b, e in enumerate(self.edges(a)[:-1])}
+            b = at.get(lo[a])
+            if b is None or self.edges(a)[b + 1] != hi[a]:
+                return None
+            k = k * n + b
+        return k
 
     def block_shape(self, block: tuple) -> tuple:
         return tuple(self.chunks[a][b] for a, b in enumerate(block))
@@ -133,13 +187,11 @@ class Access:
             count["home"].add(index)
         else:
             count["remote"].add(index)
+        shape = spec.block_shape(spec.block(index))
         if held is not None:
             held.last_use = time.monotonic()
-            raw = store.backend.view(held.handle, held.nbytes)
-        else:
-            raw = self.transient[key]
-        block = np.unravel_index(index, spec.grid) if spec.grid else ()
-        return raw.view(spec.dtype).reshape(spec.block_shape(tuple(int(b) for b in block)))
+            return held.typed(store.backend, spec.dtype, shape)
+        return self.transient[key].view(spec.dtype).reshape(shape)
 
     def locate(self, alloc_id: int, index: int) -> dict:
         """The GVAT's answer for a chunk this worker needs: its home, path, version."""
@@ -264,6 +316,9 @@ class Access:
     def read(self, spec: ArraySpec, lo, hi, xp):
         """Elements ``[lo, hi)`` of ``spec`` for reading: a view when one chunk holds
         them all, else a new array gathered from the chunks (see ``region``)."""
+        k = spec.chunk_holding(lo, hi)
+        if k is not None:  # a whole chunk (the common case: inputs chunked as the output)
+            return self.chunk(spec, k)
         ranges = self._block_ranges(spec, lo, hi)
         if all(len(r) == 1 for r in ranges):
             nb = [r[0] for r in ranges]
