@@ -5,6 +5,7 @@ through them; both with Dask's CLI and the dgvm preloads, and with ``dgvm schedu
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -285,6 +286,9 @@ def test_local_cluster_with_its_scheduler_in_a_process_of_its_own(backend):
         pid = client.run_on_scheduler(os.getpid)
         assert pid != os.getpid()
         assert client.run_on_scheduler(lambda: dask.config.get("dgvm.placement.headroom")) == 0.25
+        # Its start-up objects are out of every collection, with Dask's scheduler thresholds.
+        frozen, threshold = client.run_on_scheduler(lambda: (gc.get_freeze_count(), gc.get_threshold()))
+        assert frozen > 10_000 and threshold[0] == 3 * gc.get_threshold()[0]
         h = np.random.default_rng(0).random((300, 300))
         x = dnp.from_numpy(h, chunks=100, placement="round_robin")
         assert float((x + x.T).sum()) == pytest.approx((h + h.T).sum(), rel=1e-12)
