@@ -19,7 +19,11 @@ over each worker's tasks, from the worker's own log and clock, of:
 
 On cuda it adds, from CUDA events around each task's work, how much of the run the device
 spent on the tasks' work (a task's share counts from when the device reached its work),
-and how long it sat idle between tasks.
+how long it sat idle between tasks, and its longest idle gaps. Then the stalls of the
+event loops every task goes through: each time the scheduler's loop or this process's
+(the client's) ran a 1 ms timer more than 10 ms late, and the scheduler's garbage
+collections over 5 ms. A stall of either loop holds up the next task on every worker, so
+a long run (``--k 200``) shows where the device's longest gaps come from.
 
 One pass over x moves ``2 * 8 * n * n / workers`` bytes per worker: at the bandwidth the
 workers measured that is the device floor printed beside. ``--address`` connects to a
@@ -152,8 +156,52 @@ def device_busy(rows) -> str:
     span = merged[-1][1] - merged[0][0]
     busy = sum(hi - lo for lo, hi in merged)
     gaps = [b[0] - a[1] for a, b in zip(merged, merged[1:])] or [0.0]
+    longest = ", ".join(f"{1e3 * g:.1f}" for g in sorted(gaps)[-3:][::-1])
     return (f"{'':>24} device busy {busy / span:.0%} of its {1e3 * span:.1f} ms; idle between tasks "
-            f"{1e3 * sum(gaps):.1f} ms in all, median {1e3 * statistics.median(gaps):.2f} ms")
+            f"{1e3 * sum(gaps):.1f} ms in all, median {1e3 * statistics.median(gaps):.2f} ms, longest {longest} ms")
+
+
+def _watch_stalls(dask_scheduler=None, loop=None):
+    """Note, until ``_stalls`` reads them, each time this process's event loop runs a 1 ms
+    timer more than 10 ms late, and (on the scheduler) each garbage collection over 5 ms."""
+    import gc
+    import time as clock
+
+    loop = loop or dask_scheduler.loop
+    notes = {"late": [], "gc": [], "on": True}
+
+    def tick(due):
+        late = clock.perf_counter() - due
+        if late > 0.010:
+            notes["late"].append(late)
+        if notes["on"]:
+            loop.call_later(0.001, tick, clock.perf_counter() + 0.001)
+
+    def collected(phase, info):
+        if phase == "start":
+            notes["t"] = clock.perf_counter()
+        elif clock.perf_counter() - notes.get("t", clock.perf_counter()) > 0.005:
+            notes["gc"].append((info["generation"], clock.perf_counter() - notes["t"]))
+
+    if dask_scheduler is not None:
+        gc.callbacks.append(collected)
+        notes["unhook"] = lambda: gc.callbacks.remove(collected)
+    loop.add_callback(tick, clock.perf_counter())
+    (dask_scheduler or sys.modules[__name__]).__dict__["_dgvm_stalls"] = notes
+
+
+def _stalls(dask_scheduler=None) -> str:
+    notes = (dask_scheduler or sys.modules[__name__]).__dict__.pop("_dgvm_stalls")
+    notes["on"] = False
+    notes.get("unhook", lambda: None)()
+    late = sorted(notes["late"], reverse=True)
+    text = f"{len(late)} loop stalls over 10 ms" + (
+        ": " + ", ".join(f"{1e3 * t:.0f}" for t in late[:6]) + (" ..." if len(late) > 6 else "") + " ms"
+        if late else "")
+    if dask_scheduler is not None:
+        text += "; collections over 5 ms: " + (", ".join(
+            f"generation {g} {1e3 * t:.0f} ms" for g, t in notes["gc"]) or "none")
+    return text
 
 
 STEPS = {
@@ -197,9 +245,12 @@ def main(argv=None) -> int:
         for _ in range(3):  # compiles, and fills the pool of released allocations
             chains_back_to_back(x, 8, args.alive)
         client.run(_instrument)
+        client.run_on_scheduler(_watch_stalls)
+        _watch_stalls(loop=client.loop)
         cpu, t0 = time.process_time(), time.time()
         chains_back_to_back(x, args.k, args.alive)
         wall, cpu = time.time() - t0, time.process_time() - cpu
+        stalls = {"scheduler": client.run_on_scheduler(_stalls), "this process": _stalls()}
         floor = 2 * 8 * n * n / bw
         where = "an address" if args.address else "its own process" if args.scheduler_process else "this process"
         print(f"backend {backend}, {len(ws)} workers of {list(client.nthreads().values())} thread(s), "
@@ -221,6 +272,8 @@ def main(argv=None) -> int:
             busy = device_busy(rows)
             if busy:
                 print(busy)
+        for who, text in stalls.items():
+            print(f"{who:>24} {text}")
     finally:
         client.close()
     return 0
