@@ -408,6 +408,33 @@ def test_a_zero_dimensional_mask_adds_an_axis(case, shape, mask):
     same(dnp.asarray(h)[dnp.asarray(np.asarray(mask))], h[np.asarray(mask)])
 
 
+@pytest.mark.parametrize("key", [
+    (True, 1), (False, 1), (1, True), (np.True_, slice(None)), (Ellipsis, True), (None, True, 1),
+    (True, True), (True, False), (slice(None), True, 1), (slice(None), True, None, 1),
+    (True, Ellipsis, True), (0, True, slice(1, 3)), (slice(None, None, -1), np.False_, 2), (np.array(True), 2),
+])
+def test_zero_dimensional_booleans_inside_a_key_add_numpys_axis(case, key):
+    # A bool is an int too: read as one, x[True, 1] was x[1, 1].
+    h = np.arange(12.0).reshape(3, 4)
+    same(dnp.asarray(h, chunks=2)[key], h[key])
+
+
+@pytest.mark.parametrize("key, value", [
+    ((True, 1), 7.0), ((1, True), np.arange(4.0)), ((slice(None), True, 1), np.ones((3, 1))), ((False, 1), 5.0),
+])
+def test_assigning_through_zero_dimensional_booleans(case, key, value):
+    h = np.arange(12.0).reshape(3, 4)
+    x = dnp.asarray(h, chunks=2)
+    x[key] = value
+    h[key] = value
+    same(x, h)
+
+
+def test_zero_dimensional_booleans_and_index_arrays_are_refused(case):
+    with pytest.raises(IndexError, match="does not mix 0-d boolean"):
+        dnp.asarray(np.arange(6.0).reshape(2, 3))[True, [0, 1]]
+
+
 def test_full_takes_an_array_fill_value(case):
     same(dnp.full((2, 3), dnp.asarray(np.int8(3))), np.full((2, 3), np.int8(3)))
     row = np.array([1.0, 2.0, 3.0])

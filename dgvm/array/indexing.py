@@ -93,6 +93,33 @@ def _is_mask(key) -> bool:
     return (isinstance(k, DArray) and k.dtype == bool) or (isinstance(k, np.ndarray) and k.dtype == bool)
 
 
+def _is_scalar_bool(k) -> bool:
+    return isinstance(k, (bool, np.bool_)) or (isinstance(k, np.ndarray) and k.dtype == bool and k.ndim == 0)
+
+
+def _scalar_bools(x: DArray, key):
+    """A tuple key with 0-d booleans among its other indices (``x[True, 1]``): the key
+    without them, where NumPy puts the one axis they add (length 1 if all are true, else
+    0), all true?, and the result's rank; None for any other key.
+
+    NumPy takes 0-d booleans as advanced indices: they add one axis together, placed as
+    an advanced index block is (with the integers of the key, when adjacent; first when
+    not). A bool is also an int, so read as one it would silently pick element 1 or 0."""
+    if not isinstance(key, tuple) or len(key) < 2 or not any(_is_scalar_bool(k) for k in key):
+        return None
+    rest = tuple(k for k in key if not _is_scalar_bool(k))
+    if any(isinstance(k, (DArray, list, np.ndarray)) for k in rest):
+        raise IndexError("dgvm.array does not mix 0-d boolean indices with index arrays "
+                         f"(key {key!r}): index with the arrays first, then with the booleans")
+    _expand(rest, x.ndim)  # too many indices: dgvm's message
+    # The placement depends only on the kinds of the indices and their order: asked of a
+    # stand-in of 2 elements per axis, every boolean false (its axis: the one of length 0).
+    probe = tuple(False if _is_scalar_bool(k) else k if k is None or k is Ellipsis
+                  else slice(None) if isinstance(k, slice) else 0 for k in key)
+    shape = np.empty((2,) * x.ndim, dtype=np.int8)[probe].shape
+    return rest, shape.index(0), all(bool(k) for k in key if _is_scalar_bool(k)), len(shape)
+
+
 def _int_index(k, axis: int, n: int) -> int:
     """An integer index along an axis of length ``n``, checked and made non-negative."""
     try:
@@ -127,6 +154,13 @@ def getitem(x: DArray, key) -> DArray:
 
     if _is_mask(key):
         return _masked(x, key[0] if isinstance(key, tuple) else key)
+    bools = _scalar_bools(x, key)
+    if bools is not None:
+        from dgvm.array.manipulation import expand_dims
+
+        rest, axis, true, _ = bools
+        out = expand_dims(getitem(x, rest), axis=axis)
+        return out if true else out[(slice(None),) * axis + (slice(0, 0),)]
     view = _basic(x, key)
     if view is not None:  # no copy now: a deferred view, read in place or computed on use
         return deferred.view(x, view, "getitem")
@@ -281,6 +315,22 @@ def setitem(x: DArray, key, value) -> None:
                 raise ValueError("x[mask] = array: dgvm.array supports a scalar or a one-element value")
             value = value.item()
         blockwise.run(_MaskAssign(value), x, [x, mask], "setitem-mask")
+        return
+    bools = _scalar_bools(x, key)
+    if bools is not None:
+        rest, axis, true, ndim = bools
+        vshape = np.shape(value) if not isinstance(value, DArray) else value.shape
+        if not true:  # selects nothing; the value must still fit the (empty) selection
+            part = getitem(x, rest).shape
+            sel = (*part[:axis], 0, *part[axis:])
+            if tuple(np.broadcast_shapes(vshape, sel)) != sel:
+                raise ValueError(f"cannot assign a value of shape {vshape} to a selection of shape {sel}")
+            if not isinstance(value, DArray):
+                np.asarray(value).astype(x.dtype, casting="unsafe")  # refuse what cannot be stored
+            return
+        if len(vshape) == ndim and vshape[axis] == 1:  # the value's own copy of the new axis
+            value = value[(slice(None),) * axis + (0,)]
+        setitem(x, rest, value)
         return
     maps, drop, new_axes = _plan(x, key)
     keep = tuple(a for a in range(x.ndim) if a not in drop)
