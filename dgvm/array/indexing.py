@@ -113,10 +113,10 @@ def _scalar_bools(x: DArray, key):
                          f"(key {key!r}): index with the arrays first, then with the booleans")
     _expand(rest, x.ndim)  # too many indices: dgvm's message
     # The placement depends only on the kinds of the indices and their order: asked of a
-    # stand-in of 2 elements per axis, every boolean false (its axis: the one of length 0).
+    # one-element stand-in, every boolean false (its axis: the only one of length 0).
     probe = tuple(False if _is_scalar_bool(k) else k if k is None or k is Ellipsis
                   else slice(None) if isinstance(k, slice) else 0 for k in key)
-    shape = np.empty((2,) * x.ndim, dtype=np.int8)[probe].shape
+    shape = np.empty((1,) * x.ndim, dtype=np.int8)[probe].shape
     return rest, shape.index(0), all(bool(k) for k in key if _is_scalar_bool(k)), len(shape)
 
 
