@@ -262,7 +262,8 @@ def main(argv=None) -> int:
         print(f"{'worker':>24} {'tasks':>5} {'left':>5} " + " ".join(f"{s:>8}" for s in [*STEPS, "idle"])
               + "  (ms, medians; left: tasks that did not wait for the device)")
         for addr, log in client.run(_log, prefix="dgvm-fused").items():
-            rows = sorted((r for r in log.values() if "fn" in r and "memory" in r and r["executing"] >= t0),
+            # (a long run: the worker's log keeps only its last entries)
+            rows = sorted((r for r in log.values() if "fn" in r and "memory" in r and r.get("executing", 0) >= t0),
                           key=lambda r: r["executing"])
             cells = [statistics.median(r[b] - r[a] for r in rows if a in r and b in r) for a, b in STEPS.values()]
             idle = [b["executing"] - a["memory"] for a, b in zip(rows, rows[1:])]
