@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import logging
 import os
@@ -27,6 +26,8 @@ import time
 
 import dask
 from distributed.deploy.spec import ProcessInterface
+
+from dgvm import gc_pauses
 
 # Scheduler options of Dask's local clusters that a process of its own cannot take (not
 # JSON), and whose defaults it does not need.
@@ -138,28 +139,11 @@ class SchedulerProcess(ProcessInterface):
         await super().close()
 
 
-def _shorter_gc_pauses() -> None:
-    """Keep the interpreter's full collections short in the scheduler process.
-
-    Every task a worker runs waits for the scheduler to hear that the one before it
-    finished, so a pause of the scheduler's loop is a pause of every GPU. A full
-    collection walks every object the process tracks, about 230,000 once the scheduler and
-    its imports are up: 100-150 ms on the GPU machines, several times a minute in a loop of
-    operations, each an idle gap of as long on both GPUs (CUDA events around the kernels).
-    The objects alive now (modules, classes, the scheduler) live as long as the process,
-    so they are frozen out of every later collection; the thresholds are those Dask's own
-    ``dask scheduler`` command sets (three times the interpreter's)."""
-    gc.collect()
-    gc.freeze()
-    g0, g1, g2 = gc.get_threshold()
-    gc.set_threshold(g0 * 3, g1 * 3, g2 * 3)
-
-
 def dask_setup(scheduler) -> None:
     """Preload of the scheduler process: close it once its parent is gone (a parent killed,
     or stopped by a signal, never closes its cluster), set its log level, and keep its
-    collections short (``_shorter_gc_pauses``)."""
-    _shorter_gc_pauses()
+    collection pauses short (``dgvm.gc_pauses``)."""
+    gc_pauses.shorten()
     level = os.environ.get(LOG_LEVEL)
     if level:
         logging.getLogger("distributed").setLevel(int(level))

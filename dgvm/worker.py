@@ -18,7 +18,7 @@ import click
 from distributed import WorkerPlugin
 from distributed.protocol import to_serialize
 
-from dgvm import backends, config, streams, transfer
+from dgvm import backends, config, gc_pauses, streams, transfer
 from dgvm.streams import PEER_LEFT, RELEASE
 from dgvm.errors import InvalidAddress, OutOfDeviceMemory
 from dgvm.store import ChunkStore, StoredChunk
@@ -321,7 +321,9 @@ class ChunkStorePlugin(WorkerPlugin):
 @click.option("--dgvm-device-speed", default=None, type=float, help="relative speed (cpu emulation)")
 def dask_setup(worker, others, dgvm_backend, dgvm_device_memory, dgvm_device_speed):
     """Preload entry point: ``dask worker ADDR --preload dgvm.worker``. A bad dgvm
-    configuration closes the worker (see ``deploy.check_config``)."""
+    configuration closes the worker (see ``deploy.check_config``). A worker process its
+    nanny started has its collection pauses kept short (``dgvm.gc_pauses``); a worker
+    without one may share its process with a program."""
     from dgvm.deploy import check_config
 
     check_config(
@@ -332,6 +334,8 @@ def dask_setup(worker, others, dgvm_backend, dgvm_device_memory, dgvm_device_spe
     plugin = ChunkStorePlugin(dgvm_backend, dgvm_device_memory, dgvm_device_speed)
     plugin.setup(worker)
     worker.plugins[plugin.name] = plugin  # so that the worker tears it down on close
+    if worker.nanny is not None:
+        gc_pauses.shorten()
 
 
 async def dask_teardown(worker):

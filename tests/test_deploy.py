@@ -286,9 +286,11 @@ def test_local_cluster_with_its_scheduler_in_a_process_of_its_own(backend):
         pid = client.run_on_scheduler(os.getpid)
         assert pid != os.getpid()
         assert client.run_on_scheduler(lambda: dask.config.get("dgvm.placement.headroom")) == 0.25
-        # Its start-up objects are out of every collection, with Dask's scheduler thresholds.
+        # Its start-up objects are out of every collection, with Dask's scheduler thresholds;
+        # so are the worker processes' (dgvm.gc_pauses).
         frozen, threshold = client.run_on_scheduler(lambda: (gc.get_freeze_count(), gc.get_threshold()))
         assert frozen > 10_000 and threshold[0] == 3 * gc.get_threshold()[0]
+        assert all(n > 10_000 for n in client.run(gc.get_freeze_count).values())
         h = np.random.default_rng(0).random((300, 300))
         x = dnp.from_numpy(h, chunks=100, placement="round_robin")
         assert float((x + x.T).sum()) == pytest.approx((h + h.T).sum(), rel=1e-12)
@@ -298,6 +300,14 @@ def test_local_cluster_with_its_scheduler_in_a_process_of_its_own(backend):
         for _ in range(100):
             os.kill(pid, 0)
             time.sleep(0.1)
+
+
+def test_an_in_process_cluster_leaves_the_programs_collector_alone():
+    before = gc.get_threshold()
+    with dgvm.LocalCluster(n_workers=1, backend="cpu", device_memory="64MiB", processes=False,
+                           dashboard_address=None) as cluster, dgvm.connect(cluster) as client:
+        assert list(client.run(gc.get_freeze_count).values()) == [0]  # the worker is in this process
+        assert gc.get_threshold() == before
 
 
 ORPHAN = """
