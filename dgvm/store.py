@@ -84,7 +84,7 @@ class ChunkStore:
                 free -= int(n)
         except MemoryError as e:
             for c in made.values():
-                self.backend.release(c.handle, c.nbytes)
+                self._release(c)
             raise OutOfDeviceMemory(
                 f"worker {self.address} ({self.backend.name}) could not allocate "
                 f"{format_bytes(sum(sizes))} for allocation {alloc_id}: "
@@ -113,7 +113,7 @@ class ChunkStore:
         self._owners.pop(alloc_id, None)
         replicas = self._replicas.pop(alloc_id, None) or {}
         for c in (*chunks.values(), *replicas.values()):
-            self.backend.release(c.handle, c.nbytes)
+            self._release(c)
         # Launches into it that have not committed never will.
         for launch in [k for k, (a, _) in self._staged.items() if a == alloc_id]:
             del self._staged[launch]
@@ -186,7 +186,7 @@ class ChunkStore:
             if chunk is None:
                 return False
         elif replica is not None:  # a copy made meanwhile: the fetched one is home now
-            self.backend.release(replica.handle, replica.nbytes)
+            self._release(replica)
         if alloc_id in self._replicas and not held:
             del self._replicas[alloc_id]
         old = self._allocs.setdefault(alloc_id, {}).get(index)
@@ -195,7 +195,7 @@ class ChunkStore:
             # release lost on its way: say so, and do not leak the old copy.
             logger.warning("dgvm: chunk %s of allocation %s moved back to %s before its old "
                            "copy here was released", index, alloc_id, self.address)
-            self.backend.release(old.handle, old.nbytes)
+            self._release(old)
         self._allocs[alloc_id][index] = chunk
         self._owners.setdefault(alloc_id, owner)
         self.stats.rehomes += 1
@@ -208,7 +208,7 @@ class ChunkStore:
         for i in indices:
             c = held.pop(i, None)
             if c is not None:
-                self.backend.release(c.handle, c.nbytes)
+                self._release(c)
                 freed += c.nbytes
         if alloc_id in table and not held:
             del table[alloc_id]
@@ -230,9 +230,15 @@ class ChunkStore:
         return sorted(self._replicas.get(alloc_id, {}))
 
     def close(self) -> None:
-        for alloc_id in list(self._allocs):
+        for alloc_id in {*self._allocs, *self._replicas}:  # replicas of others' too
             self.free(alloc_id)
         self.backend.close()
+
+    def _release(self, c: StoredChunk) -> None:
+        """Give a chunk's buffer back; its typed views go first (on cpu the memory is
+        unmapped once the store closes: a view kept past that would read unmapped pages)."""
+        c.views.clear()
+        self.backend.release(c.handle, c.nbytes)
 
     # -- access --------------------------------------------------------------------------
     def chunk(self, alloc_id: int, index: int, owner: str | None) -> StoredChunk:

@@ -354,3 +354,22 @@ def test_a_fetched_home_replaces_a_replica_made_meanwhile():
         assert b.used == MiB
     finally:
         store.close()
+
+
+def test_a_closed_store_keeps_no_chunk_or_view():
+    # Replicas of allocations homed elsewhere go with the store, and the typed views a
+    # chunk keeps go with its buffer (on cpu the memory is unmapped at close: a view kept
+    # past it would read unmapped pages).
+    from dgvm import backends
+    from dgvm.store import ChunkStore
+
+    store = ChunkStore(backends.create("cpu", 8 * MiB, None), "tcp://here")
+    b = store.backend
+    store.allocate(1, "me", [0], [MiB])
+    store.add_replica(2, 0, b.allocate(MiB), MiB, 0)
+    held = [store.local(1, 0), store.local(2, 0)]
+    for c in held:
+        c.typed(b, "<f8", (MiB // 8,))[:] = 1.0
+    store.close()
+    assert store.local(1, 0) is None and store.local(2, 0) is None and store.replicas(2) == []
+    assert all(not c.views for c in held)
