@@ -419,15 +419,31 @@ def test_zero_dimensional_booleans_inside_a_key_add_numpys_axis(case, key):
     same(dnp.asarray(h, chunks=2)[key], h[key])
 
 
-@pytest.mark.parametrize("key, value", [
-    ((True, 1), 7.0), ((1, True), np.arange(4.0)), ((slice(None), True, 1), np.ones((3, 1))), ((False, 1), 5.0),
+@pytest.mark.parametrize("shape, key, value", [
+    ((3, 4), (True, 1), 7.0), ((3, 4), (1, True), np.arange(4.0)),
+    ((3, 4), (slice(None), True, 1), np.ones((3, 1))), ((3, 4), (False, 1), 5.0),
+    ((3, 4), (False, 1), np.ones((1, 0, 4))),  # fits the empty selection
+    ((3, 3), (slice(None), slice(None), True), np.arange(3.0)[:, None]),  # lined up on the right
+    ((4,), (slice(1, 3), True), np.ones((1, 2, 1))),  # leading length-1 axes
+    ((3, 4), (slice(None), None), np.arange(12.0).reshape(3, 1, 4)),  # None's axis in the value
+    ((3, 4), (None, slice(None, None, -1), 2), np.arange(3.0)),
 ])
-def test_assigning_through_zero_dimensional_booleans(case, key, value):
-    h = np.arange(12.0).reshape(3, 4)
+def test_assigning_through_keys_that_add_axes(case, shape, key, value):
+    h = np.arange(float(np.prod(shape))).reshape(shape)
     x = dnp.asarray(h, chunks=2)
     x[key] = value
     h[key] = value
     same(x, h)
+
+
+@pytest.mark.parametrize("key, value", [
+    ((slice(None), True, 1), np.arange(3.0)),  # (3,) does not fit (3, 1)
+    ((False, 1), np.ones(7)),
+])
+def test_values_that_do_not_fit_a_selection_with_added_axes_are_refused(case, key, value):
+    x = dnp.asarray(np.arange(12.0).reshape(3, 4), chunks=2)
+    with pytest.raises(ValueError, match="cannot assign a value of shape"):
+        x[key] = value
 
 
 def test_zero_dimensional_booleans_and_index_arrays_are_refused(case):

@@ -97,27 +97,80 @@ def _is_scalar_bool(k) -> bool:
     return isinstance(k, (bool, np.bool_)) or (isinstance(k, np.ndarray) and k.dtype == bool and k.ndim == 0)
 
 
-def _scalar_bools(x: DArray, key):
-    """A tuple key with 0-d booleans among its other indices (``x[True, 1]``): the key
-    without them, where NumPy puts the one axis they add (length 1 if all are true, else
-    0), all true?, and the result's rank; None for any other key.
+def _stand_in(shape) -> np.ndarray:
+    """An array of ``shape`` over a single byte (zero strides): NumPy says what a basic
+    index of it selects, with no memory."""
+    return np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), tuple(shape), (0,) * len(shape))
 
-    NumPy takes 0-d booleans as advanced indices: they add one axis together, placed as
-    an advanced index block is (with the integers of the key, when adjacent; first when
-    not). A bool is also an int, so read as one it would silently pick element 1 or 0."""
-    if not isinstance(key, tuple) or len(key) < 2 or not any(_is_scalar_bool(k) for k in key):
+
+@dataclass
+class _Added:
+    """A tuple key of basic indices that adds axes: ``None``, 0-d booleans (NumPy takes
+    those as advanced indices: together they add one axis, of length 1 if all are true,
+    else 0, placed as an advanced index block is, with the key's integers when adjacent,
+    first when not; a bool is also an int, so read as one it would pick element 1 or 0)."""
+
+    rest: tuple  # the key without its booleans (its Nones kept)
+    shape: tuple  # NumPy's selection shape for the whole key
+    added: list  # the positions in it of the axes the Nones and the booleans add
+    bools: int | None  # the booleans' axis (None: the key has none)
+    true: bool  # all the booleans are true
+
+    @property
+    def basic(self) -> tuple:
+        """The key without the indices that add axes."""
+        return tuple(k for k in self.rest if k is not None)
+
+
+def _added_axes(x: DArray, key) -> _Added | None:
+    """``_Added`` for a tuple key of basic indices with ``None`` or 0-d booleans; None for
+    other keys (a whole-key mask and index arrays take other paths)."""
+    if not isinstance(key, tuple) or len(key) < 2:
         return None
-    rest = tuple(k for k in key if not _is_scalar_bool(k))
-    if any(isinstance(k, (DArray, list, np.ndarray)) for k in rest):
-        raise IndexError("dgvm.array does not mix 0-d boolean indices with index arrays "
-                         f"(key {key!r}): index with the arrays first, then with the booleans")
+    flags = [_is_scalar_bool(k) for k in key]
+    if any(isinstance(k, (DArray, list, np.ndarray)) and not f for k, f in zip(key, flags)):
+        if any(flags):
+            raise IndexError("dgvm.array does not mix 0-d boolean indices with index arrays "
+                             f"(key {key!r}): index with the arrays first, then with the booleans")
+        return None
+    if not any(flags) and not any(k is None for k in key):
+        return None
+    rest = tuple(k for k, f in zip(key, flags) if not f)
     _expand(rest, x.ndim)  # too many indices: dgvm's message
-    # The placement depends only on the kinds of the indices and their order: asked of a
-    # one-element stand-in, every boolean false (its axis: the only one of length 0).
-    probe = tuple(False if _is_scalar_bool(k) else k if k is None or k is Ellipsis
-                  else slice(None) if isinstance(k, slice) else 0 for k in key)
-    shape = np.empty((1,) * x.ndim, dtype=np.int8)[probe].shape
-    return rest, shape.index(0), all(bool(k) for k in key if _is_scalar_bool(k)), len(shape)
+    # Where the added axes go depends only on the kinds of the indices and their order:
+    # asked of a stand-in of 2 elements per axis, every boolean false (their axis: the one
+    # of length 0, None's: those of length 1).
+    probe = tuple(False if f else k if k is None or k is Ellipsis
+                  else slice(None) if isinstance(k, slice) else 0 for k, f in zip(key, flags))
+    kinds = _stand_in((2,) * x.ndim)[probe].shape
+    bools = kinds.index(0) if any(flags) else None
+    true = all(bool(k) for k, f in zip(key, flags) if f)
+    shape = list(_stand_in(x.shape)[rest].shape)  # basic indices: a view, no copy
+    if bools is not None:
+        shape.insert(bools, 1 if true else 0)
+    return _Added(rest, tuple(shape), [a for a, n in enumerate(kinds) if n <= 1], bools, true)
+
+
+def _fit_value(value, added: _Added):
+    """``value``, checked to broadcast to the selection as NumPy checks it, with its own
+    copies of the added axes taken out, so that it broadcasts the same way to the
+    selection of ``added.basic``."""
+    sel = added.shape
+    vshape = tuple(value.shape) if isinstance(value, DArray) else np.shape(value)
+    while len(vshape) > len(sel) and vshape[0] == 1:  # NumPy drops leading length-1 axes
+        value, vshape = value[0], vshape[1:]
+    try:
+        fits = len(vshape) <= len(sel) and tuple(np.broadcast_shapes(vshape, sel)) == sel
+    except ValueError:  # NumPy's own refusal to broadcast them
+        fits = False
+    if not fits:
+        raise ValueError(f"cannot assign a value of shape {vshape} to a selection of shape {sel}")
+    offset = len(sel) - len(vshape)
+    for a in sorted(added.added, reverse=True):
+        j = a - offset  # the value's axis on it, if it reaches that far
+        if j >= 0 and vshape[j] == 1:
+            value = value[(slice(None),) * j + (0,)]
+    return value
 
 
 def _int_index(k, axis: int, n: int) -> int:
@@ -154,13 +207,13 @@ def getitem(x: DArray, key) -> DArray:
 
     if _is_mask(key):
         return _masked(x, key[0] if isinstance(key, tuple) else key)
-    bools = _scalar_bools(x, key)
-    if bools is not None:
+    added = _added_axes(x, key)
+    if added is not None and added.bools is not None:
         from dgvm.array.manipulation import expand_dims
 
-        rest, axis, true, _ = bools
-        out = expand_dims(getitem(x, rest), axis=axis)
-        return out if true else out[(slice(None),) * axis + (slice(0, 0),)]
+        axis = added.bools
+        out = expand_dims(getitem(x, added.rest), axis=axis)
+        return out if added.true else out[(slice(None),) * axis + (slice(0, 0),)]
     view = _basic(x, key)
     if view is not None:  # no copy now: a deferred view, read in place or computed on use
         return deferred.view(x, view, "getitem")
@@ -302,6 +355,14 @@ class _MaskAssign:
 def setitem(x: DArray, key, value) -> None:
     from dgvm.array.creation import from_numpy
 
+    added = _added_axes(x, key)
+    if added is not None:  # checked and lined up before a host value is stored
+        value = _fit_value(np.asarray(value) if isinstance(value, list) else value, added)
+        if added.true:
+            setitem(x, added.basic, value)
+        elif not isinstance(value, DArray):  # selects nothing: only what could not be stored fails
+            np.asarray(value).astype(x.dtype, casting="unsafe")
+        return
     if isinstance(value, (list, np.ndarray)):
         value = from_numpy(np.asarray(value, dtype=x.dtype))
     if _is_mask(key):
@@ -315,22 +376,6 @@ def setitem(x: DArray, key, value) -> None:
                 raise ValueError("x[mask] = array: dgvm.array supports a scalar or a one-element value")
             value = value.item()
         blockwise.run(_MaskAssign(value), x, [x, mask], "setitem-mask")
-        return
-    bools = _scalar_bools(x, key)
-    if bools is not None:
-        rest, axis, true, ndim = bools
-        vshape = np.shape(value) if not isinstance(value, DArray) else value.shape
-        if not true:  # selects nothing; the value must still fit the (empty) selection
-            part = getitem(x, rest).shape
-            sel = (*part[:axis], 0, *part[axis:])
-            if tuple(np.broadcast_shapes(vshape, sel)) != sel:
-                raise ValueError(f"cannot assign a value of shape {vshape} to a selection of shape {sel}")
-            if not isinstance(value, DArray):
-                np.asarray(value).astype(x.dtype, casting="unsafe")  # refuse what cannot be stored
-            return
-        if len(vshape) == ndim and vshape[axis] == 1:  # the value's own copy of the new axis
-            value = value[(slice(None),) * axis + (0,)]
-        setitem(x, rest, value)
         return
     maps, drop, new_axes = _plan(x, key)
     keep = tuple(a for a in range(x.ndim) if a not in drop)
