@@ -23,9 +23,16 @@ import gc
 #: Dask's ``dask scheduler`` command multiplies the interpreter's thresholds by this
 THRESHOLD_FACTOR = 3
 
+_done = False  # a forked child inherits it: its thresholds are raised already
+
 
 def shorten() -> None:
-    """Freeze what this process holds now out of later collections; raise the thresholds."""
+    """Freeze what this process holds now out of later collections; raise the thresholds
+    (once per process)."""
+    global _done
+    if _done:
+        return
+    _done = True
     gc.collect()
     gc.freeze()
     g0, g1, g2 = gc.get_threshold()
