@@ -406,6 +406,13 @@ def test_a_zero_dimensional_mask_adds_an_axis(case, shape, mask):
     h = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
     same(dnp.asarray(h)[mask], h[mask])
     same(dnp.asarray(h)[dnp.asarray(np.asarray(mask))], h[np.asarray(mask)])
+    # and assigns through it (x[True] = 5 raised an AttributeError)
+    for key in (mask, (mask,), dnp.asarray(np.asarray(mask))):
+        x = dnp.asarray(h)
+        x[key] = 5.0
+        want = h.copy()
+        want[np.asarray(mask)] = 5.0
+        same(x, want)
 
 
 @pytest.mark.parametrize("key", [

@@ -87,9 +87,8 @@ def _plan(x: DArray, key):
 
 
 def _is_mask(key) -> bool:
+    """An array of booleans as the whole key (0-d host booleans: ``_added_axes``)."""
     k = key[0] if isinstance(key, tuple) and len(key) == 1 else key
-    if isinstance(k, (bool, np.bool_)):  # NumPy: a 0-d mask
-        return True
     return (isinstance(k, DArray) and k.dtype == bool) or (isinstance(k, np.ndarray) and k.dtype == bool)
 
 
@@ -122,12 +121,14 @@ class _Added:
         return tuple(k for k in self.rest if k is not None)
 
 
-def _added_axes(x: DArray, key) -> _Added | None:
-    """``_Added`` for a tuple key of basic indices with ``None`` or 0-d booleans; None for
-    other keys (a whole-key mask and index arrays take other paths)."""
-    if not isinstance(key, tuple) or len(key) < 2:
-        return None
+def _added_axes(x: DArray, key, bools_only: bool = False) -> _Added | None:
+    """``_Added`` for a key of basic indices with ``None`` or 0-d booleans (with
+    ``bools_only``: with 0-d booleans); None for other keys (masks of arrays and index
+    arrays take other paths)."""
+    key = key if isinstance(key, tuple) else (key,)
     flags = [_is_scalar_bool(k) for k in key]
+    if bools_only and not any(flags):
+        return None
     if any(isinstance(k, (DArray, list, np.ndarray)) and not f for k, f in zip(key, flags)):
         if any(flags):
             raise IndexError("dgvm.array does not mix 0-d boolean indices with index arrays "
@@ -151,12 +152,11 @@ def _added_axes(x: DArray, key) -> _Added | None:
     return _Added(rest, tuple(shape), [a for a, n in enumerate(kinds) if n <= 1], bools, true)
 
 
-def _fit_value(value, added: _Added):
-    """``value``, checked to broadcast to the selection as NumPy checks it, with its own
-    copies of the added axes taken out, so that it broadcasts the same way to the
-    selection of ``added.basic``."""
-    sel = added.shape
-    vshape = tuple(value.shape) if isinstance(value, DArray) else np.shape(value)
+def _fitted(value, sel: tuple):
+    """(``value``, its shape), checked to broadcast to a selection of shape ``sel`` as
+    NumPy checks it, its leading length-1 axes past ``sel``'s rank dropped; a host array
+    is checked before it is stored."""
+    vshape = tuple(np.shape(value))
     while len(vshape) > len(sel) and vshape[0] == 1:  # NumPy drops leading length-1 axes
         value, vshape = value[0], vshape[1:]
     try:
@@ -165,6 +165,20 @@ def _fit_value(value, added: _Added):
         fits = False
     if not fits:
         raise ValueError(f"cannot assign a value of shape {vshape} to a selection of shape {sel}")
+    return value, vshape
+
+
+def _storable(value, dtype) -> None:
+    """Refuse a host value that ``dtype`` cannot hold (NumPy's error)."""
+    np.asarray(value).astype(dtype, casting="unsafe")
+
+
+def _fit_value(value, added: _Added):
+    """``value``, checked against the selection (``_fitted``), with its own copies of the
+    added axes taken out, so that it broadcasts the same way to the selection of
+    ``added.basic``."""
+    sel = added.shape
+    value, vshape = _fitted(value, sel)
     offset = len(sel) - len(vshape)
     for a in sorted(added.added, reverse=True):
         j = a - offset  # the value's axis on it, if it reaches that far
@@ -205,15 +219,15 @@ def _basic(x: DArray, key):
 def getitem(x: DArray, key) -> DArray:
     from dgvm.array.manipulation import _axis_view, take_along_maps
 
-    if _is_mask(key):
-        return _masked(x, key[0] if isinstance(key, tuple) else key)
-    added = _added_axes(x, key)
-    if added is not None and added.bools is not None:
+    added = _added_axes(x, key, bools_only=True)  # (None alone: a basic view, below)
+    if added is not None:
         from dgvm.array.manipulation import expand_dims
 
         axis = added.bools
-        out = expand_dims(getitem(x, added.rest), axis=axis)
+        out = expand_dims(getitem(x, added.rest) if added.rest else x, axis=axis)
         return out if added.true else out[(slice(None),) * axis + (slice(0, 0),)]
+    if _is_mask(key):
+        return _masked(x, key[0] if isinstance(key, tuple) else key)
     view = _basic(x, key)
     if view is not None:  # no copy now: a deferred view, read in place or computed on use
         return deferred.view(x, view, "getitem")
@@ -269,13 +283,8 @@ class _FlatTake:
 def _masked(x: DArray, mask) -> DArray:
     from dgvm.array.creation import empty, from_numpy
 
-    if isinstance(mask, (bool, np.bool_)):
-        mask = np.asarray(mask)
-    if mask.ndim == 0:  # NumPy: a new first axis, of length 1 if the mask is true, else 0
-        from dgvm.array.manipulation import expand_dims
-
-        out = expand_dims(x, axis=0)
-        return out if bool(mask) else out[:0]
+    if mask.ndim == 0:  # a 0-d DArray: its value, as a host boolean
+        return getitem(x, bool(mask.item()))
     if isinstance(mask, np.ndarray):
         mask = from_numpy(mask, chunks=x.chunks if mask.shape == x.shape else "auto")
     if mask.shape != x.shape:
@@ -355,37 +364,36 @@ class _MaskAssign:
 def setitem(x: DArray, key, value) -> None:
     from dgvm.array.creation import from_numpy
 
+    if isinstance(value, list):
+        value = np.asarray(value, dtype=x.dtype)
     added = _added_axes(x, key)
     if added is not None:  # checked and lined up before a host value is stored
-        value = _fit_value(np.asarray(value) if isinstance(value, list) else value, added)
+        value = _fit_value(value, added)
         if added.true:
             setitem(x, added.basic, value)
         elif not isinstance(value, DArray):  # selects nothing: only what could not be stored fails
-            np.asarray(value).astype(x.dtype, casting="unsafe")
+            _storable(value, x.dtype)
         return
-    if isinstance(value, (list, np.ndarray)):
-        value = from_numpy(np.asarray(value, dtype=x.dtype))
     if _is_mask(key):
         mask = key[0] if isinstance(key, tuple) else key
+        if mask.ndim == 0:  # a 0-d DArray: its value, as a host boolean
+            return setitem(x, bool(mask.item()), value)
+        if np.size(value) != 1:
+            raise ValueError("x[mask] = array: dgvm.array supports a scalar or a one-element value")
+        value = value.item() if isinstance(value, DArray) else np.asarray(value, dtype=x.dtype).item()
         if isinstance(mask, np.ndarray):
             mask = from_numpy(mask, chunks=x.chunks)
         if mask.shape != x.shape:
             raise IndexError(f"boolean mask of shape {mask.shape} does not match the array's {x.shape}")
-        if isinstance(value, DArray):
-            if value.size != 1:
-                raise ValueError("x[mask] = array: dgvm.array supports a scalar or a one-element value")
-            value = value.item()
         blockwise.run(_MaskAssign(value), x, [x, mask], "setitem-mask")
         return
     maps, drop, new_axes = _plan(x, key)
     keep = tuple(a for a in range(x.ndim) if a not in drop)
     sel_shape = tuple(x.shape[a] if maps[a] is None else len(maps[a]) for a in keep)
-    if isinstance(value, DArray):
-        vshape = value.shape
-        while len(vshape) > len(sel_shape) and vshape[0] == 1:
-            value, vshape = value.reshape(vshape[1:]), vshape[1:]
-        if tuple(np.broadcast_shapes(vshape, sel_shape)) != sel_shape:
-            raise ValueError(f"cannot assign a value of shape {value.shape} to a selection of shape {sel_shape}")
+    if isinstance(value, (DArray, np.ndarray)):
+        value, vshape = _fitted(value, sel_shape)  # a host array is checked before it is stored
+        if isinstance(value, np.ndarray):
+            value = from_numpy(np.asarray(value, dtype=x.dtype))
         if value is x:
             # The tasks write x while reading it across chunks (x[::-1] = x): read a copy,
             # deferred and so computed before the write, like any reader of x.
@@ -393,5 +401,5 @@ def setitem(x: DArray, key, value) -> None:
         op = _Assign(tuple(maps), sel_shape, keep, None, vshape)
         blockwise.run(op, x, [x, value], "setitem")
     else:
-        np.asarray(value).astype(x.dtype, casting="unsafe")  # refuse what cannot be stored
+        _storable(value, x.dtype)
         blockwise.run(_Assign(tuple(maps), sel_shape, keep, value, None), x, [x], "setitem")
