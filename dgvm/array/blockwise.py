@@ -31,12 +31,6 @@ def run(op, out, inputs, name: str) -> None:
              aligned=getattr(op, "aligned", False))
 
 
-def chunk_bounds(spec: ArraySpec, k: int) -> tuple[list[int], list[int]]:
-    """Global element range ``[lo, hi)`` per axis of chunk ``k`` (lists the op may keep)."""
-    lo, hi = spec.bounds(k)
-    return list(lo), list(hi)
-
-
 def _blockwise_here(op, out: ArraySpec, specs, indices, deps):
     access = Access.here()
     xp = access.store.backend.xp
@@ -48,7 +42,7 @@ def _blockwise_here(op, out: ArraySpec, specs, indices, deps):
     into = getattr(op, "block_into", None)
 
     def per_chunk(k):
-        lo, hi = chunk_bounds(out, k)
+        lo, hi = out.bounds(k)
         target = access.chunk(out, k)
         if not (into and access.store.is_home(out.alloc_id, k) and into(read, lo, hi, xp, target)):
             access.put_result(out, k, target, op.block(read, lo, hi, xp))
@@ -155,7 +149,7 @@ def _collect_chunks(access, op, spec: ArraySpec, indices, partial_of) -> dict:
     out = {}
     with device_task(access, f"reduction {type(op).__name__}", spec, indices, may_leave=False):
         for k in indices:
-            lo, hi = chunk_bounds(spec, k)
+            lo, hi = spec.bounds(k)
             with access.output_chunk():
                 out[spec.block(k)] = _small_or_host(partial_of(k, lo, hi))
     return {b: _host(v) for b, v in out.items()}

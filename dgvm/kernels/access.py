@@ -9,6 +9,7 @@ chunk is read for the current output chunk only (a transient read).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import time
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from distributed.utils import sync
 
+from dgvm import chunk_grid
 from dgvm.errors import ChunkLost, DgvmError, InvalidAddress, OutOfDeviceMemory
 from dgvm.transfer import PATHS
 from dgvm.transfer.fetch import request_exports
@@ -27,10 +29,10 @@ from dgvm.transfer.ipc_mappings import BufferGone
 class ArraySpec:
     """What a task needs to know of a DArray argument (no handle, no client).
 
-    A task asks the same questions of its specs for every chunk it runs (a chunk's bounds,
-    its place in the grid, which chunk holds a region), so the answers are cached on the
-    spec, as Python ints: NumPy's scalar calls cost microseconds each, per chunk. The
-    caches stay where they were made (``__getstate__``)."""
+    A task asks the same questions of its specs for every chunk it runs (a chunk's place
+    in the grid, its bounds, the chunks a region overlaps): the grid and the block edges
+    are kept on the spec as Python ints, where NumPy's scalar calls would cost
+    microseconds each, per chunk. They stay where they were made (``__getstate__``)."""
 
     alloc_id: int
     owner: str
@@ -45,62 +47,37 @@ class ArraySpec:
     def __getstate__(self):
         return {f: self.__dict__[f] for f in ("alloc_id", "owner", "shape", "dtype", "chunks")}
 
-    def _cache(self, name: str) -> dict:
-        return self.__dict__.setdefault(name, {})
-
     @property
     def grid(self) -> tuple:
         grid = self.__dict__.get("_grid")
         if grid is None:
-            grid = self.__dict__["_grid"] = tuple(len(c) for c in self.chunks)
+            grid = self.__dict__["_grid"] = chunk_grid.grid_shape(self.chunks)
         return grid
 
-    def starts(self, axis: int) -> np.ndarray:
-        """Block start offsets along ``axis`` (and the axis length last); cached."""
-        cache = self._cache("_starts")
-        if axis not in cache:
-            cache[axis] = np.asarray(self.edges(axis), dtype=np.int64)
-        return cache[axis]
-
     def edges(self, axis: int) -> list[int]:
-        """``starts(axis)`` as a list of Python ints; cached."""
-        cache = self._cache("_edges")
+        """Block start offsets along ``axis``, and the axis length last."""
+        cache = self.__dict__.setdefault("_edges", {})
         edges = cache.get(axis)
         if edges is None:
             edges = cache[axis] = [0, *itertools.accumulate(int(c) for c in self.chunks[axis])]
         return edges
 
     def block(self, k: int) -> tuple:
-        """The grid position of chunk ``k`` (C order); cached."""
-        cache = self._cache("_blocks")
-        block = cache.get(k)
-        if block is None:
-            block = cache[k] = tuple(int(b) for b in np.unravel_index(k, self.grid)) if self.grid else ()
-        return block
+        """The grid position of chunk ``k`` (C order)."""
+        return chunk_grid.block_index(k, self.grid)
 
-    def bounds(self, k: int) -> tuple[tuple, tuple]:
-        """Chunk ``k``'s global element range ``[lo, hi)`` per axis; cached."""
-        cache = self._cache("_bounds")
-        span = cache.get(k)
-        if span is None:
-            block = self.block(k)
-            edges = [self.edges(a) for a in range(len(block))]
-            span = cache[k] = (tuple(edges[a][b] for a, b in enumerate(block)),
-                               tuple(edges[a][b + 1] for a, b in enumerate(block)))
-        return span
-
-    def chunk_holding(self, lo, hi) -> int | None:
-        """The chunk whose elements are exactly ``[lo, hi)``, or None."""
+    def index(self, block) -> int:
+        """The chunk at grid position ``block``."""
         k = 0
-        for a, n in enumerate(self.grid):
-            at = self._cache("_block_at").get(a)
-            if at is None:
-                at = self._cache("_block_at")[a] = {e: b for b, e in enumerate(self.edges(a)[:-1])}
-            b = at.get(lo[a])
-            if b is None or self.edges(a)[b + 1] != hi[a]:
-                return None
+        for b, n in zip(block, self.grid):
             k = k * n + b
         return k
+
+    def bounds(self, k: int) -> tuple[list, list]:
+        """Chunk ``k``'s global element range ``[lo, hi)`` per axis."""
+        block = self.block(k)
+        return ([self.edges(a)[b] for a, b in enumerate(block)],
+                [self.edges(a)[b + 1] for a, b in enumerate(block)])
 
     def block_shape(self, block: tuple) -> tuple:
         return tuple(self.chunks[a][b] for a, b in enumerate(block))
@@ -285,11 +262,9 @@ class Access:
     def with_halo(self, spec: ArraySpec, block: tuple, halo: int, xp):
         """Block ``block`` of ``spec`` extended by up to ``halo`` cells on every side from
         its neighbours (clipped at the array's edge), as a new array."""
-        lo, hi = [], []
-        for a, b in enumerate(block):
-            st = spec.starts(a)
-            lo.append(max(0, int(st[b]) - halo))
-            hi.append(min(spec.shape[a], int(st[b + 1]) + halo))
+        lo, hi = spec.bounds(spec.index(block))
+        lo = [max(0, v - halo) for v in lo]
+        hi = [min(n, v + halo) for n, v in zip(spec.shape, hi)]
         return self.region(spec, lo, hi, xp)
 
     def blocks(self, spec: ArraySpec, select: tuple, xp):
@@ -308,23 +283,22 @@ class Access:
                 raise ValueError(f"block selection {sel!r} on axis {a} (of {n} blocks) is empty or strided")
             spans.append(r)
         if all(len(r) == 1 for r in spans):
-            return self.chunk(spec, int(np.ravel_multi_index([r[0] for r in spans], spec.grid)))
-        lo = [int(spec.starts(a)[r[0]]) for a, r in enumerate(spans)]
-        hi = [int(spec.starts(a)[r[-1] + 1]) for a, r in enumerate(spans)]
+            return self.chunk(spec, spec.index([r[0] for r in spans]))
+        lo = [spec.edges(a)[r[0]] for a, r in enumerate(spans)]
+        hi = [spec.edges(a)[r[-1] + 1] for a, r in enumerate(spans)]
         return self.region(spec, lo, hi, xp)
 
     def read(self, spec: ArraySpec, lo, hi, xp):
         """Elements ``[lo, hi)`` of ``spec`` for reading: a view when one chunk holds
         them all, else a new array gathered from the chunks (see ``region``)."""
-        k = spec.chunk_holding(lo, hi)
-        if k is not None:  # a whole chunk (the common case: inputs chunked as the output)
-            return self.chunk(spec, k)
         ranges = self._block_ranges(spec, lo, hi)
         if all(len(r) == 1 for r in ranges):
             nb = [r[0] for r in ranges]
-            k = int(np.ravel_multi_index(nb, spec.grid)) if spec.grid else 0
-            st = [int(spec.starts(a)[b]) for a, b in enumerate(nb)]
-            return self.chunk(spec, k)[tuple(slice(l - s, h - s) for l, h, s in zip(lo, hi, st))]
+            chunk = self.chunk(spec, spec.index(nb))
+            st = [spec.edges(a)[b] for a, b in enumerate(nb)]
+            if all(l == s for l, s in zip(lo, st)) and list(hi) == [spec.edges(a)[b + 1] for a, b in enumerate(nb)]:
+                return chunk  # a whole chunk (the common case: inputs chunked as the output)
+            return chunk[tuple(slice(l - s, h - s) for l, h, s in zip(lo, hi, st))]
         return self.region(spec, lo, hi, xp)
 
     @staticmethod
@@ -332,9 +306,9 @@ class Access:
         """Per axis, the blocks that overlap ``[lo, hi)``."""
         ranges = []
         for a in range(len(lo)):
-            st = spec.starts(a)
-            first = int(np.searchsorted(st, lo[a], side="right")) - 1
-            last = max(first, int(np.searchsorted(st, hi[a], side="left")) - 1)
+            edges = spec.edges(a)
+            first = bisect.bisect_right(edges, lo[a]) - 1
+            last = max(first, bisect.bisect_left(edges, hi[a]) - 1)
             ranges.append(range(first, last + 1))
         return ranges
 
@@ -345,13 +319,12 @@ class Access:
         for nb in itertools.product(*self._block_ranges(spec, lo, hi)):
             if any(lo[a] >= hi[a] for a in range(len(lo))):
                 break  # an empty region
-            k = int(np.ravel_multi_index(nb, spec.grid)) if spec.grid else 0
-            src = self.chunk(spec, k)
+            src = self.chunk(spec, spec.index(nb))
             dst_sl, src_sl = [], []
             for a, b in enumerate(nb):
-                st = spec.starts(a)
-                s0, s1 = max(lo[a], int(st[b])), min(hi[a], int(st[b + 1]))
+                edges = spec.edges(a)
+                s0, s1 = max(lo[a], edges[b]), min(hi[a], edges[b + 1])
                 dst_sl.append(slice(s0 - lo[a], s1 - lo[a]))
-                src_sl.append(slice(s0 - int(st[b]), s1 - int(st[b])))
+                src_sl.append(slice(s0 - edges[b], s1 - edges[b]))
             out[tuple(dst_sl)] = src[tuple(src_sl)]
         return out

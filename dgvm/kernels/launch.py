@@ -290,7 +290,7 @@ def kernel_error(what: str, out: ArraySpec, indices, access: Access, e: Exceptio
 def kernel_call(access: Access, out: ArraySpec, specs, k: int, halo: int, pass_origin: bool, tpb):
     """(arguments before the output, output chunk, grid, block) of a launch's chunk ``k``."""
     xp = access.store.backend.xp
-    block = tuple(int(b) for b in np.unravel_index(k, out.grid))
+    block = out.block(k)
     args = []
     for kind, v in specs:
         if kind == "scalar":
@@ -305,7 +305,7 @@ def kernel_call(access: Access, out: ArraySpec, specs, k: int, halo: int, pass_o
             args.append(access.chunk(v, k))
     target = access.chunk(out, k)
     if pass_origin:
-        args.insert(0, tuple(int(out.starts(a)[b]) for a, b in enumerate(block)))
+        args.insert(0, tuple(out.bounds(k)[0]))
     return args, target, *launch_config(target.shape, tpb)
 
 
