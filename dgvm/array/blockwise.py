@@ -175,7 +175,7 @@ def _collect_tree_here(op, tree, dtype, specs, grid: ArraySpec, indices, deps):
         shape = [h - l for l, h in zip(lo, hi)]
         leaves = tree.leaves(read, lo, hi, xp)
         # One pass where it can: the tree's values are never stored.
-        partial = reduction and fused.reduce_tree(tree.expr, leaves, xp, *reduction, shape)
+        partial = reduction and fused.reduce_tree(tree.stripped, leaves, xp, *reduction, shape)
         if partial is None:
             # The tree of an array of this dtype: its root casts to it.
             scratch = access.scratch(shape, dtype)

@@ -104,6 +104,17 @@ class Elementwise:
         view = self.views[i] if self.views else None
         return (rlo, rhi) if view is None else view.region(rlo, rhi)
 
+    def __getstate__(self):  # the stripped tree is made where it is used
+        return {k: v for k, v in self.__dict__.items() if k != "_stripped"}
+
+    @property
+    def stripped(self) -> tuple:
+        """``fused.strip(self.expr)``, made once per op: a task runs it over each of its chunks."""
+        stripped = self.__dict__.get("_stripped")
+        if stripped is None:
+            stripped = self.__dict__["_stripped"] = fused.strip(self.expr)
+        return stripped
+
     def leaves(self, read, lo, hi, xp) -> list:
         out = []
         for i in range(len(self.shapes)):
@@ -135,7 +146,7 @@ class Elementwise:
         if kind == "in":  # a leaf alone (``x.T`` computed): one copy into the chunk
             target[...] = leaves[rest[0]]
             return
-        if fused.run_into(self.expr, leaves, xp, target):
+        if fused.run_into(self.expr, leaves, xp, target, self.stripped):
             return
         ufunc = getattr(xp, CLASSIC.get(rest[0], rest[0]), None)
         special = rest[0] in ("where", "clip", "astype") or rest[0].startswith("logical_")

@@ -35,15 +35,23 @@ logger = logging.getLogger("dgvm.array.fused")
 TILE = 1 << 12
 
 
-def run_into(expr, leaves: list, xp, target) -> bool:
-    """Write ``expr`` over ``leaves`` into ``target`` in one pass; False if not possible."""
+def run_into(expr, leaves: list, xp, target, stripped=None) -> bool:
+    """Write ``expr`` over ``leaves`` into ``target`` in one pass; False if not possible.
+    ``stripped``: ``strip(expr)``, made once by the caller that runs ``expr`` per chunk."""
     from dgvm.array.elementwise import evaluate
 
     if xp is np:
         return _tiles(expr, leaves, target, evaluate)
     if getattr(xp, "__name__", "") == "cupy":
-        return _cupy(expr, leaves, target)
+        return _cupy(stripped or strip(expr), leaves, target)
     return False
+
+
+def strip(expr) -> tuple:
+    """(the tree with its Python scalars as kernel arguments, the scalars): what the
+    kernels are compiled for, so that ``x * 2`` and ``x * 3`` share one."""
+    scalars: list = []
+    return _strip(expr, scalars), scalars
 
 
 # -- cpu ---------------------------------------------------------------------------------
@@ -167,26 +175,8 @@ def _flat(leaves, shape):
     return [a.reshape(-1) for a in leaves]
 
 
-# The last trees stripped, by identity: a task runs one tree over each of its chunks.
-_STRIPPED_KEPT = 16
-_stripped: dict = {}  # id(expr) -> (expr, tree, scalars)
-
-
-def _stripped_tree(expr):
-    """``_strip``'s (tree, scalars) of ``expr``, computed once per tree object."""
-    hit = _stripped.get(id(expr))
-    if hit is not None and hit[0] is expr:
-        return hit[1], hit[2]
-    scalars: list = []
-    tree = _strip(expr, scalars)
-    if len(_stripped) >= _STRIPPED_KEPT:
-        _stripped.clear()
-    _stripped[id(expr)] = (expr, tree, scalars)  # the expr kept alive: its id stays its own
-    return tree, scalars
-
-
-def _cupy(expr, leaves, target) -> bool:
-    tree, scalars = _stripped_tree(expr)
+def _cupy(stripped, leaves, target) -> bool:
+    tree, scalars = stripped
     key = (tree, tuple((a.dtype.str, a.ndim) for a in leaves), target.dtype.str, target.ndim)
     # Best first. A way that does not apply to these leaves (the wide kernel, to a strided
     # one) answers False and stays; one that fails (a tree cupy.fuse cannot trace) goes.
@@ -211,9 +201,9 @@ def _cupy(expr, leaves, target) -> bool:
 REDUCERS = {"sum": "sum", "prod": "prod", "max": "amax", "min": "amin"}
 
 
-def reduce_tree(expr, leaves: list, xp, fn: str, axes: tuple, dtype, shape):
+def reduce_tree(stripped, leaves: list, xp, fn: str, axes: tuple, dtype, shape):
     """The partial ``fn(expr, axis=axes, keepdims=True, dtype=dtype)`` of one chunk of
-    shape ``shape`` in one kernel (the tree's values are never stored), or None where
+    shape ``shape`` (``stripped``: ``strip(expr)``) in one kernel (the tree's values are never stored), or None where
     that is not possible (cpu, another reduction, a tree ``cupy.fuse`` does not trace)."""
     if getattr(xp, "__name__", "") != "cupy" or fn not in REDUCERS:
         return None
@@ -225,8 +215,7 @@ def reduce_tree(expr, leaves: list, xp, fn: str, axes: tuple, dtype, shape):
     leaves = _flat(leaves, shape) if len(shape) > 1 else leaves
     if leaves is None or not all(a.flags.c_contiguous for a in leaves):
         return None
-    scalars: list = []
-    tree = _strip(expr, scalars)
+    tree, scalars = stripped
     dtype = None if dtype is None else np.dtype(dtype)
     key = ("reduce", fn, None if dtype is None else dtype.str, tree,
            tuple((a.dtype.str, a.ndim) for a in leaves))
