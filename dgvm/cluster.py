@@ -151,6 +151,13 @@ class _DgvmCluster:
             self.scheduler_spec = own_process_spec(self.scheduler_spec["options"], self._log_level)
         await super()._start()
 
+    async def _correct_state_internal(self):
+        # Workers need the scheduler's address: a scheduler in a process of its own has one
+        # only once started (an asynchronous cluster's scale() comes here first).
+        if self.scheduler is not None:
+            await self.scheduler
+        await super()._correct_state_internal()
+
     def _preload_argv_of(self, i: int) -> list[str]:
         """Worker ``i``'s preload arguments (a worker beyond those asked for: defaults)."""
         return self._argvs[i] if i < len(self._argvs) else _preload_argv(self.backend)
@@ -179,13 +186,8 @@ class CPUCluster(_DgvmCluster, distributed.LocalCluster):
             scheduler_kwargs=_scheduler_kwargs(kwargs), preload=[WORKER_PRELOAD], **kwargs,
         )
         # Started with no workers so that each gets its own preload arguments from
-        # new_worker_spec (as LocalCUDACluster does). When asynchronous, awaiting the
-        # cluster starts them after its scheduler (scale() would try at once, before a
-        # scheduler in its own process has an address).
-        while len(self.worker_spec) < n_workers:
-            self.worker_spec.update(self.new_worker_spec())
-        if not self.asynchronous:
-            self.sync(self._correct_state)
+        # new_worker_spec (as LocalCUDACluster does).
+        self.scale(n_workers)
 
     def new_worker_spec(self):
         # Worker i gets the i-th device_memory / device_speed (the first free index, so a
