@@ -148,7 +148,12 @@ class _DgvmCluster:
 
     async def _start(self):
         if self._scheduler_process and self.scheduler is None:  # not yet started
-            self.scheduler_spec = own_process_spec(self.scheduler_spec["options"], self._log_level)
+            try:  # the options as Dask made them (checked on the caller's before)
+                self.scheduler_spec = own_process_spec(self.scheduler_spec["options"], self._log_level)
+            except Exception:
+                self.status = Status.failed
+                await self._close()  # nothing half-started left behind (its loop thread)
+                raise
         await super()._start()
 
     async def _correct_state_internal(self):

@@ -28,9 +28,10 @@ import dask
 from distributed.deploy.spec import ProcessInterface
 
 from dgvm import gc_pauses
+from dgvm.errors import DgvmError
 
-# Scheduler options of Dask's local clusters that a process of its own cannot take (not
-# JSON), and whose defaults it does not need.
+# Scheduler options of Dask's local clusters that a process of its own cannot take (Python
+# objects, or a TLS set-up made here), and whose defaults it does not need.
 _DROPPED_IF_UNSET = ("services", "service_kwargs", "security")
 
 
@@ -48,6 +49,8 @@ def spec(options: dict, log_level: int | None = None) -> dict:
         if key in _DROPPED_IF_UNSET and not _set(value):
             continue
         try:
+            if key in _DROPPED_IF_UNSET:  # set (security=True too: certificates made here)
+                raise TypeError
             json.dumps(value)
         except TypeError:
             raise ValueError(
@@ -113,7 +116,7 @@ class SchedulerProcess(ProcessInterface):
         else:
             log = self._read_log()
             await self.close()
-            raise RuntimeError(f"the dgvm.LocalCluster scheduler process did not start; its log:\n{log}")
+            raise DgvmError(f"the dgvm.LocalCluster scheduler process did not start; its log:\n{log}")
         await super().start()
 
     def _read_log(self) -> str:

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -378,9 +379,13 @@ def test_scheduler_process_refuses_options_it_cannot_pass():
         spec({"services": {("x", 0): object}, "port": 0})
     assert spec({"security": None, "port": 0, "preload": ["dgvm.scheduler"]})["options"] == {
         "options": {"preload": ["dgvm.scheduler", "dgvm.scheduler_process"], "port": 0}, "log_level": None}
-    # Refused before anything starts.
+    # Refused before anything starts (security=True: certificates made in this process).
+    threads = threading.active_count()
     with pytest.raises(ValueError, match="cannot pass the scheduler option services="):
         dgvm.LocalCluster(backend="cpu", scheduler_process=True, scheduler_kwargs={"services": {("x", 0): object}})
+    with pytest.raises(ValueError, match="cannot pass the scheduler option security=True"):
+        dgvm.LocalCluster(backend="cpu", scheduler_process=True, security=True)
+    assert threading.active_count() == threads
 
 
 def test_scheduler_with_a_bad_config_value_stops_and_says_why(procs):
