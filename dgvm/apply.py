@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from distributed import get_worker
 
-from dgvm.errors import DgvmError
+from dgvm.errors import DgvmError, detached_task_errors
 
 
 def _apply_here(alloc_id: int, owner: str, indices: list[int], fn, args):
@@ -44,7 +44,8 @@ def map_chunks(alloc, fn, *args, indices=None, name: str | None = None) -> list:
         )
         for w, idx in by_worker.items()
     }
-    results = dict(zip(futures, client.gather(list(futures.values()))))
+    with detached_task_errors():  # a failure's frames do not keep alloc alive
+        results = dict(zip(futures, client.gather(list(futures.values()))))
     out = {}
     for w, idx in by_worker.items():
         out.update(zip(idx, results[w]))

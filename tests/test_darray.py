@@ -65,3 +65,19 @@ def test_from_numpy_oom_frees_everything(case):
     with pytest.raises(dgvm.OutOfDeviceMemory):
         dnp.from_numpy(big, chunks=len(big) // 50)
     assert dgvm.table() == []
+
+
+def _fails_on_chunk_1(xp, chunk, index):
+    if index == 1:
+        raise ValueError("chunk 1 refused")
+    return index
+
+
+def test_a_failed_map_chunks_keeps_nothing_alive(case):
+    # The case fixture then checks that x was freed: the task's error, kept by Dask, must
+    # not hold the caller's frames (and so x) alive.
+    from dgvm.apply import map_chunks
+
+    x = dnp.zeros((4, 4), chunks=2)
+    with pytest.raises(ValueError, match="chunk 1 refused"):
+        map_chunks(x.alloc, _fails_on_chunk_1)
