@@ -110,10 +110,12 @@ class ChunkStorePlugin(WorkerPlugin):
                 self._export_executor.shutdown(wait=True)
                 store.close()
 
-            try:
-                await asyncio.get_running_loop().run_in_executor(None, close)
+            try:  # (the submission alone: an error of close itself must not close twice)
+                closing = asyncio.get_running_loop().run_in_executor(None, close)
             except RuntimeError:  # the process is exiting and starts no threads: here, then
                 close()
+            else:
+                await closing
 
     def metrics(self) -> dict:
         m = {"profile": self.profile.to_dict(), **self.store.metrics()}
