@@ -26,6 +26,14 @@ class InvalidAddress(ValueError, DgvmError):
     """
 
 
+def raise_if_invalid(answer):
+    """A GVAT handler's answer, or its "allocation gone" as the ``InvalidAddress`` it is
+    (the scheduler answers it as data: ``scheduler._invalid_as_data``)."""
+    if isinstance(answer, dict) and "invalid" in answer:
+        raise InvalidAddress(answer["invalid"])
+    return answer
+
+
 class ConfigError(ValueError, DgvmError):
     """A ``dgvm.*`` configuration value (``dask.config``, a YAML file or a ``DASK_DGVM__…``
     environment variable) that the schema does not allow; the message names the key, the

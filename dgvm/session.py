@@ -12,7 +12,7 @@ import time
 from distributed import Client, default_client
 
 from dgvm import config, streams
-from dgvm.errors import DgvmError, InvalidAddress, NotConnected
+from dgvm.errors import DgvmError, NotConnected, raise_if_invalid
 
 
 def connect(address=None, **cluster_kwargs) -> Client:
@@ -83,10 +83,7 @@ def call_scheduler(op: str, client: Client | None = None, **kwargs):
     """Call the GVAT handler ``op`` and return its answer (blocking). An allocation that
     is gone comes back as data (``scheduler._invalid_as_data``) and is raised here."""
     client = client or current_client()
-    answer = client.sync(getattr(client.scheduler, op), **kwargs)
-    if isinstance(answer, dict) and "invalid" in answer:
-        raise InvalidAddress(answer["invalid"])
-    return answer
+    return raise_if_invalid(client.sync(getattr(client.scheduler, op), **kwargs))
 
 
 def call_workers(op: str, requests: dict[str, dict], client: Client | None = None) -> dict:

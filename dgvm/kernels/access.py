@@ -19,7 +19,7 @@ import numpy as np
 from distributed.utils import sync
 
 from dgvm import chunk_grid
-from dgvm.errors import ChunkLost, DgvmError, InvalidAddress, OutOfDeviceMemory
+from dgvm.errors import ChunkLost, DgvmError, OutOfDeviceMemory, raise_if_invalid
 from dgvm.transfer import PATHS
 from dgvm.transfer.fetch import request_exports
 from dgvm.transfer.ipc_mappings import BufferGone
@@ -176,9 +176,7 @@ class Access:
         where = sync(w.loop, w.scheduler.dgvm_locate, alloc_id=alloc_id, index=index, worker=w.address)
         if "lost" in where:
             raise ChunkLost(f"chunk {index} of allocation {alloc_id} was on {where['lost']}, which left")
-        if "invalid" in where:
-            raise InvalidAddress(where["invalid"])
-        return where
+        return raise_if_invalid(where)
 
     def _fetch(self, alloc_id: int, index: int) -> None:
         """A miss: copy the chunk here from its home, as a replica registered in the GVAT;
