@@ -191,8 +191,13 @@ class CPUCluster(_DgvmCluster, distributed.LocalCluster):
             scheduler_kwargs=_scheduler_kwargs(kwargs), preload=[WORKER_PRELOAD], **kwargs,
         )
         # Started with no workers so that each gets its own preload arguments from
-        # new_worker_spec (as LocalCUDACluster does).
-        self.scale(n_workers)
+        # new_worker_spec (as LocalCUDACluster does). Not scale(): it only schedules the
+        # start, and a cluster made synchronously has its workers up (or raises) when made;
+        # awaiting an asynchronous one starts them.
+        while len(self.worker_spec) < n_workers:
+            self.worker_spec.update(self.new_worker_spec())
+        if not self.asynchronous:
+            self.sync(self._correct_state)
 
     def new_worker_spec(self):
         # Worker i gets the i-th device_memory / device_speed (the first free index, so a
