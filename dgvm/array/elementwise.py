@@ -74,6 +74,14 @@ def evaluate(expr, leaves, xp):
     return value if value.dtype == dtype else value.astype(dtype)
 
 
+def broadcast_region(shape, lo, hi) -> tuple[list, list]:
+    """The region of an input of ``shape`` that broadcasts onto the elements ``[lo, hi)``
+    of a result: aligned on the right, its length-1 axes read at 0."""
+    d = len(lo) - len(shape)
+    return ([0 if shape[j] == 1 else lo[j + d] for j in range(len(shape))],
+            [1 if shape[j] == 1 else hi[j + d] for j in range(len(shape))])
+
+
 @dataclass
 class Elementwise:
     """Blockwise op: an expression over broadcast inputs; leaf i has shape ``shapes[i]``
@@ -97,10 +105,7 @@ class Elementwise:
     def region(self, i: int, lo, hi):
         """The region of input ``i`` that broadcasts onto output elements ``[lo, hi)``,
         in the input's own axis order."""
-        s = self.shapes[i]
-        d = len(self.shape) - len(s)
-        rlo = [0 if s[j] == 1 else lo[j + d] for j in range(len(s))]
-        rhi = [1 if s[j] == 1 else hi[j + d] for j in range(len(s))]
+        rlo, rhi = broadcast_region(self.shapes[i], lo, hi)
         view = self.views[i] if self.views else None
         return (rlo, rhi) if view is None else view.region(rlo, rhi)
 

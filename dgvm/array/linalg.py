@@ -22,6 +22,7 @@ import numpy as np
 
 from dgvm.array import blockwise, per_matrix
 from dgvm.array.darray import DArray
+from dgvm.array.elementwise import broadcast_region
 from dgvm.array.manipulation import _empty, matrix_transpose, permute_dims, reshape  # noqa: F401
 from dgvm.array.reductions import normalize_axis
 
@@ -35,8 +36,8 @@ class _MatMul:
 
     def block(self, read, lo, hi, xp):
         nb = len(lo) - 2
-        alo, ahi = per_matrix.batch_region(self.a_shape[:-2], nb, lo, hi)
-        blo, bhi = per_matrix.batch_region(self.b_shape[:-2], nb, lo, hi)
+        alo, ahi = broadcast_region(self.a_shape[:-2], lo[:nb], hi[:nb])
+        blo, bhi = broadcast_region(self.b_shape[:-2], lo[:nb], hi[:nb])
         acc = None
         for k0, k1 in zip(self.k_edges[:-1], self.k_edges[1:]):
             a = read(0, alo + [lo[-2], k0], ahi + [hi[-2], k1]).astype(self.dtype, copy=False)
@@ -76,7 +77,7 @@ def matmul(x1, x2, /) -> DArray:
     chunks = per_matrix.stack_chunks([x1, x2], [2, 2], batch) + (x1.chunks[-2], x2.chunks[-1])
     edges = sorted(set(np.cumsum((0,) + x1.chunks[-1]).tolist()) | set(np.cumsum((0,) + x2.chunks[-2]).tolist()))
     out = _empty(shape, dtype, chunks, x1,
-                 lambda lo: per_matrix.batch_region(x1.shape[:-2], len(batch), lo, lo)[0] + [lo[-2], 0])
+                 lambda lo: broadcast_region(x1.shape[:-2], lo[:len(batch)], lo[:len(batch)])[0] + [lo[-2], 0])
     blockwise.run(_MatMul(x1.shape, x2.shape, tuple(int(e) for e in edges), dtype), out, [x1, x2], "matmul")
     return squeeze(out, axis=tuple(drop)) if drop else out
 

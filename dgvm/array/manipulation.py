@@ -113,15 +113,13 @@ def squeeze(x, /, axis) -> DArray:
 # -- broadcasting ------------------------------------------------------------------------
 def broadcast_to(x, /, shape) -> DArray:
     """``x`` repeated along new or length-1 axes to ``shape``."""
-    from dgvm.array.elementwise import Elementwise, out_chunks
+    from dgvm.array.elementwise import Elementwise, broadcast_region, out_chunks
 
     shape = tuple(int(s) for s in shape)
     if tuple(np.broadcast_shapes(x.shape, shape)) != shape:
         raise ValueError(f"cannot broadcast shape {x.shape} to {shape}")
     chunks = out_chunks([x], shape, x.dtype)
-    d = len(shape) - x.ndim
-    out = _empty(shape, x.dtype, chunks, x,
-                 lambda lo: [0 if x.shape[j] == 1 else lo[j + d] for j in range(x.ndim)])
+    out = _empty(shape, x.dtype, chunks, x, lambda lo: broadcast_region(x.shape, lo, lo)[0])
     blockwise.run(Elementwise(("in", 0), [x.shape], shape), out, [x], "broadcast_to")
     return out
 
@@ -231,15 +229,19 @@ def roll(x, /, shift, *, axis=None) -> DArray:
     return take_along_maps(x, maps, "roll")
 
 
+def repeat_counts(repeats) -> np.ndarray:
+    """``repeats`` as counts NumPy's repeat takes: the standard allows any integer dtype,
+    and np.repeat casts counts to its intp only "safely" (not from uint64)."""
+    reps = np.asarray(repeats.to_numpy() if isinstance(repeats, DArray) else repeats)
+    return reps.astype(np.int64) if reps.dtype.kind == "u" else reps
+
+
 def repeat(x, repeats, /, *, axis=None) -> DArray:
     """Each element repeated ``repeats`` times (an int, or one count per element)."""
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
     axis = normalize_axis(axis, x.ndim)[0]
-    reps = np.asarray(repeats.to_numpy() if isinstance(repeats, DArray) else repeats)
-    if reps.dtype.kind == "u":  # np.repeat casts counts to int64 only "safely"
-        reps = reps.astype(np.int64)
-    m = np.repeat(np.arange(x.shape[axis]), reps)
+    m = np.repeat(np.arange(x.shape[axis]), repeat_counts(repeats))
     maps = [m if a == axis else None for a in range(x.ndim)]
     return take_along_maps(x, maps, "repeat")
 

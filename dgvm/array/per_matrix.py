@@ -25,6 +25,7 @@ import numpy as np
 
 from dgvm.array import blockwise
 from dgvm.array.darray import DArray
+from dgvm.array.elementwise import broadcast_region
 
 
 @dataclass(frozen=True)
@@ -39,15 +40,6 @@ class Operand:
     @property
     def batch(self) -> tuple:
         return self.shape[: len(self.shape) - self.core]
-
-
-def batch_region(batch: tuple, nb: int, lo, hi) -> tuple[list, list]:
-    """The region ``[lo, hi)`` of an operand's batch axes ``batch`` for an output block
-    with ``nb`` batch axes whose region is ``lo``/``hi``: right-aligned, and its length-1
-    axes broadcast (read at 0)."""
-    d = nb - len(batch)
-    return ([0 if batch[j] == 1 else lo[j + d] for j in range(len(batch))],
-            [1 if batch[j] == 1 else hi[j + d] for j in range(len(batch))])
 
 
 def stack_chunks(arrays, cores, batch: tuple) -> tuple:
@@ -74,7 +66,7 @@ class _PerMatrix:
         batch = tuple(h - l for l, h in zip(lo[:nb], hi[:nb]))
         items = []
         for i, op in enumerate(self.operands):
-            blo, bhi = batch_region(op.batch, nb, lo, hi)
+            blo, bhi = broadcast_region(op.batch, lo[:nb], hi[:nb])
             core = op.shape[len(op.batch):]
             a = read(i, blo + [0] * op.core, bhi + list(core))
             if op.core:
@@ -116,7 +108,7 @@ def run(fn, inputs, tails, dtypes, compute, name: str) -> list[DArray]:
         shape, tail_chunks, dtype = batch + (sum(sizes),), ((sum(sizes),),), packed
     first = operands[0]
     out = _empty(shape, dtype, tuple(batch_chunks) + tail_chunks, arrays[0],
-                 lambda lo: batch_region(first.batch, len(batch), lo, lo)[0] + [0] * first.core)
+                 lambda lo: broadcast_region(first.batch, lo[:len(batch)], lo[:len(batch)])[0] + [0] * first.core)
     op = _PerMatrix(fn, operands, tuple(tuple(t) for t in tails), dtypes, packed, np.dtype(compute))
     blockwise.run(op, out, arrays, f"linalg-{name}")
     if packed is None:

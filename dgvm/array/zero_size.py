@@ -48,11 +48,9 @@ def _setitem(x, key, value):
 
 # Functions with no NumPy function of their name.
 def _repeat(x, repeats, axis=None):
-    # The standard takes repeats of any integer dtype; NumPy's repeat refuses uint64
-    # (no safe cast to its intp).
-    if np.asarray(repeats).dtype == np.uint64:
-        repeats = np.asarray(repeats).astype(np.int64)
-    return np.repeat(x, repeats, axis=axis)
+    from dgvm.array.manipulation import repeat_counts
+
+    return np.repeat(x, repeat_counts(repeats), axis=axis)
 
 
 _HOST = {"setitem": _setitem, "repeat": _repeat}
