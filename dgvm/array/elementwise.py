@@ -11,6 +11,7 @@ standard's; every node of the tree casts to its own dtype, so fused and unfused 
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -110,15 +111,12 @@ class Elementwise:
         return (rlo, rhi) if view is None else view.region(rlo, rhi)
 
     def __getstate__(self):  # the stripped tree is made where it is used
-        return {k: v for k, v in self.__dict__.items() if k != "_stripped"}
+        return {k: v for k, v in self.__dict__.items() if k != "stripped"}
 
-    @property
+    @functools.cached_property
     def stripped(self) -> tuple:
         """``fused.strip(self.expr)``, made once per op: a task runs it over each of its chunks."""
-        stripped = self.__dict__.get("_stripped")
-        if stripped is None:
-            stripped = self.__dict__["_stripped"] = fused.strip(self.expr)
-        return stripped
+        return fused.strip(self.expr)
 
     def leaves(self, read, lo, hi, xp) -> list:
         out = []

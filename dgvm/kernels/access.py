@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -47,12 +48,9 @@ class ArraySpec:
     def __getstate__(self):
         return {f: self.__dict__[f] for f in ("alloc_id", "owner", "shape", "dtype", "chunks")}
 
-    @property
+    @functools.cached_property
     def grid(self) -> tuple:
-        grid = self.__dict__.get("_grid")
-        if grid is None:
-            grid = self.__dict__["_grid"] = chunk_grid.grid_shape(self.chunks)
-        return grid
+        return chunk_grid.grid_shape(self.chunks)
 
     def edges(self, axis: int) -> list[int]:
         """Block start offsets along ``axis``, and the axis length last."""
