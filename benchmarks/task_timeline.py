@@ -49,10 +49,12 @@ from array_ops import chains_back_to_back  # benchmarks/array_ops.py (the script
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def _instrument(dask_worker):
+def _instrument(dask_worker, tasks: int):
     """Note when each blockwise task's function starts and returns and when it waits
     for the device or leaves its work running (wrapping the module function the tasks
-    name, the backend's wait and its record of work left running)."""
+    name, the backend's wait and its record of work left running), and keep the worker's
+    log of task states long enough for ``tasks`` tasks."""
+    import collections
     import time as clock
 
     from distributed import get_worker
@@ -60,6 +62,9 @@ def _instrument(dask_worker):
     import dgvm.array.blockwise as blockwise
 
     notes = dask_worker._dgvm_timeline = {}
+    state = dask_worker.state
+    # Dask keeps its last 1,000 entries, about 150 tasks' (each task logs several).
+    state.log = collections.deque(state.log, maxlen=max(state.log.maxlen or 0, 20 * tasks))
     run = blockwise._blockwise_here
     backend = dask_worker.extensions["dgvm"].backend
     wait, leave = backend.synchronize, backend.queued.leave
@@ -244,7 +249,7 @@ def main(argv=None) -> int:
 
         for _ in range(3):  # compiles, and fills the pool of released allocations
             chains_back_to_back(x, 8, args.alive)
-        client.run(_instrument)
+        client.run(_instrument, tasks=2 * args.k)
         client.run_on_scheduler(_watch_stalls)
         _watch_stalls(loop=client.loop)
         cpu, t0 = time.process_time(), time.time()
@@ -255,14 +260,14 @@ def main(argv=None) -> int:
         where = "an address" if args.address else "its own process" if args.scheduler_process else "this process"
         print(f"backend {backend}, {len(ws)} workers of {list(client.nthreads().values())} thread(s), "
               f"the scheduler in {where}, "
-              f"x {n}x{n} float64 in 4x4 blocks, {args.k} chains, {args.alive} alive")
+              f"x {n}x{n} float64 in 4x4 blocks, {args.k} chains, {args.alive} alive, "
+              f"this process's thread switch interval {1e6 * sys.getswitchinterval():.0f} us")
         print(f"per chain {1e3 * wall / args.k:.2f} ms (the device floor {1e3 * floor:.2f} ms at "
               f"{bw / 1e9:.0f} GB/s: {floor * args.k / wall:.0%}); this process's CPU per chain "
               f"{1e3 * cpu / args.k:.2f} ms")
         print(f"{'worker':>24} {'tasks':>5} {'left':>5} " + " ".join(f"{s:>8}" for s in [*STEPS, "idle"])
               + "  (ms, medians; left: tasks that did not wait for the device)")
         for addr, log in client.run(_log, prefix="dgvm-fused").items():
-            # (a long run: the worker's log keeps only its last entries)
             rows = sorted((r for r in log.values() if "fn" in r and "memory" in r and r.get("executing", 0) >= t0),
                           key=lambda r: r["executing"])
             cells = [statistics.median(r[b] - r[a] for r in rows if a in r and b in r) for a, b in STEPS.values()]

@@ -11,7 +11,7 @@ import time
 
 from distributed import Client, default_client
 
-from dgvm import config, streams
+from dgvm import config, streams, thread_switch
 from dgvm.errors import DgvmError, NotConnected, raise_if_invalid
 
 
@@ -22,6 +22,9 @@ def connect(address=None, **cluster_kwargs) -> Client:
     - ``connect(cluster)`` connects to a running cluster object;
     - ``connect("tcp://host:8786")`` attaches to a running scheduler. If it was started
       without the dgvm preloads, the plugins are installed on it and its workers now.
+
+    The process's thread switch interval becomes ``dgvm.dispatch.switch-interval``
+    (``dgvm.thread_switch``).
     """
     if address is None:
         from dgvm.cluster import LocalCluster
@@ -35,6 +38,7 @@ def connect(address=None, **cluster_kwargs) -> Client:
         client = Client(address, set_as_default=True)
     ensure_plugins(client)
     streams.tune(client.scheduler_comm)
+    thread_switch.shorten()
     return client
 
 

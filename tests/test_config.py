@@ -163,6 +163,21 @@ def test_connect_and_local_cluster_check_before_starting_anything():
         dgvm.LocalCluster(backend="gpu")
 
 
+@pytest.mark.parametrize("setting, seconds", [("50us", 50e-6), (0.002, 0.002), (None, None)])
+def test_connect_sets_the_thread_switch_interval(setting, seconds):
+    """dgvm.connect gives the client's event-loop thread its turns (dgvm.thread_switch);
+    null leaves the interpreter's interval alone."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.004)  # a value no setting here gives
+    try:
+        with dask.config.set({"dgvm.dispatch.switch-interval": setting}):
+            with dgvm.LocalCluster(n_workers=1, backend="cpu", device_memory="64MiB", processes=False,
+                                   dashboard_address=None) as cluster, dgvm.connect(cluster):
+                assert sys.getswitchinterval() == pytest.approx(seconds or 0.004, rel=1e-3)
+    finally:
+        sys.setswitchinterval(before)
+
+
 def test_dgvm_config_command_prints_and_checks():
     def run(**variables):
         return subprocess.run(
