@@ -175,6 +175,9 @@ def main(argv=None) -> int:
         ym = dnp.random.random((nm, nm), chunks=cm)
         x.wait(), xm.wait(), ym.wait()
         layout = x.locations()
+        addresses = sorted(w.address for w in ws)
+        per_worker = [[list(a.locations().values()).count(w) for w in addresses] for a in (x, xm, ym)]
+        print("dgvm: blocks per worker of x {}, of x @ y's operands {} and {}".format(*per_worker))
         mine = {
             "(x + x.T).sum()": median_time(lambda: float((x + x.T).sum()), args.reps),
             "elementwise chain": median_time(lambda: chain(x).wait(), args.reps),

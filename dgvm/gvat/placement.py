@@ -66,6 +66,12 @@ class Balanced(PlacementPolicy):
     it already got, its bandwidth and its queued work, never beyond its limit. Equal
     devices get an even split; a 4x faster device about 4x the chunks. Chunks are laid
     out in contiguous runs per worker so that neighbours in an array stay together.
+
+    Queued work is gone after a while and the layout stays: a worker's load counts for at
+    most one pass over the allocation (shared by speed), so it shifts the worker's share
+    but never takes all of it. (Dask counts a task it has no timing for as 0.5 s of work:
+    with no cap, a small array made while one worker still ran a task would land whole on
+    the other, and every later operation on it would run on one device.)
     """
 
     name = "balanced"
@@ -75,7 +81,10 @@ class Balanced(PlacementPolicy):
         step = int(sizes.max())
         # Greedy on the largest chunk size: conservative, so the real (smaller or
         # equal) chunk sizes fit too.
-        heap = [(c.load + step / c.bandwidth, j) for j, c in enumerate(cands) if c.limit >= step]
+        fit = [j for j, c in enumerate(cands) if c.limit >= step]
+        one_pass = n * step / sum(cands[j].bandwidth for j in fit) if fit else 0.0
+        load = [min(c.load, one_pass) for c in cands]
+        heap = [(load[j] + step / cands[j].bandwidth, j) for j in fit]
         heapq.heapify(heap)
         counts = [0] * len(cands)
         for _ in range(n):
@@ -87,7 +96,7 @@ class Balanced(PlacementPolicy):
             counts[j] += 1
             c = cands[j]
             if (counts[j] + 1) * step <= c.limit:
-                heapq.heappush(heap, (c.load + (counts[j] + 1) * step / c.bandwidth, j))
+                heapq.heappush(heap, (load[j] + (counts[j] + 1) * step / c.bandwidth, j))
         return _contiguous(counts, n)
 
 
