@@ -488,3 +488,48 @@ def test_dtype_rules_are_asked_once_per_kind_of_call_and_stay_exact(case):
     with pytest.raises(OverflowError, match="-1"):
         x + (-1)
     assert (x + 128).dtype == np.uint8 and (x * True).dtype == np.uint8
+
+
+_INF, _NAN = float("inf"), float("nan")
+# The standard's special cases of complex expm1: (a, b) -> (real, imag, whether the signs
+# of both parts are specified).
+EXPM1_SPECIAL = [
+    ((0.0, 0.0), (0.0, 0.0, True)),
+    ((1.5, _INF), (_NAN, _NAN, False)),
+    ((1.5, _NAN), (_NAN, _NAN, False)),
+    ((_INF, 0.0), (_INF, 0.0, True)),
+    ((_INF, -0.0), (_INF, -0.0, True)),  # the conjugate of the case above
+    ((-_INF, 0.0), (-1.0, 0.0, False)),
+    ((-_INF, 2.0), (-1.0, 0.0, False)),
+    ((_INF, 2.0), (-_INF, _INF, True)),  # inf * cis(2) - 1
+    ((-_INF, _INF), (-1.0, 0.0, False)),
+    ((_INF, _INF), (_INF, _NAN, False)),
+    ((-_INF, _NAN), (-1.0, 0.0, False)),
+    ((_INF, _NAN), (_INF, _NAN, False)),
+    ((_NAN, 0.0), (_NAN, 0.0, True)),
+    ((_NAN, -0.0), (_NAN, -0.0, True)),
+    ((_NAN, 1.0), (_NAN, _NAN, False)),
+    ((_NAN, _NAN), (_NAN, _NAN, False)),
+]
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_complex_expm1_gives_the_standards_special_values(case, dtype):
+    """NumPy's complex expm1 gives NaN (or -0.9999999) at 7 of these inputs; dgvm gives
+    the standard's values there, alone, fused into a longer tree, and on the caller."""
+    ins = np.array([complex(*a) for a, _ in EXPM1_SPECIAL] + [1e-7 + 1e-7j, 0.5 - 2j], dtype=dtype)
+    with np.errstate(all="ignore"):
+        usual = np.expm1(ins[-2:])  # NumPy's value away from the special inputs
+    x = dnp.from_numpy(ins, chunks=5)
+    # (negation is exact, so -(-x) is x: a tree of three calls, fused into one pass)
+    results = {"alone": dnp.expm1(x), "fused": dnp.expm1(-(-x)), "small": dnp.expm1(dnp.asarray(ins))}
+    for how, y in results.items():
+        got = dnp.asnumpy(y)
+        assert got.dtype == np.dtype(dtype), how
+        for (z, (re, im, signed)), g in zip(EXPM1_SPECIAL, got):
+            for want, part in ((re, g.real), (im, g.imag)):
+                ok = np.isnan(part) if np.isnan(want) else (part == want if signed else abs(part) == abs(want))
+                if signed and want == 0:
+                    ok = ok and np.signbit(part) == np.signbit(want)
+                assert ok, f"{how}: expm1({complex(*z)}) = {g}, the standard says {complex(re, im)}"
+        np.testing.assert_allclose(got[-2:], usual, rtol=1e-6)

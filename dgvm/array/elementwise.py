@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm.array import blockwise, deferred, fused
+from dgvm.array import blockwise, deferred, fused, special_values
 from dgvm.array.darray import DArray
 
 UNARY = (
@@ -54,6 +54,8 @@ def _call(xp, name: str, args):
         return x
     if name == "astype":
         return args[0]  # the cast happens in evaluate
+    if special_values.applies(name, args):
+        return special_values.call(xp, name, args)
     if name.startswith("logical_"):
         # NumPy takes complex numbers here (true when non-zero); CuPy does not.
         args = [a != 0 if getattr(a, "dtype", None) is not None and a.dtype.kind == "c" else a
@@ -152,7 +154,8 @@ class Elementwise:
         if fused.run_into(self.expr, leaves, xp, target, self.stripped):
             return
         ufunc = getattr(xp, CLASSIC.get(rest[0], rest[0]), None)
-        special = rest[0] in ("where", "clip", "astype") or rest[0].startswith("logical_")
+        special = (rest[0] in ("where", "clip", "astype") or rest[0].startswith("logical_")
+                   or rest[0] in special_values.FIXED)
         if special or ufunc is None or not hasattr(ufunc, "nin"):
             target[...] = self.value(leaves, xp)
             return

@@ -1,0 +1,43 @@
+"""The standard's special values where NumPy's and CuPy's functions give others.
+
+The array API standard fixes what each elementwise function returns at infinities, NaNs
+and signed zeros. The libraries dgvm runs on follow it, except for complex ``expm1``:
+NumPy computes ``expm1(a) cos(b) - 2 sin²(b/2) + i exp(a) sin(b)``, which makes a NaN of
+``inf * 0`` or ``-1 * nan`` where the standard has a number, and rounds ``-1`` to
+``-0.9999999`` in single precision at ``-inf + bj`` (CuPy's is checked against the same
+table by the GPU tests). The library's value is kept everywhere else (it is accurate near
+zero, where ``exp(z) - 1`` is not) and the special inputs get the standard's result. Each
+function in ``FIXED`` takes the namespace and its argument, so the same code runs on NumPy
+chunks, on CuPy chunks and inside a ``cupy.fuse`` trace.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def _expm1(xp, z):
+    out = xp.expm1(z)
+    re, im = xp.real(z), xp.imag(z)
+    # inf ± 0j and nan ± 0j are their own expm1 (the zero keeps its sign).
+    out = xp.where(((re == math.inf) | xp.isnan(re)) & (im == 0), z, out)
+    # inf + (inf or nan)j: an infinity of unspecified sign, and a NaN.
+    out = xp.where((re == math.inf) & ~xp.isfinite(im), complex(math.inf, math.nan), out)
+    # -inf + bj: exp(-inf) is 0 at any angle, so exactly -1 + 0j (single precision's
+    # formula gives -0.9999999 at finite b, and NaN at infinite or NaN b).
+    return xp.where(re == -math.inf, complex(-1.0, 0.0), out)
+
+
+#: function name -> the standard's version for complex arguments
+FIXED = {"expm1": _expm1}
+
+
+def applies(name: str, args) -> bool:
+    """Whether ``name`` over ``args`` (arrays or scalars) needs the standard's version."""
+    return name in FIXED and any(getattr(a, "dtype", None) is not None and a.dtype.kind == "c"
+                                 or isinstance(a, complex) for a in args)
+
+
+def call(xp, name: str, args):
+    """``name`` over ``args`` with the standard's special values."""
+    return FIXED[name](xp, *[xp.asarray(a) if isinstance(a, complex) else a for a in args])
