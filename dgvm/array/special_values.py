@@ -1,14 +1,15 @@
-"""The standard's special values where NumPy's and CuPy's functions give others.
+"""The standard's special values where the libraries under dgvm give others.
 
 The array API standard fixes what each elementwise function returns at infinities, NaNs
 and signed zeros. The libraries dgvm runs on follow it, except for complex ``expm1``:
 NumPy computes ``expm1(a) cos(b) - 2 sin²(b/2) + i exp(a) sin(b)``, which makes a NaN of
 ``inf * 0`` or ``-1 * nan`` where the standard has a number, and rounds ``-1`` to
-``-0.9999999`` in single precision at ``-inf + bj`` (CuPy's is checked against the same
-table by the GPU tests). The library's value is kept everywhere else (it is accurate near
-zero, where ``exp(z) - 1`` is not) and the special inputs get the standard's result. Each
-function in ``FIXED`` takes the namespace and its argument, so the same code runs on NumPy
-chunks, on CuPy chunks and inside a ``cupy.fuse`` trace.
+``-0.9999999`` in single precision at ``-inf + bj``. CuPy's gives the standard's values
+there (seen on the GPU machines); the same correction runs on both, so cpu and cuda
+workers agree whatever their library does. The library's value is kept everywhere else
+(it is accurate near zero, where ``exp(z) - 1`` is not) and the special inputs get the
+standard's result. Each function in ``FIXED`` takes the namespace and its argument, so
+the same code runs on NumPy chunks, on CuPy chunks and inside a ``cupy.fuse`` trace.
 """
 
 from __future__ import annotations
