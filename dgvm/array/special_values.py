@@ -1,7 +1,7 @@
 """The standard's special values where the libraries under dgvm give others.
 
 The array API standard fixes what each elementwise function returns at infinities, NaNs
-and signed zeros. The libraries dgvm runs on follow it, except for complex ``expm1``:
+and signed zeros. The libraries dgvm runs on follow it, except NumPy's complex ``expm1``:
 NumPy computes ``expm1(a) cos(b) - 2 sin²(b/2) + i exp(a) sin(b)``, which makes a NaN of
 ``inf * 0`` or ``-1 * nan`` where the standard has a number, and rounds ``-1`` to
 ``-0.9999999`` in single precision at ``-inf + bj``. CuPy's gives the standard's values
