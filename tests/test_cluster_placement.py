@@ -1,8 +1,9 @@
 """Placement on a real cluster of mixed devices (capacities and speeds per worker)."""
 
+import time
+import uuid
 from collections import Counter
 
-import numpy as np
 import pytest
 
 import dgvm
@@ -101,3 +102,45 @@ def test_array_larger_than_any_device(case):
         assert got.shape == (n,) and not got.any()
     finally:
         x.free()
+
+
+def test_placement_counts_the_load_dask_measured_not_its_guess(case):
+    """A task of a kind Dask never timed is 0.5 s of work in its occupancy: placement
+    counts it as none, and a task of a timed kind as its measured time, which takes part
+    of that worker's share (at most one pass's worth: dgvm.gvat.placement.Balanced)."""
+    from distributed import Event
+
+    client = case.client
+    fast = workers_by_speed()[-1].address
+    n = 28
+    with dgvm.malloc(n * MiB, chunk_bytes=MiB) as buf:
+        idle = shares(buf)[fast]
+
+    def hold(name):
+        Event(name).wait(timeout=30)
+
+    kind = f"dgvm-test-hold-{uuid.uuid4().hex[:6]}"  # Dask's task prefix: never timed yet
+
+    def held_task(i):
+        gate = f"{kind}-gate-{i}"
+        future = client.submit(hold, gate, key=f"{kind}-{uuid.uuid4().hex}", workers=[fast], pure=False)
+        while future.key not in client.processing([fast]).get(fast, ()):
+            time.sleep(0.01)
+        return future, Event(gate, client=client)
+
+    future, gate = held_task(0)
+    try:
+        with dgvm.malloc(n * MiB, chunk_bytes=MiB) as buf:
+            assert shares(buf)[fast] == idle  # Dask's guess for the untimed task counts for nothing
+        time.sleep(0.2)  # so that the kind's measured time outweighs a pass over the allocation
+    finally:
+        gate.set()
+    future.result(timeout=30)  # now the kind has a measured duration
+
+    future, gate = held_task(1)
+    try:
+        with dgvm.malloc(n * MiB, chunk_bytes=MiB) as buf:
+            assert 0 < shares(buf)[fast] < idle
+    finally:
+        gate.set()
+    future.result(timeout=30)
