@@ -3,10 +3,10 @@
 The array API standard fixes what each elementwise function returns at infinities, NaNs
 and signed zeros. The libraries dgvm runs on follow it, except NumPy's complex ``expm1``:
 NumPy computes ``expm1(a) cos(b) - 2 sin²(b/2) + i exp(a) sin(b)``, which makes a NaN of
-``inf * 0`` or ``-1 * nan`` where the standard has a number, and rounds ``-1`` to
-``-0.9999999`` in single precision at ``-inf + bj``. CuPy's gives the standard's values
-there (seen on the GPU machines); the same correction runs on both, so cpu and cuda
-workers agree whatever their library does. The library's value is kept everywhere else
+``inf * 0`` or ``-1 * nan`` where the standard has a number, a ``-0`` real part at
+``-0 + 0j``, and ``-0.9999999`` for ``-1`` in single precision at ``-inf + bj``. CuPy's
+gives the standard's values at the infinities and NaNs (seen on the GPU machines); the
+same correction runs on both, so cpu and cuda workers agree whatever their library does. The library's value is kept everywhere else
 (it is accurate near zero, where ``exp(z) - 1`` is not) and the special inputs get the
 standard's result. Each function in ``FIXED`` takes the namespace and its argument, so
 the same code runs on NumPy chunks, on CuPy chunks and inside a ``cupy.fuse`` trace.
@@ -22,6 +22,8 @@ def _expm1(xp, z):
     re, im = xp.real(z), xp.imag(z)
     # inf ± 0j and nan ± 0j are their own expm1 (the zero keeps its sign).
     out = xp.where(((re == math.inf) | xp.isnan(re)) & (im == 0), z, out)
+    # ±0 ± 0j: +0 ± 0j (NumPy gives -0 - 0 = -0 for the real part at -0).
+    out = xp.where((re == 0) & (im == 0), z - re, out)
     # inf + (inf or nan)j: an infinity of unspecified sign, and a NaN.
     out = xp.where((re == math.inf) & ~xp.isfinite(im), complex(math.inf, math.nan), out)
     # -inf + bj: exp(-inf) is 0 at any angle, so exactly -1 + 0j (single precision's
