@@ -154,14 +154,16 @@ class Elementwise:
         if fused.run_into(self.expr, leaves, xp, target, self.stripped):
             return
         ufunc = getattr(xp, CLASSIC.get(rest[0], rest[0]), None)
-        special = (rest[0] in ("where", "clip", "astype") or rest[0].startswith("logical_")
-                   or rest[0] in special_values.FIXED)
+        special = rest[0] in ("where", "clip", "astype") or rest[0].startswith("logical_")
         if special or ufunc is None or not hasattr(ufunc, "nin"):
             target[...] = self.value(leaves, xp)
             return
         with np.errstate(all="ignore"):
             args = [evaluate(a, leaves, xp) for a in rest[1]]
-            ufunc(*args, out=target)
+            if special_values.applies(rest[0], args):
+                target[...] = special_values.call(xp, rest[0], args)
+            else:
+                ufunc(*args, out=target)
 
     def value(self, leaves, xp):
         """The tree's value over ``leaves`` (a new array, or a leaf itself)."""

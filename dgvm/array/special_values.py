@@ -3,10 +3,11 @@
 The array API standard fixes what each elementwise function returns at infinities, NaNs
 and signed zeros. The libraries dgvm runs on follow it, except NumPy's complex ``expm1``:
 NumPy computes ``expm1(a) cos(b) - 2 sin²(b/2) + i exp(a) sin(b)``, which makes a NaN of
-``inf * 0`` or ``-1 * nan`` where the standard has a number, a ``-0`` real part at
-``-0 + 0j``, and ``-0.9999999`` for ``-1`` in single precision at ``-inf + bj``. CuPy's
-gives the standard's values at the infinities and NaNs (seen on the GPU machines); the
-same correction runs on both, so cpu and cuda workers agree whatever their library does. The library's value is kept everywhere else
+``inf * 0`` or ``-1 * nan`` where the standard has a number (also on the real axis once
+``exp(a)`` overflows), a ``-0`` real part at ``-0 + 0j``, and ``-0.9999999`` for ``-1`` in
+single precision at ``-inf + bj``. CuPy's gives the standard's values at the infinities
+and NaNs (seen on the GPU machines); the same correction runs on both, so cpu and cuda
+workers agree whatever their library does. The library's value is kept everywhere else
 (it is accurate near zero, where ``exp(z) - 1`` is not) and the special inputs get the
 standard's result. Each function in ``FIXED`` takes the namespace and its argument, so
 the same code runs on NumPy chunks, on CuPy chunks and inside a ``cupy.fuse`` trace.
@@ -20,15 +21,16 @@ import math
 def _expm1(xp, z):
     out = xp.expm1(z)
     re, im = xp.real(z), xp.imag(z)
-    # inf ± 0j and nan ± 0j are their own expm1 (the zero keeps its sign).
-    out = xp.where(((re == math.inf) | xp.isnan(re)) & (im == 0), z, out)
-    # ±0 ± 0j: +0 ± 0j (NumPy gives -0 - 0 = -0 for the real part at -0).
-    out = xp.where((re == 0) & (im == 0), z - re, out)
-    # inf + (inf or nan)j: an infinity of unspecified sign, and a NaN.
-    out = xp.where((re == math.inf) & ~xp.isfinite(im), complex(math.inf, math.nan), out)
-    # -inf + bj: exp(-inf) is 0 at any angle, so exactly -1 + 0j (single precision's
-    # formula gives -0.9999999 at finite b, and NaN at infinite or NaN b).
-    return xp.where(re == -math.inf, complex(-1.0, 0.0), out)
+    # The real axis: expm1(a) ± 0j. The formula makes NaN of exp(a) sin(0) once exp(a)
+    # overflows, and -0 of expm1(-0), where the standard has +0. (A subtraction keeps the
+    # imaginary zero's sign, an addition would not.)
+    out = xp.where((im == 0) & xp.isfinite(re), (z - re) - (-xp.expm1(re)), out)
+    # inf ± 0j and nan ± 0j are their own expm1.
+    out = xp.where((im == 0) & ((re == math.inf) | xp.isnan(re)), z, out)
+    # -inf + bj for any b, and inf + (inf or nan)j: the formula multiplies an infinity
+    # by 0 or NaN, and exp(z) - 1 is the standard's value there, signs included (no
+    # literal infinity either: cupy.fuse cannot spell one for a complex constant).
+    return xp.where((re == -math.inf) | ((re == math.inf) & ~xp.isfinite(im)), xp.exp(z) - 1, out)
 
 
 #: function name -> the standard's version for complex arguments
