@@ -26,18 +26,23 @@ def test_balanced_follows_speed_and_queued_load():
     c = cands((GB, 1.0, 0), (GB, 4.0, 0))
     assert counts(P.POLICIES["balanced"].place(np.full(100, 10), c), 2) == [20, 80]
     # worker 1 already has 100 s of work queued: it counts as one pass over the new
-    # chunks (50 / (1 + 4) = 10 s), so worker 0 takes more than its share, not all
+    # chunks less one ((50 - 1) / (1 + 4) = 9.8 s), so worker 0 takes more than its
+    # share, not all
     c = cands((GB, 1.0, 0), (GB, 4.0, 100.0))
     homes = P.POLICIES["balanced"].place(np.full(50, 1), c)
-    assert counts(homes, 2) == [18, 32]  # 18 s on worker 0, 10 + 32 / 4 = 18 s on worker 1
+    assert counts(homes, 2) == [18, 32]  # 18 s on worker 0, 9.8 + 32 / 4 = 17.8 s on worker 1
 
 
-@pytest.mark.parametrize("load, expected", [(0.5, [8, 8]), (2.0, [9, 7]), (8.0, [12, 4]), (1e6, [12, 4])])
-def test_queued_load_shifts_a_share_but_never_takes_all_of_it(load, expected):
-    """A layout outlives the queue: however much work waits on worker 1, it keeps a share
-    of a new allocation (a pass over these 16 chunks takes 8 s on the two)."""
-    c = cands((GB, 1.0, 0), (GB, 1.0, load))
-    assert counts(P.POLICIES["balanced"].place(np.full(16, 1), c), 2) == expected
+@pytest.mark.parametrize("n, load, expected", [
+    (16, 0.5, [8, 8]), (16, 2.0, [9, 7]), (16, 8.0, [12, 4]), (16, 1e6, [12, 4]),
+    (2, 1e6, [1, 1]), (3, 1e6, [1, 1, 1]),
+])
+def test_queued_load_shifts_a_share_but_never_takes_all_of_it(n, load, expected):
+    """A layout outlives the queue: however much work waits on the last worker, it keeps a
+    share of a new allocation of at least a chunk per worker (a pass over 16 chunks takes
+    8 s on two workers)."""
+    c = cands(*[(GB, 1.0, 0)] * (len(expected) - 1), (GB, 1.0, load))
+    assert counts(P.POLICIES["balanced"].place(np.full(n, 1), c), len(expected)) == expected
 
 
 def test_balanced_never_exceeds_limits():

@@ -68,10 +68,10 @@ class Balanced(PlacementPolicy):
     out in contiguous runs per worker so that neighbours in an array stay together.
 
     Queued work is gone after a while and the layout stays: a worker's load counts for at
-    most one pass over the allocation (shared by speed), so it shifts the worker's share
-    but never takes all of it. (Dask counts a task it has no timing for as 0.5 s of work:
-    with no cap, a small array made while one worker still ran a task would land whole on
-    the other, and every later operation on it would run on one device.)
+    most one pass over the allocation (shared by speed) less one chunk, so it shifts the
+    worker's share but never takes all of it while there are chunks for every worker. (With
+    no cap, a small array made while one worker still ran a long task would land whole on
+    the others, and every later operation on it would run without that device.)
     """
 
     name = "balanced"
@@ -82,7 +82,7 @@ class Balanced(PlacementPolicy):
         # Greedy on the largest chunk size: conservative, so the real (smaller or
         # equal) chunk sizes fit too.
         fit = [j for j, c in enumerate(cands) if c.limit >= step]
-        one_pass = n * step / sum(cands[j].bandwidth for j in fit) if fit else 0.0
+        one_pass = (n - 1) * step / sum(cands[j].bandwidth for j in fit) if fit else 0.0
         load = [min(c.load, one_pass) for c in cands]
         heap = [(load[j] + step / cands[j].bandwidth, j) for j in fit]
         heapq.heapify(heap)
