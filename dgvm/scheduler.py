@@ -52,7 +52,9 @@ def measured_load(scheduler, ws) -> float:
     it). Dask's occupancy also counts each task of a kind never timed as
     ``unknown-task-duration`` (0.5 s): a worker still running its first 2 ms dgvm task
     would look busy for half a second and lose most of a new allocation to its peers,
-    which every later operation on it then pays. O(task kinds queued on the worker)."""
+    which every later operation on it then pays. (It also adds the bytes its tasks still
+    have to fetch, at Dask's bandwidth estimate; dgvm's tasks fetch nothing through Dask.)
+    O(task kinds queued on the worker)."""
     total = 0.0
     for name, count in ws.task_prefix_count.items():
         prefix = scheduler.task_prefixes.get(name)

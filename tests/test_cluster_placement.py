@@ -1,5 +1,6 @@
 """Placement on a real cluster of mixed devices (capacities and speeds per worker)."""
 
+import random
 import time
 import uuid
 from collections import Counter
@@ -119,25 +120,40 @@ def test_placement_counts_the_load_dask_measured_not_its_guess(case):
     def hold(name):
         Event(name).wait(timeout=30)
 
-    kind = f"dgvm-test-hold-{uuid.uuid4().hex[:6]}"  # Dask's task prefix: never timed yet
-
-    def held_task(i):
+    def held_task(kind, i):
         gate = f"{kind}-gate-{i}"
         future = client.submit(hold, gate, key=f"{kind}-{uuid.uuid4().hex}", workers=[fast], pure=False)
         while future.key not in client.processing([fast]).get(fast, ()):
             time.sleep(0.01)
         return future, Event(gate, client=client)
 
-    future, gate = held_task(0)
-    try:
-        with dgvm.malloc(n * MiB, chunk_bytes=MiB) as buf:
-            assert shares(buf)[fast] == idle  # Dask's guess for the untimed task counts for nothing
-        time.sleep(0.2)  # so that the kind's measured time outweighs a pass over the allocation
-    finally:
-        gate.set()
+    def timed(kind, dask_scheduler=None):
+        prefix = dask_scheduler.task_prefixes[kind]
+        return prefix.duration_average >= 0 or prefix.max_exec_time > 0
+
+    # A worker's heartbeat tells Dask how long its running task has run so far, and then
+    # the kind is timed: try again with a fresh kind if one came before the allocation.
+    for attempt in range(5):
+        # Dask's task prefix (key_split drops hex words): never timed yet
+        kind = "dgvm-test-hold-" + "".join(random.choices("ghijklmnopqrstuvwxyz", k=8))
+        future, gate = held_task(kind, 0)
+        try:
+            with dgvm.malloc(n * MiB, chunk_bytes=MiB) as buf:
+                got = shares(buf)[fast]
+                untimed = not client.run_on_scheduler(timed, kind)
+            if untimed:
+                assert got == idle  # Dask's guess for the untimed task counts for nothing
+                time.sleep(0.2)  # so that the kind's measured time outweighs a pass over the allocation
+        finally:
+            gate.set()
+        if untimed:
+            break
+        future.result(timeout=30)
+    else:
+        pytest.fail("a heartbeat timed every fresh kind of task before the allocation")
     future.result(timeout=30)  # now the kind has a measured duration
 
-    future, gate = held_task(1)
+    future, gate = held_task(kind, 1)
     try:
         with dgvm.malloc(n * MiB, chunk_bytes=MiB) as buf:
             assert 0 < shares(buf)[fast] < idle
