@@ -34,9 +34,11 @@ from dgvm import config
 def interval() -> float | None:
     """The configured interval in seconds, or None to leave the interpreter's."""
     value = config.get("dispatch.switch-interval")
-    # Rounded to the interpreter's microseconds: 50us parses to 49.999... us, which it
-    # would truncate to 49.
-    return None if value is None else round(float(parse_timedelta(value)), 9)
+    if value is None:
+        return None
+    # Rounded to the interpreter's microseconds (50us parses to 49.999... us, which it
+    # would truncate to 49), and at least one: it refuses 0.
+    return max(round(float(parse_timedelta(value)), 6), 1e-6)
 
 
 def shorten() -> None:

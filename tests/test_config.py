@@ -163,10 +163,10 @@ def test_connect_and_local_cluster_check_before_starting_anything():
         dgvm.LocalCluster(backend="gpu")
 
 
-@pytest.mark.parametrize("setting, seconds", [("50us", 50e-6), (0.002, 0.002), (None, None)])
+@pytest.mark.parametrize("setting, seconds", [("50us", 50e-6), (0.002, 0.002), ("0.1ns", 1e-6), (None, None)])
 def test_connect_sets_the_thread_switch_interval(setting, seconds):
     """dgvm.connect gives the client's event-loop thread its turns (dgvm.thread_switch);
-    null leaves the interpreter's interval alone."""
+    below the interpreter's microsecond it takes one; null leaves the interval alone."""
     before = sys.getswitchinterval()
     sys.setswitchinterval(0.004)  # a value no setting here gives
     try:
