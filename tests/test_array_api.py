@@ -540,3 +540,18 @@ def test_complex_expm1_gives_the_standards_special_values(case, dtype):
                     ok = ok and np.signbit(part) == np.signbit(want)
                 assert ok, f"{how}: expm1({complex(*z)}) = {g}, the standard says {complex(re, im)}"
         np.testing.assert_allclose(got[-2:], usual, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_complex_tanh_at_infinite_real_parts_takes_the_sign_of_b(case, dtype):
+    """The standard: tanh(inf + bj) = 1 + 0j for b > 0 (and its symmetries: the zero takes
+    b's sign). NumPy, like C99, gives the zero sin(2b)'s sign: 1 - 0j at b = 2."""
+    bs = [2.0, 1.0, -2.0, -1.0, 0.0, -0.0]
+    ins = np.array([complex(a, b) for a in (_INF, -_INF) for b in bs] + [0.3 + 0.2j], dtype=dtype)
+    x = dnp.from_numpy(ins, chunks=5)
+    for how, y in {"alone": dnp.tanh(x), "fused": dnp.tanh(-(-x)), "small": dnp.tanh(dnp.asarray(ins))}.items():
+        got = dnp.asnumpy(y)
+        for z, g in zip(ins[:-1], got[:-1]):
+            assert g.real == np.sign(z.real) and g.imag == 0, (how, z, g)
+            assert np.signbit(g.imag) == np.signbit(z.imag), f"{how}: tanh({z}) = {g}"
+        np.testing.assert_allclose(got[-1], np.tanh(ins[-1]), rtol=1e-6)

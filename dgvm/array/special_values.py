@@ -1,16 +1,21 @@
 """The standard's special values where the libraries under dgvm give others.
 
 The array API standard fixes what each elementwise function returns at infinities, NaNs
-and signed zeros. The libraries dgvm runs on follow it, except NumPy's complex ``expm1``:
-NumPy computes ``expm1(a) cos(b) - 2 sin²(b/2) + i exp(a) sin(b)``, which makes a NaN of
-``inf * 0`` or ``-1 * nan`` where the standard has a number (also on the real axis once
-``exp(a)`` overflows), a ``-0`` real part at ``-0 + 0j``, and ``-0.9999999`` for ``-1`` in
-single precision at ``-inf + bj``. CuPy's gives the standard's values at the infinities
-and NaNs (seen on the GPU machines); the same correction runs on both, so cpu and cuda
-workers agree whatever their library does. The library's value is kept everywhere else
-(it is accurate near zero, where ``exp(z) - 1`` is not) and the special inputs get the
-standard's result. Each function in ``FIXED`` takes the namespace and its argument, so
-the same code runs on NumPy chunks, on CuPy chunks and inside a ``cupy.fuse`` trace.
+and signed zeros. The libraries dgvm runs on follow it, but for two complex functions:
+
+- ``expm1``: NumPy computes ``expm1(a) cos(b) - 2 sin²(b/2) + i exp(a) sin(b)``, which
+  makes a NaN of ``inf * 0`` or ``-1 * nan`` where the standard has a number (also on the
+  real axis once ``exp(a)`` overflows), a ``-0`` real part at ``-0 + 0j``, and
+  ``-0.9999999`` for ``-1`` in single precision at ``-inf + bj``. CuPy's gives the
+  standard's values at the infinities and NaNs (seen on the GPU machines).
+- ``tanh`` at ``±inf + bj``: ``±1 ± 0j`` with the zero of ``sin(2b)``'s sign, as C99 says,
+  where the standard has ``b``'s.
+
+The library's value is kept everywhere else (``expm1``'s is accurate near zero, where
+``exp(z) - 1`` is not) and the special inputs get the standard's result. The same
+corrections run on NumPy and CuPy chunks, so cpu and cuda workers agree whatever their
+library does. Each function in ``FIXED`` takes the namespace and its argument, so the same
+code runs on NumPy chunks, on CuPy chunks and inside a ``cupy.fuse`` trace.
 """
 
 from __future__ import annotations
@@ -33,8 +38,16 @@ def _expm1(xp, z):
     return xp.where((re == -math.inf) | ((re == math.inf) & ~xp.isfinite(im)), xp.exp(z) - 1, out)
 
 
+def _tanh(xp, z):
+    out = xp.tanh(z)
+    # ±inf + bj, b finite: ±1 + 0j with the zero of b's sign (the standard's 1 + 0j for
+    # b > 0, and its symmetries); C99's, which both libraries follow, takes sin(2b)'s.
+    flip = xp.isinf(xp.real(z)) & xp.isfinite(xp.imag(z)) & (xp.signbit(xp.imag(out)) != xp.signbit(xp.imag(z)))
+    return xp.where(flip, xp.conj(out), out)  # conj changes only the zero's sign here
+
+
 #: function name -> the standard's version for complex arguments
-FIXED = {"expm1": _expm1}
+FIXED = {"expm1": _expm1, "tanh": _tanh}
 
 
 def applies(name: str, args) -> bool:
