@@ -132,6 +132,25 @@ def test_cuda_chains_run_as_one_fused_kernel(case):
     assert "wide" in ways and "in place" in ways, ways
 
 
+def test_complex_special_value_corrections_fuse_on_cuda(case):
+    """The standard's complex expm1 and tanh (dgvm.array.special_values) are traced into
+    the fused kernel like any other tree, not left to the op-by-op fallback."""
+    if case.backend != "cuda":
+        pytest.skip("the fused CUDA kernel is a cuda-backend matter")
+    rng = np.random.default_rng(5)
+    h = rng.random(10_000) - 0.5 + 1j * (rng.random(10_000) - 0.5)  # past small_reads' size
+    h[:4] = [complex(np.inf, 0), complex(-np.inf, 2), complex(np.inf, np.nan), complex(-0.0, 0)]
+    x = dnp.asarray(h, chunks=5_000)
+    with np.errstate(all="ignore"):
+        got_e, got_t = dnp.asnumpy(dnp.expm1(-(-x))), dnp.asnumpy(dnp.tanh(-(-x)))
+        np.testing.assert_allclose(got_e[4:], np.expm1(h[4:]), rtol=1e-9)
+        np.testing.assert_allclose(got_t[4:], np.tanh(h[4:]), rtol=1e-9)
+    assert got_e[0] == complex(np.inf, 0) and got_e[1] == -1 and got_e[3] == 0 and not np.signbit(got_e[3].real)
+    ways = {key: way for w in case.client.run(fused.ways_used).values() for key, way in w.items()
+            if "'expm1'" in repr(key[0]) or "'tanh'" in repr(key[0])}
+    assert ways and not any(way.startswith("unfused") for way in ways.values()), ways
+
+
 def test_the_wide_kernel_covers_float_trees_of_exact_operations_only():
     from dgvm.array import wide_kernel
 
