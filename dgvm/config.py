@@ -38,6 +38,12 @@ def get_bytes(key: str) -> int | None:
     return None if value is None else to_bytes(value)
 
 
+def get_seconds(key: str, default=None) -> float | None:
+    """``dgvm.<key>``, a duration (``"2ms"``, or seconds as a number), in seconds."""
+    value = get(key, default)
+    return None if value is None else float(parse_timedelta(value, default="s"))
+
+
 def to_bytes(value) -> int:
     """Accept ints and strings such as ``"4GiB"``."""
     if isinstance(value, str):

@@ -48,22 +48,17 @@ def _invalid_as_data(handler):
 
 def measured_load(scheduler, ws) -> float:
     """Seconds of work queued on Dask's worker ``ws``, as far as Dask has measured it: its
-    tasks at their kind's mean duration (or twice the longest run so far, as Dask takes
-    it). Dask's occupancy also counts each task of a kind never timed as
-    ``unknown-task-duration`` (0.5 s): a worker still running its first 2 ms dgvm task
-    would look busy for half a second and lose most of a new allocation to its peers,
-    which every later operation on it then pays. (It also adds the bytes its tasks still
-    have to fetch, at Dask's bandwidth estimate; dgvm's tasks fetch nothing through Dask.)
-    O(task kinds queued on the worker)."""
+    tasks at Dask's own estimate for their kind, except a kind Dask has never timed, which
+    its occupancy counts as ``unknown-task-duration`` (0.5 s a task): a worker still
+    running its first 2 ms dgvm task would look busy for half a second and lose most of a
+    new allocation to its peers, which every later operation on it then pays. (Occupancy
+    also adds the bytes its tasks still have to fetch; dgvm's tasks fetch nothing through
+    Dask.) O(task kinds queued on the worker)."""
     total = 0.0
     for name, count in ws.task_prefix_count.items():
         prefix = scheduler.task_prefixes.get(name)
-        if prefix is None:
-            continue
-        seconds = prefix.duration_average
-        if seconds < 0:
-            seconds = 2 * prefix.max_exec_time if prefix.max_exec_time > 0 else 0.0
-        total += seconds * count
+        if prefix is not None and (prefix.duration_average >= 0 or prefix.max_exec_time > 0):
+            total += scheduler._get_prefix_duration(prefix) * count
     return total
 
 

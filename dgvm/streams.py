@@ -14,8 +14,6 @@ still go out together.
 
 from __future__ import annotations
 
-from dask.utils import parse_timedelta
-
 from dgvm import config
 
 # The message of a task's report to the GVAT, on the worker's stream (dgvm.kernels.launch
@@ -41,8 +39,7 @@ def tell(stream, message: dict) -> bool:
 
 def interval() -> float | None:
     """The configured hold in seconds, or None to keep Dask's."""
-    value = config.get("dispatch.batch-interval")
-    return None if value is None else float(parse_timedelta(value))
+    return config.get_seconds("dispatch.batch-interval")
 
 
 def tune(stream) -> None:

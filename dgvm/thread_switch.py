@@ -26,19 +26,15 @@ from __future__ import annotations
 
 import sys
 
-from dask.utils import parse_timedelta
-
 from dgvm import config
 
 
 def interval() -> float | None:
     """The configured interval in seconds, or None to leave the interpreter's."""
-    value = config.get("dispatch.switch-interval")
-    if value is None:
-        return None
+    seconds = config.get_seconds("dispatch.switch-interval")
     # Rounded to the interpreter's microseconds (50us parses to 49.999... us, which it
     # would truncate to 49), and at least one: it refuses 0.
-    return max(round(float(parse_timedelta(value)), 6), 1e-6)
+    return None if seconds is None else max(round(seconds, 6), 1e-6)
 
 
 def shorten() -> None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import time
 import weakref
 
-from dask.utils import parse_timedelta
-
 from dgvm import config
 from dgvm.dashboard.counters import Rates, Totals
 from dgvm.dashboard.snapshot import Snapshot, Spread, build
@@ -24,7 +22,7 @@ HISTORY = 600
 
 def refresh_seconds() -> float:
     """``dgvm.dashboard.refresh`` in seconds (at least 0.1)."""
-    return max(0.1, float(parse_timedelta(config.get("dashboard.refresh", "1s"), default="s")))
+    return max(0.1, config.get_seconds("dashboard.refresh", "1s"))
 
 
 class DashboardSource:
