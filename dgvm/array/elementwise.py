@@ -54,7 +54,7 @@ def _call(xp, name: str, args):
         return x
     if name == "astype":
         return args[0]  # the cast happens in evaluate
-    if special_values.applies(name, args):
+    if special_values.applies(name, getattr(args[0], "dtype", None)):
         return special_values.call(xp, name, args)
     if name.startswith("logical_"):
         # NumPy takes complex numbers here (true when non-zero); CuPy does not.
@@ -154,16 +154,14 @@ class Elementwise:
         if fused.run_into(self.expr, leaves, xp, target, self.stripped):
             return
         ufunc = getattr(xp, CLASSIC.get(rest[0], rest[0]), None)
-        special = rest[0] in ("where", "clip", "astype") or rest[0].startswith("logical_")
+        special = (rest[0] in ("where", "clip", "astype") or rest[0].startswith("logical_")
+                   or special_values.applies(rest[0], rest[2]))
         if special or ufunc is None or not hasattr(ufunc, "nin"):
             target[...] = self.value(leaves, xp)
             return
         with np.errstate(all="ignore"):
             args = [evaluate(a, leaves, xp) for a in rest[1]]
-            if special_values.applies(rest[0], args):
-                target[...] = special_values.call(xp, rest[0], args)
-            else:
-                ufunc(*args, out=target)
+            ufunc(*args, out=target)
 
     def value(self, leaves, xp):
         """The tree's value over ``leaves`` (a new array, or a leaf itself)."""

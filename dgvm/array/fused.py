@@ -1,6 +1,6 @@
 """One pass over memory for an elementwise expression tree (see ``dgvm.array.deferred``).
 
-``run_into(expr, leaves, xp, target)`` writes the tree's value into the output chunk:
+``run_into(expr, leaves, xp, target, stripped)`` writes the tree's value into the output chunk:
 
 - ``cuda``: the tree becomes one CUDA kernel, compiled once per tree shape and dtypes
   and cached in the worker (the last ``MAX_KERNELS`` trees); Python scalars are kernel
@@ -35,7 +35,7 @@ logger = logging.getLogger("dgvm.array.fused")
 TILE = 1 << 12
 
 
-def run_into(expr, leaves: list, xp, target, stripped=None) -> bool:
+def run_into(expr, leaves: list, xp, target, stripped) -> bool:
     """Write ``expr`` over ``leaves`` into ``target`` in one pass; False if not possible.
     ``stripped``: ``strip(expr)``, made once by the caller that runs ``expr`` per chunk."""
     from dgvm.array.elementwise import evaluate
@@ -43,7 +43,7 @@ def run_into(expr, leaves: list, xp, target, stripped=None) -> bool:
     if xp is np:
         return _tiles(expr, leaves, target, evaluate)
     if getattr(xp, "__name__", "") == "cupy":
-        return _cupy(stripped or strip(expr), leaves, target)
+        return _cupy(stripped, leaves, target)
     return False
 
 

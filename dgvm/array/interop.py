@@ -136,10 +136,7 @@ _FUNCTIONS = {
         _unsupported("linalg.matrix_rank", "tol") if tol is not None else
         _unsupported("linalg.matrix_rank", "hermitian") if hermitian else
         _ns().linalg.matrix_rank(A, rtol=rtol)),
-    "diag": lambda v, k=0: _ns().diag(v, k),
-    "diagonal": lambda a, offset=0, axis1=0, axis2=1: _ns().diagonal(a, offset, axis1, axis2),
-    "trace": lambda a, offset=0, axis1=0, axis2=1, dtype=None, out=None: (
-        _unsupported("trace", "out") if out is not None else _ns().trace(a, offset, axis1, axis2, dtype)),
+    "diag": _same("diag"), "diagonal": _same("diagonal"), "trace": _same("trace"),
     "shape": lambda a: a.shape, "ndim": lambda a: a.ndim, "size": lambda a: a.size,
     "result_type": lambda *a: _ns().result_type(*a),
 }
