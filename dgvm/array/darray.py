@@ -140,7 +140,7 @@ class DArray(ArrayOperators, ArrayMethods):
             if isinstance(b, tuple):
                 if len(b) != len(grid) or not all(0 <= v < n for v, n in zip(b, grid)):
                     raise IndexError(f"block {b} is outside the block grid {grid}")
-                b = int(np.ravel_multi_index(b, grid))
+                b = chunk_grid.flat_index(b, grid)
             out.append(int(b))  # the GVAT checks chunk indices
         return out
 

@@ -47,7 +47,7 @@ def _chunk_at(grid, starts, coords) -> int:
         if not 0 <= c < st[-1]:
             return -1
         block.append(int(np.searchsorted(st, c, side="right")) - 1)
-    return int(np.ravel_multi_index(block, grid)) if block else 0
+    return chunk_grid.flat_index(block, grid)
 
 
 # -- axis maps: permute_dims, expand_dims, squeeze, moveaxis (views: no copy) -------------

@@ -185,7 +185,7 @@ def nonzero(x, /) -> tuple[DArray, ...]:
         if per_row[s] == 0:
             continue
         best = max((b for b in counts if b[0] == s), key=lambda b: counts[b])
-        k = int(np.ravel_multi_index(best, x.numblocks))
+        k = chunk_grid.flat_index(best, x.numblocks)
         n = int(per_row[s])
         step = -(-n // -(-n // cap))  # even pieces of at most ``cap``
         for p in range(0, n, step):

@@ -52,13 +52,13 @@ class ArraySpec:
     def grid(self) -> tuple:
         return chunk_grid.grid_shape(self.chunks)
 
+    @functools.cached_property
+    def _edges(self) -> list[list[int]]:
+        return [[0, *itertools.accumulate(int(c) for c in axis)] for axis in self.chunks]
+
     def edges(self, axis: int) -> list[int]:
         """Block start offsets along ``axis``, and the axis length last."""
-        cache = self.__dict__.setdefault("_edges", {})
-        edges = cache.get(axis)
-        if edges is None:
-            edges = cache[axis] = [0, *itertools.accumulate(int(c) for c in self.chunks[axis])]
-        return edges
+        return self._edges[axis]
 
     def block(self, k: int) -> tuple:
         """The grid position of chunk ``k`` (C order)."""
@@ -66,10 +66,7 @@ class ArraySpec:
 
     def index(self, block) -> int:
         """The chunk at grid position ``block``."""
-        k = 0
-        for b, n in zip(block, self.grid):
-            k = k * n + b
-        return k
+        return chunk_grid.flat_index(block, self.grid)
 
     def bounds(self, k: int) -> tuple[list, list]:
         """Chunk ``k``'s global element range ``[lo, hi)`` per axis."""

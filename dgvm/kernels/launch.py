@@ -13,7 +13,6 @@ import contextlib
 import traceback
 import uuid
 
-import numpy as np
 from distributed import wait as dask_wait
 from distributed.protocol import to_serialize
 from distributed.utils import sync
@@ -281,7 +280,7 @@ def kernel_error(what: str, out: ArraySpec, indices, access: Access, e: Exceptio
     ``KernelError`` naming the kernel, the chunk (block) and the worker, with the traceback."""
     where = f"of allocation {out.alloc_id} on worker {access.worker.address}"
     if len(indices) == 1:
-        block = tuple(int(b) for b in np.unravel_index(indices[0], out.grid))
+        block = out.block(indices[0])
         return KernelError(f"{what} failed on chunk {indices[0]} (block {block}) {where}: "
                            f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
     return KernelError(f"{what} failed on chunks {list(indices)} {where}: {type(e).__name__}: {e}")
@@ -305,7 +304,7 @@ def kernel_call(access: Access, out: ArraySpec, specs, k: int, halo: int, pass_o
             args.append(access.chunk(v, k))
     target = access.chunk(out, k)
     if pass_origin:
-        args.insert(0, tuple(out.bounds(k)[0]))
+        args.insert(0, tuple(out.edges(a)[b] for a, b in enumerate(block)))  # the chunk's origin
     return args, target, *launch_config(target.shape, tpb)
 
 
