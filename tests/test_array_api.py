@@ -424,6 +424,14 @@ def test_zero_dimensional_booleans_inside_a_key_add_numpys_axis(case, key):
     # A bool is an int too: read as one, x[True, 1] was x[1, 1].
     h = np.arange(12.0).reshape(3, 4)
     same(dnp.asarray(h, chunks=2)[key], h[key])
+    # so does a 0-d boolean DArray in their place (it was taken for a whole-key mask)
+    dkey = tuple(dnp.asarray(np.asarray(k)) if isinstance(k, (bool, np.bool_, np.ndarray)) else k for k in key)
+    same(dnp.asarray(h, chunks=2)[dkey], h[key])
+    x = dnp.asarray(h, chunks=2)
+    x[dkey] = -1.0
+    want = h.copy()
+    want[key] = -1.0
+    same(x, want)
 
 
 @pytest.mark.parametrize("shape, key, value", [

@@ -93,7 +93,8 @@ def _is_mask(key) -> bool:
 
 
 def _is_scalar_bool(k) -> bool:
-    return isinstance(k, (bool, np.bool_)) or (isinstance(k, np.ndarray) and k.dtype == bool and k.ndim == 0)
+    """A 0-d boolean: Python's, NumPy's, or a 0-d boolean array (host or DArray)."""
+    return isinstance(k, (bool, np.bool_)) or (isinstance(k, (np.ndarray, DArray)) and k.dtype == bool and k.ndim == 0)
 
 
 def _stand_in(shape) -> np.ndarray:
@@ -283,8 +284,6 @@ class _FlatTake:
 def _masked(x: DArray, mask) -> DArray:
     from dgvm.array.creation import empty, from_numpy
 
-    if mask.ndim == 0:  # a 0-d DArray: its value, as a host boolean
-        return getitem(x, bool(mask.item()))
     if isinstance(mask, np.ndarray):
         mask = from_numpy(mask, chunks=x.chunks if mask.shape == x.shape else "auto")
     if mask.shape != x.shape:
@@ -376,8 +375,6 @@ def setitem(x: DArray, key, value) -> None:
         return
     if _is_mask(key):
         mask = key[0] if isinstance(key, tuple) else key
-        if mask.ndim == 0:  # a 0-d DArray: its value, as a host boolean
-            return setitem(x, bool(mask.item()), value)
         if np.size(value) != 1:
             raise ValueError("x[mask] = array: dgvm.array supports a scalar or a one-element value")
         value = value.item() if isinstance(value, DArray) else np.asarray(value, dtype=x.dtype).item()
