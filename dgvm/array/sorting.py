@@ -107,8 +107,13 @@ def _before(a, q, descending: bool, xp):
 
 
 def _complex_before(a, q, xp):
-    ai, ar, ac = _complex_keys(a, xp)
-    qi, qr, qc = _complex_keys(q, xp)
+    return _keys_before(_complex_keys(a, xp), _complex_keys(q, xp), xp)
+
+
+def _keys_before(a, q, xp):
+    """``_complex_before`` on the keys ``_complex_keys`` made."""
+    ai, ar, ac = a
+    qi, qr, qc = q
 
     def level(x, y):  # NaN parts are level: the NaN class has told them apart
         return (x == y) | (xp.isnan(x) & xp.isnan(y))
@@ -124,18 +129,27 @@ def count_before(lines, queries, inclusive, descending: bool, xp):
     queries (NumPy's searchsorted is one row at a time), the same on every backend."""
     m, n = lines.shape
     flat = lines.reshape(-1)
+    # Complex keys compare as their three real keys: made once here, not at every step.
+    complex_ = lines.dtype.kind == "c" or queries.dtype.kind == "c"
+    keys = _complex_keys(flat, xp) if complex_ else (flat,)
+    q = _complex_keys(queries, xp) if complex_ else queries
+
+    def before(x, y):
+        if complex_:
+            return _keys_before(*((y, x) if descending else (x, y)), xp)
+        return _before(x, y, descending, xp)
+
     rows = (xp.arange(m, dtype=np.int64) * n).reshape(m, 1)
     lo = xp.zeros(queries.shape, dtype=np.int64)
     hi = xp.full(queries.shape, n, dtype=np.int64)
     for _ in range(int(n).bit_length()):
         mid = (lo + hi) // 2
-        a = xp.take(flat, rows + xp.minimum(mid, n - 1))
+        at = rows + xp.minimum(mid, n - 1)
+        a = tuple(xp.take(k, at) for k in keys) if complex_ else xp.take(flat, at)
         if inclusive is True or inclusive is False:
-            go = ~_before(queries, a, descending, xp) if inclusive else \
-                _before(a, queries, descending, xp)
+            go = ~before(q, a) if inclusive else before(a, q)
         else:
-            go = xp.where(inclusive, ~_before(queries, a, descending, xp),
-                          _before(a, queries, descending, xp))
+            go = xp.where(inclusive, ~before(q, a), before(a, q))
         go = go & (lo < hi)
         lo = xp.where(go, mid + 1, lo)
         hi = xp.where(go, hi, mid)
