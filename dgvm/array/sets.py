@@ -142,6 +142,7 @@ def _unique(x, name: str, inverse: bool):
     ranges, nan_ranks = {}, {}
     rank = np.empty(len(nans), np.int64)  # the entry of each NaN, by its place in nans
     rank[nan_order] = np.arange(len(nans))
+    offset = 0  # where block b's NaNs start in nans (joined in block order)
     for b in blocks:
         own = sort_key(parts[b][0], np)
         if len(own):
@@ -150,8 +151,9 @@ def _unique(x, name: str, inverse: bool):
         else:
             ranges[b] = (0, 0)
         if len(parts[b][3]):  # each NaN's entry, for the chunk's NaNs in C order
-            at = by_index[np.searchsorted(nans, np.sort(parts[b][3]), sorter=by_index)]
+            at = offset + np.argsort(parts[b][3], kind="stable")
             nan_ranks[b] = len(distinct) + rank[at]
+        offset += len(parts[b][3])
     starts = [np.concatenate([[0], np.cumsum(c)]).astype(np.int64) for c in x.chunks]
     inv = empty(x.shape, np.int64, x.chunks, colocate=x, client=client)
     blockwise.run(_Inverse(starts, ranges, nan_ranks), inv, [x, result], f"{name}-inverse")
