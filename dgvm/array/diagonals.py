@@ -7,8 +7,11 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 
+import numpy as np
+
 from dgvm.array import blockwise
 from dgvm.array.darray import DArray
+from dgvm.array.manipulation import _empty
 
 
 def _axes(a, axis1, axis2, name: str) -> tuple:
@@ -24,8 +27,6 @@ def _axes(a, axis1, axis2, name: str) -> tuple:
 def diagonal(a, offset=0, axis1=0, axis2=1) -> DArray:
     """NumPy's ``diagonal``: diagonal ``offset`` of the matrices in axes ``axis1`` and
     ``axis2``, as the last axis of the result (read where it lies: no copy of ``a``)."""
-    from dgvm.array.linalg import diagonal_of
-
     return diagonal_of(a, offset, _axes(a, axis1, axis2, "diagonal"))
 
 
@@ -34,6 +35,45 @@ def trace(a, offset=0, axis1=0, axis2=1, dtype=None) -> DArray:
     from dgvm.array.reductions import sum as _sum
 
     return _sum(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
+
+
+def diagonal_of(x, offset: int, axes: tuple) -> DArray:
+    """Diagonal ``offset`` of the matrices in ``axes`` (two distinct non-negative axes
+    of x, rows first), as the result's last axis; NumPy's ``diagonal``. Only the blocks
+    the diagonal crosses are read."""
+    m, n = (x.shape[a] for a in axes)
+    r0, c0 = builtins.max(0, -offset), builtins.max(0, offset)
+    k = builtins.max(0, builtins.min(m - r0, n - c0))
+    rows, cols = (np.cumsum((0,) + x.chunks[a]).tolist() for a in axes)
+    edges = sorted({0, k} | {e - r0 for e in rows if 0 < e - r0 < k} | {e - c0 for e in cols if 0 < e - c0 < k})
+    rest = [a for a in range(x.ndim) if a not in axes]
+    chunks = tuple(x.chunks[a] for a in rest) + (tuple(b - a for a, b in zip(edges[:-1], edges[1:])) or (0,),)
+    out = _empty(tuple(x.shape[a] for a in rest) + (k,), x.dtype, chunks, x,
+                 lambda lo: _input_coords(lo[:-1], axes, r0 + lo[-1], c0 + lo[-1]))
+    blockwise.run(_Diagonal(int(offset), tuple(axes)), out, [x], "diagonal")
+    return out
+
+
+@dataclass
+class _Diagonal:
+    offset: int
+    axes: tuple  # the two axes of x the matrices are in
+
+    def block(self, read, lo, hi, xp):
+        r0, c0 = builtins.max(0, -self.offset), builtins.max(0, self.offset)
+        # The output chunks are cut where the diagonal crosses a chunk edge of x: the
+        # square read is one chunk's view (or one replica), never a gather.
+        square_lo = _input_coords(lo[:-1], self.axes, r0 + lo[-1], c0 + lo[-1])
+        square_hi = _input_coords(hi[:-1], self.axes, r0 + hi[-1], c0 + hi[-1])
+        return xp.diagonal(read(0, square_lo, square_hi), axis1=self.axes[0], axis2=self.axes[1])
+
+
+def _input_coords(rest, axes, row, col) -> list:
+    """x's coordinates from the other axes' ``rest`` and a (row, col) in ``axes``."""
+    out = list(rest)
+    for a, v in sorted(zip(axes, (row, col))):
+        out.insert(a, v)
+    return out
 
 
 @dataclass

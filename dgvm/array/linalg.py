@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dgvm.array import blockwise, per_matrix
+from dgvm.array import blockwise, diagonals, per_matrix
 from dgvm.array.darray import DArray
 from dgvm.array.elementwise import broadcast_region
 from dgvm.array.manipulation import _empty, matrix_transpose, permute_dims, reshape  # noqa: F401
@@ -202,58 +202,18 @@ def norm(x, /, ord=None, axis=None, keepdims=False) -> DArray:  # noqa: A002
 
 
 # -- the linalg extension: diagonals, cross products, powers ----------------------------
-@dataclass
-class _Diagonal:
-    offset: int
-    axes: tuple  # the two axes of x the matrices are in
-
-    def block(self, read, lo, hi, xp):
-        r0, c0 = builtins.max(0, -self.offset), builtins.max(0, self.offset)
-        # The output chunks are cut where the diagonal crosses a chunk edge of x: the
-        # square read is one chunk's view (or one replica), never a gather.
-        square_lo = _input_coords(lo[:-1], self.axes, r0 + lo[-1], c0 + lo[-1])
-        square_hi = _input_coords(hi[:-1], self.axes, r0 + hi[-1], c0 + hi[-1])
-        return xp.diagonal(read(0, square_lo, square_hi), axis1=self.axes[0], axis2=self.axes[1])
-
-
-def _input_coords(rest, axes, row, col) -> list:
-    """x's coordinates from the other axes' ``rest`` and a (row, col) in ``axes``."""
-    out = list(rest)
-    for a, v in sorted(zip(axes, (row, col))):
-        out.insert(a, v)
-    return out
-
-
 def diagonal(x, /, *, offset=0) -> DArray:
     """Diagonal ``offset`` (above the main one when positive) of the matrices in the
     last two axes."""
     per_matrix.check_matrices("diagonal", x)
-    return diagonal_of(x, offset, (x.ndim - 2, x.ndim - 1))
-
-
-def diagonal_of(x, offset: int, axes: tuple) -> DArray:
-    """Diagonal ``offset`` of the matrices in ``axes`` (two distinct non-negative axes
-    of x, rows first), as the result's last axis; NumPy's ``diagonal``. Only the blocks
-    the diagonal crosses are read."""
-    m, n = (x.shape[a] for a in axes)
-    r0, c0 = builtins.max(0, -offset), builtins.max(0, offset)
-    k = builtins.max(0, builtins.min(m - r0, n - c0))
-    rows, cols = (np.cumsum((0,) + x.chunks[a]).tolist() for a in axes)
-    edges = sorted({0, k} | {e - r0 for e in rows if 0 < e - r0 < k} | {e - c0 for e in cols if 0 < e - c0 < k})
-    rest = [a for a in range(x.ndim) if a not in axes]
-    chunks = tuple(x.chunks[a] for a in rest) + (tuple(b - a for a, b in zip(edges[:-1], edges[1:])) or (0,),)
-    out = _empty(tuple(x.shape[a] for a in rest) + (k,), x.dtype, chunks, x,
-                 lambda lo: _input_coords(lo[:-1], axes, r0 + lo[-1], c0 + lo[-1]))
-    blockwise.run(_Diagonal(int(offset), tuple(axes)), out, [x], "diagonal")
-    return out
+    return diagonals.diagonal(x, offset, -2, -1)
 
 
 def trace(x, /, *, offset=0, dtype=None) -> DArray:
     """Sum along diagonal ``offset`` of the matrices in the last two axes (``dtype`` as
     for ``sum``)."""
-    from dgvm.array.reductions import sum as _sum
-
-    return _sum(diagonal(x, offset=offset), axis=-1, dtype=dtype)
+    per_matrix.check_matrices("trace", x)
+    return diagonals.trace(x, offset, -2, -1, dtype)
 
 
 def cross(x1, x2, /, *, axis=-1) -> DArray:
