@@ -83,14 +83,20 @@ class _Diag:
 
     def block(self, read, lo, hi, xp):
         out = xp.zeros(tuple(h - l for l, h in zip(lo, hi)), dtype=self.dtype)
+        self.block_into(read, lo, hi, xp, out)
+        return out
+
+    def block_into(self, read, lo, hi, xp, target) -> bool:
+        """Only the diagonal's elements: the rest of a new result is zero already (most
+        blocks of the matrix hold none of them)."""
         r0, c0 = builtins.max(0, -self.k), builtins.max(0, self.k)
         # Element t of v sits at (r0 + t, c0 + t): the t whose place is in this block.
         t0 = builtins.max(lo[0] - r0, lo[1] - c0)
         t1 = builtins.min(hi[0] - r0, hi[1] - c0)
         if t0 < t1:
             t = xp.arange(t0, t1)
-            out[t + r0 - lo[0], t + c0 - lo[1]] = read(0, [t0], [t1])
-        return out
+            target[t + r0 - lo[0], t + c0 - lo[1]] = read(0, [t0], [t1])
+        return True
 
 
 def diag(v, k=0) -> DArray:
@@ -106,6 +112,6 @@ def diag(v, k=0) -> DArray:
         raise ValueError(f"diag needs a 1-d or 2-d array; got shape {v.shape}")
     n = v.shape[0] + builtins.abs(k)
     side = v.chunks[0] + ((builtins.abs(k),) if k else ())
-    out = empty((n, n), v.dtype, (side, side))
+    out = empty((n, n), v.dtype, (side, side))  # zero-filled: _Diag writes the diagonal only
     blockwise.run(_Diag(int(k), v.dtype), out, [v], "diag")
     return out
