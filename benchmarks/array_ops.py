@@ -35,24 +35,19 @@ import argparse
 import collections
 import logging
 import sys
-import uuid
 
 import numpy as np
 
 import dgvm
 import dgvm.array as dnp
-from timing import finish_device_work, median_time  # benchmarks/timing.py (the script's folder is on sys.path)
-
-
-def _same(block):
-    return block
+from timing import dask_done, finish_device_work, fresh, median_time, on_device  # benchmarks/timing.py (the script's folder is on sys.path)
 
 
 def _bytes_sent(dask_worker) -> int:
     return int(getattr(dask_worker, "transfer_outgoing_bytes_total", 0))
 
 
-def blocks_placed_like(client, locations, n, c, on_device):
+def blocks_placed_like(client, locations, n, c, backend):
     """dask.array's x with block (i, j) made and kept on ``locations[(i, j)]``."""
     import dask.array as da
 
@@ -62,7 +57,7 @@ def blocks_placed_like(client, locations, n, c, on_device):
         row = []
         for j in range(nb):
             shape = (min(c, n - i * c), min(c, n - j * c))
-            block = da.random.random(shape, chunks=shape).map_blocks(on_device)
+            block = da.random.random(shape, chunks=shape).map_blocks(on_device, backend=backend)
             row.append(client.persist(block, workers=[locations[(i, j)]]))
         rows.append(row)
     return da.block(rows)
@@ -176,7 +171,8 @@ def main(argv=None) -> int:
         x.wait(), xm.wait(), ym.wait()
         layout = x.locations()
         addresses = sorted(w.address for w in ws)
-        per_worker = [[list(a.locations().values()).count(w) for w in addresses] for a in (x, xm, ym)]
+        per_worker = [[list(where.values()).count(w) for w in addresses]
+                      for where in (layout, xm.locations(), ym.locations())]
         print("dgvm: blocks per worker of x {}, of x @ y's operands {} and {}".format(*per_worker))
         mine = {
             "(x + x.T).sum()": median_time(lambda: float((x + x.T).sum()), args.reps),
@@ -205,26 +201,15 @@ def main(argv=None) -> int:
             del xc
             settle_releases()
 
-        def on_device(block):
-            if backend == "cuda":
-                import cupy
-
-                return cupy.asarray(block)
-            return block
-
-        dx = da.random.random((n, n), chunks=c).map_blocks(on_device).persist()
-        dxm = da.random.random((nm, nm), chunks=cm).map_blocks(on_device).persist()
-        dym = da.random.random((nm, nm), chunks=cm).map_blocks(on_device).persist()
+        dx = da.random.random((n, n), chunks=c).map_blocks(on_device, backend=backend).persist()
+        dxm = da.random.random((nm, nm), chunks=cm).map_blocks(on_device, backend=backend).persist()
+        dym = da.random.random((nm, nm), chunks=cm).map_blocks(on_device, backend=backend).persist()
         wait([dx, dxm, dym])
         # Where Dask put x's blocks, and what it moved between workers for the runs below.
         placed = collections.Counter(a for addrs in client.who_has(dx).values() for a in addrs)
 
         def done(v):
-            # The same expression has the same keys each run: give the result fresh ones
-            # (an identity layer) so no run finds the previous one's result in memory.
-            v = v.map_blocks(_same, name=f"bench-{uuid.uuid4().hex}", dtype=v.dtype).persist()
-            wait(v)
-            finish_device_work(client, backend)
+            dask_done(client, backend, v)
 
         def dask_chains_back_to_back(dx, k=BACK_TO_BACK):
             # As dgvm's: two results in flight; the older one is done before it is
@@ -233,7 +218,7 @@ def main(argv=None) -> int:
             for _ in range(k):
                 if len(ys) == 2:
                     wait(ys.popleft())
-                ys.append(chain(dx).map_blocks(_same, name=f"bench-{uuid.uuid4().hex}", dtype=dx.dtype).persist())
+                ys.append(fresh(chain(dx)).persist())
             wait(list(ys))
             finish_device_work(client, backend)
 
@@ -261,7 +246,7 @@ def main(argv=None) -> int:
               f"{dask_moved / 2**30:.1f} GiB between workers")
         del dx
         # The same runs with x's blocks where dgvm's are.
-        dx = blocks_placed_like(client, layout, n, c, on_device)
+        dx = blocks_placed_like(client, layout, n, c, backend)
         wait(dx)
         like, dask_moved = dask_runs(dx)
         spread = collections.Counter(layout.values())

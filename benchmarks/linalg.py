@@ -21,7 +21,7 @@ import numpy as np
 
 import dgvm
 import dgvm.array as dnp
-from timing import finish_device_work, median_time  # benchmarks/timing.py
+from timing import array_module, dask_done, median_time, on_device  # benchmarks/timing.py
 
 OPS = {  # name -> (dgvm.array call, array-module call); x: matrices, b: right-hand sides
     "inv": (lambda x, b: dnp.linalg.inv(x), lambda xp, x, b: xp.linalg.inv(x)),
@@ -83,48 +83,29 @@ def main(argv=None) -> int:
         mine = {name: median_time(lambda: fn(x, y).wait(), args.reps) for name, (fn, _) in OPS.items()}
         got = {name: dnp.asnumpy(fn(x, y)) for name, (fn, _) in OPS.items()}
 
-        def on_device(block):
-            if backend == "cuda":
-                import cupy
-
-                return cupy.asarray(block)
-            return block
-
-        def xp_of(block):
-            if backend == "cuda":
-                import cupy
-
-                return cupy
-            return np
-
-        dx = da.from_array(a, chunks=(c, n, n)).map_blocks(on_device).persist()
-        dy = da.from_array(b, chunks=(c, n, 2)).map_blocks(on_device).persist()
+        dx = da.from_array(a, chunks=(c, n, n)).map_blocks(on_device, backend=backend).persist()
+        dy = da.from_array(b, chunks=(c, n, 2)).map_blocks(on_device, backend=backend).persist()
         wait([dx, dy])
 
         def dask_op(name, fn):
             def block(xb, yb):
-                return fn(xp_of(xb), xb, yb)
+                return fn(array_module(backend), xb, yb)
 
             shape = {"solve": {"chunks": dy.chunks}, "det": {"drop_axis": [1, 2]},
                      "eigvalsh": {"drop_axis": [2]}}.get(name, {})
-            return lambda: da.map_blocks(block, dx, dy, dtype=np.float64, **shape).persist()
+            return da.map_blocks(block, dx, dy, dtype=np.float64, **shape)
 
         theirs = {}
         for name, (_, fn) in OPS.items():
             def go(name=name, fn=fn):
-                r = dask_op(name, fn)()
-                wait(r)
-                finish_device_work(client, backend)
-                return r
+                return dask_done(client, backend, dask_op(name, fn))
 
             theirs[name] = median_time(go, args.reps)
             ref = go().compute()
             ref = ref.get() if hasattr(ref, "get") else ref
             assert np.allclose(got[name], np.asarray(ref), rtol=1e-6, atol=1e-8), name
     finally:
-        client.close()
-        if client.cluster is not None:
-            client.cluster.close()
+        client.close()  # and the cluster dgvm.connect started
 
     head = f"{'function':10} {'dgvm s':>9} {'dask.array s':>13} {'dask/dgvm':>10}"
     if peer:

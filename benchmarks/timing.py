@@ -1,11 +1,12 @@
-"""Timing shared by the benchmarks: the median of repeated runs after a warm-up, and the
-end of a peer's GPU work."""
+"""Timing shared by the benchmarks: the median of repeated runs after a warm-up, the end
+of a peer's GPU work, and dask.array's blocks on the device with fresh keys per run."""
 
 from __future__ import annotations
 
 import statistics
 import sys
 import time
+import uuid
 
 import cloudpickle
 
@@ -42,3 +43,39 @@ def median_time(fn, reps: int, label: str | None = None) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def array_module(backend: str):
+    """The array library of a backend's blocks: CuPy on cuda, NumPy on cpu."""
+    if backend == "cuda":
+        import cupy
+
+        return cupy
+    import numpy
+
+    return numpy
+
+
+def on_device(block, backend: str):
+    """A dask.array block moved to ``backend``'s device (``map_blocks(on_device, backend=...)``)."""
+    return array_module(backend).asarray(block)
+
+
+def _same(block):
+    return block
+
+
+def fresh(v):
+    """``v`` with new keys (an identity layer): the same expression has the same keys
+    each run, and a run must not find the previous one's result in memory."""
+    return v.map_blocks(_same, name=f"bench-{uuid.uuid4().hex}", dtype=v.dtype)
+
+
+def dask_done(client, backend: str, v):
+    """Compute the dask.array ``v`` under fresh keys, to the end of its device work."""
+    from distributed import wait
+
+    v = fresh(v).persist()
+    wait(v)
+    finish_device_work(client, backend)
+    return v
