@@ -48,18 +48,24 @@ def spec(options: dict, log_level: int | None = None) -> dict:
     for key, value in options.items():
         if key in _DROPPED_IF_UNSET and not _set(value):
             continue
-        try:
-            if key in _DROPPED_IF_UNSET:  # set (security=True too: certificates made here)
-                raise TypeError
-            json.dumps(value)
-        except TypeError:
+        # Set ones of those (security=True too: its certificates are made here) and Python
+        # objects do not travel to another process.
+        if key in _DROPPED_IF_UNSET or not _jsonable(value):
             raise ValueError(
                 f"scheduler_process=True cannot pass the scheduler option {key}={value!r} to "
                 "another process; start the scheduler with `dgvm scheduler` instead"
-            ) from None
+            )
         if key != "preload":
             opts[key] = value
     return {"cls": SchedulerProcess, "options": {"options": opts, "log_level": log_level}}
+
+
+def _jsonable(value) -> bool:
+    try:
+        json.dumps(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _set(value) -> bool:
