@@ -85,7 +85,8 @@ def run(fn, inputs, tails, dtypes, compute, name: str) -> list[DArray]:
     DArray and its core rank, the first one a matrix), its matrices and vectors cast to
     ``compute``; ``tails``/``dtypes``: the shape
     after the batch axes and the dtype of each result. Results: new DArrays with the
-    broadcast batch axes of the inputs, chunked as the first input's batch axes."""
+    broadcast batch axes of the inputs, chunked as the broadcast stacks are (several
+    results: computed into one packed array, then each taken out in one local pass)."""
     from dgvm.array.dtypes import result_type
     from dgvm.array.elementwise import apply
     from dgvm.array.manipulation import _empty, reshape
@@ -115,13 +116,39 @@ def run(fn, inputs, tails, dtypes, compute, name: str) -> list[DArray]:
         return [out]
     results, at = [], 0
     for tail, size, t in zip(tails, sizes, dtypes):
-        part = reshape(out[..., at:at + size], batch + tuple(tail))
-        if part.dtype != t:
+        shape = batch + tuple(tail)
+        if math.prod(shape):  # one local pass per result, chunked as the stacks are
+            part = _empty(shape, t, tuple(batch_chunks) + tuple((n,) for n in tail), out,
+                          lambda lo, at=at: lo[:len(batch)] + [at])
+            blockwise.run(_Unpack(len(batch), at, size, tuple(tail), t), part, [out], f"linalg-{name}-unpack")
+        else:  # nothing to place: zero_size's NumPy path, as a slice of the packed result
+            part = reshape(out[..., at:at + size], shape)
             part = apply("real", part) if part.dtype.kind == "c" and t.kind != "c" else part
             part = apply("astype", part, dtype=t) if part.dtype != t else part
         results.append(part)
         at += size
     return results
+
+
+@dataclass
+class _Unpack:
+    """One result of a function with several, out of the packed array ``run`` made: its
+    elements ``[at, at + size)`` along the last axis, reshaped to ``tail``, as ``dtype``
+    (the real part where the packed type is complex and the result is not)."""
+
+    nb: int  # batch axes
+    at: int
+    size: int
+    tail: tuple
+    dtype: object
+
+    def block(self, read, lo, hi, xp):
+        nb = self.nb
+        v = read(0, lo[:nb] + [self.at], hi[:nb] + [self.at + self.size])
+        v = v.reshape(v.shape[:nb] + self.tail)
+        if v.dtype.kind == "c" and np.dtype(self.dtype).kind != "c":
+            v = xp.real(v)
+        return v.astype(self.dtype, copy=False)
 
 
 def float_dtype(*arrays) -> np.dtype:
