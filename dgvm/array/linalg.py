@@ -339,10 +339,21 @@ def _svdvals(xp, a):
     return (xp.linalg.svd(a, compute_uv=False),)
 
 
+def _above_cut(s, rtol, rtol_array):
+    """Which singular values ``s`` exceed ``rtol`` (or the per-matrix ``rtol_array``)
+    times their matrix's largest."""
+    r = rtol_array[0][..., None] if rtol_array else rtol
+    return s > r * s.max(axis=-1, keepdims=True)
+
+
+def _matrix_rank(rtol, xp, a, *rtol_array):
+    s = xp.linalg.svd(a, compute_uv=False)
+    return (xp.count_nonzero(_above_cut(s, rtol, rtol_array), axis=-1),)
+
+
 def _pinv(rtol, xp, a, *rtol_array):
     u, s, vh = xp.linalg.svd(a, full_matrices=False)
-    r = rtol_array[0][..., None] if rtol_array else rtol
-    keep = s > r * s.max(axis=-1, keepdims=True)
+    keep = _above_cut(s, rtol, rtol_array)
     s_inv = xp.where(keep, 1 / xp.where(keep, s, 1), 0).astype(s.dtype)
     adjoint = functools.partial(xp.swapaxes, axis1=-1, axis2=-2)
     return (xp.matmul(xp.conj(adjoint(vh)) * s_inv[..., None, :], xp.conj(adjoint(u))),)
@@ -451,15 +462,11 @@ def pinv(x, /, *, rtol=None) -> DArray:
 
 def matrix_rank(x, /, *, rtol=None) -> DArray:
     """Number of singular values of each matrix above ``rtol`` times the largest (default
-    max(M, N) * eps; a DArray gives one per matrix)."""
-    from dgvm.array.elementwise import apply
-    from dgvm.array.manipulation import expand_dims
-    from dgvm.array.reductions import max as _max
-    from dgvm.array.searching import count_nonzero
-
+    max(M, N) * eps; a DArray gives one per matrix). One task per worker: the singular
+    values are counted where they are computed, never stored."""
     t = _matrices("matrix_rank", x, square=False)
-    s = svdvals(x)
-    r = expand_dims(rtol, axis=-1) if isinstance(rtol, DArray) else (
-        _default_rtol(x, t) if rtol is None else float(rtol))
-    cut = apply("multiply", _max(s, axis=-1, keepdims=True), r)
-    return count_nonzero(apply("greater", s, cut), axis=-1)
+    if isinstance(rtol, DArray):
+        return per_matrix.run(functools.partial(_matrix_rank, None), [(x, 2), (rtol, 0)], [()], [np.int64], t,
+                              "matrix_rank")[0]
+    r = _default_rtol(x, t) if rtol is None else float(rtol)
+    return _one(functools.partial(_matrix_rank, r), x, (), np.int64, t, "matrix_rank")
