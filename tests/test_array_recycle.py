@@ -89,3 +89,22 @@ def test_a_failed_reader_of_a_released_result_does_not_fail_its_successor(case):
     w._pending.writes = []  # the failure was seen
     for a in (x, w, z):  # the KernelError's traceback keeps this frame's arrays alive
         a.free()
+
+
+@pytest.mark.parametrize("op", ["flip", "rechunk", "matmul"])
+def test_copies_and_products_reuse_released_results_and_write_them_whole(case, op):
+    """Results of manipulations and matrix products are not zero-filled (their tasks
+    write every element), so, as elementwise results, a released one serves the next of
+    its layout: no stale value of the one before shows through."""
+    h = np.random.default_rng(3).random((120, 120))
+    ids = set()
+    for k in range(1, 5):
+        x = dnp.from_numpy(k * h, chunks=40, placement="round_robin")
+        want = {"flip": np.flip(k * h, axis=0), "rechunk": k * h, "matmul": (k * h) @ (k * h)}[op]
+        y = {"flip": lambda: dnp.flip(x, axis=0), "rechunk": lambda: dnp.rechunk(x, (60, 30)),
+             "matmul": lambda: x @ x}[op]()
+        np.testing.assert_allclose(dnp.asnumpy(y), want, rtol=1e-12)
+        ids.add(y.alloc_id)
+        del x, y
+        gc.collect()
+    assert len(ids) == 1  # one allocation served the whole loop

@@ -22,14 +22,19 @@ from dgvm.array.views import View
 
 
 def _empty(shape, dtype, chunks, source: DArray | None = None, first_in=None):
-    """A result array whose chunk i is placed near the chunk of ``source`` that holds the
-    input element ``first_in(lo_i)`` maps to."""
-    from dgvm.array.creation import empty
+    """An operation's result array, whose chunk i is placed near the chunk of ``source``
+    that holds the input element ``first_in(lo_i)`` maps to. Not zero-filled: the
+    operation's task writes every element (``blockwise.run`` stores whole blocks), so a
+    pass of memory writes is saved, and a placed result may take over a released one's
+    allocation (``dgvm.array.recycle``)."""
+    from dgvm.array.creation import allocate
 
     colocate = None
     if source is not None and first_in is not None:
         colocate = (source, picks_near(source, chunks, first_in))
-    return empty(shape, dtype, chunks, colocate=colocate)
+    shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
+    grid = chunk_grid.normalize(chunks, shape, dtype)
+    return DArray(allocate(shape, dtype, grid, colocate=colocate, zero=False), shape, dtype, grid)
 
 
 def picks_near(source: DArray, chunks, first_in) -> list[int]:
