@@ -6,9 +6,7 @@ the workers that hold its chunks (one task per worker), never sent from the call
 
 from __future__ import annotations
 
-import contextlib
 import math
-import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,33 +41,18 @@ def _client(client=None):
         # would otherwise be run again by every spawned worker process. GPU workers are
         # processes, and the scheduler gets one of its own: a program's operations then
         # do not wait on the scheduler's work for the interpreter lock
-        # (``LocalCluster(scheduler_process=True)``, started without re-running the script).
+        # (``LocalCluster(scheduler_process=True)``). None of these processes, at start
+        # or when a nanny restarts its worker, runs the program again (``dgvm.spawn_guard``).
         local = backend == "cpu" or (backend == "auto" and gpu_count() == 0)
         if local:
             client = connect(processes=False)
         else:
-            with _program_not_rerun():
-                client = connect(scheduler_process=True)
+            from dgvm.spawn_guard import ProgramNotRerunNanny, program_not_rerun
+
+            with program_not_rerun():
+                client = connect(scheduler_process=True, worker_class=ProgramNotRerunNanny)
         atexit.register(_close_quietly, client)
         return client
-
-
-@contextlib.contextmanager
-def _program_not_rerun():
-    """Worker processes start by spawning, which runs the program's script (or module)
-    again in each one, as ``__mp_main__``: a NumPy program with no ``if __name__ ==
-    "__main__":`` guard would start a cluster in every worker. Its name and path are
-    hidden while they start. The workers need nothing from it: tasks carry the program's
-    functions by value (cloudpickle)."""
-    main = sys.modules.get("__main__")
-    hidden = {k: getattr(main, k) for k in ("__file__", "__spec__") if getattr(main, k, None) is not None}
-    for k in hidden:
-        setattr(main, k, None) if k == "__spec__" else delattr(main, k)
-    try:
-        yield
-    finally:
-        for k, v in hidden.items():
-            setattr(main, k, v)
 
 
 def _close_quietly(client) -> None:
