@@ -112,6 +112,13 @@ def test_rank_and_pseudo_inverse_of_rank_deficient_matrices(case):
     same(dnp.linalg.matrix_rank(x, rtol=rtol), np.linalg.matrix_rank(a, rtol=np.array([1e-12, 0.9, 1e-12])))
     same(dnp.linalg.pinv(x, rtol=rtol), np.linalg.pinv(a, rtol=np.array([1e-12, 0.9, 1e-12])), rtol=1e-8)
     same(dnp.linalg.pinv(x, rtol=0.5), np.linalg.pinv(a, rtol=0.5), rtol=1e-8)
+    same(dnp.linalg.matrix_rank(x, rtol=0.5), np.linalg.matrix_rank(a, rtol=0.5))
+    # A given rtol cuts in float64, as NumPy's does: float32(0.1) is above 0.1 * 1.0 there,
+    # and not in float32.
+    b = np.diag(np.array([1, 0.1], np.float32))
+    y = dnp.from_numpy(b)
+    same(dnp.linalg.matrix_rank(y, rtol=0.1), np.linalg.matrix_rank(b, rtol=0.1))
+    same(dnp.linalg.pinv(y, rtol=0.1), np.linalg.pinv(b, rtol=0.1))
 
 
 def test_integer_and_bool_matrices_compute_in_float64(case):

@@ -339,21 +339,25 @@ def _svdvals(xp, a):
     return (xp.linalg.svd(a, compute_uv=False),)
 
 
-def _above_cut(s, rtol, rtol_array):
+def _above_cut(s, rtol, rtol_array, wide: bool):
     """Which singular values ``s`` exceed ``rtol`` (or the per-matrix ``rtol_array``)
-    times their matrix's largest."""
-    r = rtol_array[0][..., None] if rtol_array else rtol
-    return s > r * s.max(axis=-1, keepdims=True)
+    times their matrix's largest. ``wide``: a number ``rtol`` cuts in float64, as NumPy's
+    ``asarray(rtol)`` does (in float32 a value one ulp above the cut could fall below)."""
+    top = s.max(axis=-1, keepdims=True)
+    if rtol_array:
+        return s > rtol_array[0][..., None] * top
+    return s > rtol * (top.astype("float64") if wide else top)
 
 
-def _matrix_rank(rtol, xp, a, *rtol_array):
+def _matrix_rank(rtol, given: bool, xp, a, *rtol_array):
     s = xp.linalg.svd(a, compute_uv=False)
-    return (xp.count_nonzero(_above_cut(s, rtol, rtol_array), axis=-1),)
+    # NumPy: a given rtol as a float64 array, the default one as a Python float.
+    return (xp.count_nonzero(_above_cut(s, rtol, rtol_array, wide=given), axis=-1),)
 
 
 def _pinv(rtol, xp, a, *rtol_array):
     u, s, vh = xp.linalg.svd(a, full_matrices=False)
-    keep = _above_cut(s, rtol, rtol_array)
+    keep = _above_cut(s, rtol, rtol_array, wide=True)  # NumPy: asarray(rcond) either way
     s_inv = xp.where(keep, 1 / xp.where(keep, s, 1), 0).astype(s.dtype)
     adjoint = functools.partial(xp.swapaxes, axis1=-1, axis2=-2)
     return (xp.matmul(xp.conj(adjoint(vh)) * s_inv[..., None, :], xp.conj(adjoint(u))),)
@@ -466,7 +470,7 @@ def matrix_rank(x, /, *, rtol=None) -> DArray:
     values are counted where they are computed, never stored."""
     t = _matrices("matrix_rank", x, square=False)
     if isinstance(rtol, DArray):
-        return per_matrix.run(functools.partial(_matrix_rank, None), [(x, 2), (rtol, 0)], [()], [np.int64], t,
-                              "matrix_rank")[0]
+        return per_matrix.run(functools.partial(_matrix_rank, None, True), [(x, 2), (rtol, 0)], [()], [np.int64],
+                              t, "matrix_rank")[0]
     r = _default_rtol(x, t) if rtol is None else float(rtol)
-    return _one(functools.partial(_matrix_rank, r), x, (), np.int64, t, "matrix_rank")
+    return _one(functools.partial(_matrix_rank, r, rtol is not None), x, (), np.int64, t, "matrix_rank")
