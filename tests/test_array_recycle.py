@@ -91,20 +91,38 @@ def test_a_failed_reader_of_a_released_result_does_not_fail_its_successor(case):
         a.free()
 
 
-@pytest.mark.parametrize("op", ["flip", "rechunk", "matmul"])
+OPS = {  # results whose tasks write every element (manipulation._empty)
+    "flip": (lambda x: dnp.flip(x, axis=0), lambda a: np.flip(a, axis=0)),
+    "rechunk": (lambda x: dnp.rechunk(x, (60, 30)), lambda a: a),
+    "broadcast_to": (lambda x: dnp.broadcast_to(x[:1], (120, 120)), lambda a: np.broadcast_to(a[:1], (120, 120))),
+    "tile": (lambda x: dnp.tile(x, (1, 2)), lambda a: np.tile(a, (1, 2))),
+    "diagonal": (lambda x: dnp.diagonal(x, offset=3), lambda a: np.diagonal(a, offset=3)),
+    "matmul": (lambda x: x @ x, lambda a: a @ a),
+    "inv": (dnp.linalg.inv, np.linalg.inv),
+    "svdvals (packed, then unpacked)": (lambda x: dnp.linalg.svd(x).S, lambda a: np.linalg.svd(a).S),
+}
+
+
+@pytest.mark.parametrize("op", list(OPS))
 def test_copies_and_products_reuse_released_results_and_write_them_whole(case, op):
-    """Results of manipulations and matrix products are not zero-filled (their tasks
-    write every element), so, as elementwise results, a released one serves the next of
-    its layout: no stale value of the one before shows through."""
+    """Results of manipulations, matrix products and matrix functions are not
+    zero-filled (their tasks write every element), so, as elementwise results, a released
+    one serves the next of its layout: no stale value of the one before shows through,
+    and the next one's task runs after a task still reading the one before."""
+    f, ref = OPS[op]
     h = np.random.default_rng(3).random((120, 120))
-    ids = set()
+    ids, reading = set(), None
     for k in range(1, 5):
         x = dnp.from_numpy(k * h, chunks=40, placement="round_robin")
-        want = {"flip": np.flip(k * h, axis=0), "rechunk": k * h, "matmul": (k * h) @ (k * h)}[op]
-        y = {"flip": lambda: dnp.flip(x, axis=0), "rechunk": lambda: dnp.rechunk(x, (60, 30)),
-             "matmul": lambda: x @ x}[op]()
-        np.testing.assert_allclose(dnp.asnumpy(y), want, rtol=1e-12)
+        y = f(x)  # takes over the allocation of the y before, while `reading` may still run
+        if reading is not None:
+            z, want = reading
+            np.testing.assert_allclose(dnp.asnumpy(z), want, rtol=1e-9)
+        want = ref(k * h)
+        np.testing.assert_allclose(dnp.asnumpy(y), want, rtol=1e-9)
         ids.add(y.alloc_id)
+        reading = (dnp.rechunk(y, 30), want)  # a task that reads y, not waited for
         del x, y
         gc.collect()
     assert len(ids) == 1  # one allocation served the whole loop
+    del reading
