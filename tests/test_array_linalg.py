@@ -113,6 +113,9 @@ def test_rank_and_pseudo_inverse_of_rank_deficient_matrices(case):
     same(dnp.linalg.pinv(x, rtol=rtol), np.linalg.pinv(a, rtol=np.array([1e-12, 0.9, 1e-12])), rtol=1e-8)
     same(dnp.linalg.pinv(x, rtol=0.5), np.linalg.pinv(a, rtol=0.5), rtol=1e-8)
     same(dnp.linalg.matrix_rank(x, rtol=0.5), np.linalg.matrix_rank(a, rtol=0.5))
+    host_rtol = np.array([1e-12, 0.9, 1e-12])  # one per matrix, from the host, as NumPy takes it
+    same(dnp.linalg.matrix_rank(x, rtol=host_rtol), np.linalg.matrix_rank(a, rtol=host_rtol))
+    same(dnp.linalg.pinv(x, rtol=host_rtol), np.linalg.pinv(a, rtol=host_rtol), rtol=1e-8)
     # A given rtol cuts in float64, as NumPy's does: float32(0.1) is above 0.1 * 1.0 there,
     # and not in float32.
     b = np.diag(np.array([1, 0.1], np.float32))

@@ -452,12 +452,22 @@ def _default_rtol(x, t):
     return builtins.max(x.shape[-2:]) * float(np.finfo(per_matrix.real_dtype(t)).eps)
 
 
+def _per_matrix_rtol(rtol, x):
+    """A host array of rtols (one per matrix, as NumPy takes) as a DArray beside x."""
+    if rtol is None or isinstance(rtol, DArray) or np.ndim(rtol) == 0:
+        return rtol
+    from dgvm.array.creation import from_numpy
+
+    return from_numpy(np.asarray(rtol), client=x.client)
+
+
 def pinv(x, /, *, rtol=None) -> DArray:
     """Moore-Penrose pseudo-inverse of each matrix: singular values up to ``rtol`` times
     the largest are taken as zero (default: max(M, N) * eps; a DArray gives one per
     matrix)."""
     t = _matrices("pinv", x, square=False)
     tail = x.shape[-2:][::-1]
+    rtol = _per_matrix_rtol(rtol, x)
     if isinstance(rtol, DArray):
         return per_matrix.run(functools.partial(_pinv, None), [(x, 2), (rtol, 0)], [tail], [t], t, "pinv")[0]
     r = _default_rtol(x, t) if rtol is None else float(rtol)
@@ -469,6 +479,7 @@ def matrix_rank(x, /, *, rtol=None) -> DArray:
     max(M, N) * eps; a DArray gives one per matrix). One task per worker: the singular
     values are counted where they are computed, never stored."""
     t = _matrices("matrix_rank", x, square=False)
+    rtol = _per_matrix_rtol(rtol, x)
     if isinstance(rtol, DArray):
         return per_matrix.run(functools.partial(_matrix_rank, None, True), [(x, 2), (rtol, 0)], [()], [np.int64],
                               t, "matrix_rank")[0]

@@ -26,7 +26,8 @@ def _empty(shape, dtype, chunks, source: DArray | None = None, first_in=None):
     that holds the input element ``first_in(lo_i)`` maps to. Not zero-filled: the
     operation's task writes every element (``blockwise.run`` stores whole blocks), so a
     pass of memory writes is saved, and a placed result may take over a released one's
-    allocation (``dgvm.array.recycle``)."""
+    allocation (``dgvm.array.recycle``). An operation that fails part way leaves old
+    values in the chunks it did not reach; its result is never returned."""
     from dgvm.array.creation import allocate
 
     colocate = None
