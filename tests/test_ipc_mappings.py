@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from dgvm.transfer.ipc_exports import ExportedBuffers
+from dgvm.transfer.ipc_exports import ExportedBuffers, handle_of
 from dgvm.transfer.ipc_mappings import BufferGone, ImportedMappings
 
 
@@ -93,8 +93,9 @@ def test_holder_frees_unopened_buffers_at_once_and_opened_ones_after_asking():
     alive = {1: b"one", 2: b"two", 3: b"three"}  # key -> buffer (held by the owner)
     asked = []
     exports.on_retire = lambda: asked.append(True)
-    assert exports.handle(1, alive[1], 100, "w2") == b"handle-one"
-    assert exports.handle(1, alive[1], 100, "w3") == b"handle-one"
+    one = exports.handle(1, alive[1], 100, "w2")  # a token: the handle and the export's serial
+    assert handle_of(one) == b"handle-one"
+    assert exports.handle(1, alive[1], 100, "w3") == one
     exports.handle(2, alive[2], 100, None)  # exported, importer unknown: nobody to ask
     exports.retire(2)
     exports.retire(3)  # never exported: nothing to do
@@ -104,13 +105,13 @@ def test_holder_frees_unopened_buffers_at_once_and_opened_ones_after_asking():
     assert asked == [True] and exports.exported(1)  # kept until the importers forgot it
     assert exports.retiring_bytes() == 100  # counted as memory about to be free
     assert exports.handle(1, alive[1], 100, "w4") is None  # retiring: never handed out again
-    assert exports.importers() == {"w2": [b"handle-one"], "w3": [b"handle-one"]}
+    assert exports.importers() == {"w2": [one], "w3": [one]}
     ask, who = exports.take_retiring()
-    assert ask == {"w2": [b"handle-one"], "w3": [b"handle-one"]} and who == {1: {"w2", "w3"}}
+    assert ask == {"w2": [one], "w3": [one]} and who == {1: {"w2", "w3"}}
     assert exports.take_retiring() == ({}, {})
     exports.retry(list(who))  # w3 did not answer: asked again later
     exports.peer_gone("w3")  # ... until it left the cluster
-    assert exports.take_retiring() == ({"w2": [b"handle-one"]}, {1: {"w2"}})
+    assert exports.take_retiring() == ({"w2": [one]}, {1: {"w2"}})
     assert exports.counters() == {"exported": 1, "retiring": 1}
     assert not exports.wait_retired(0.05)
     exports.retired([1])
@@ -125,9 +126,10 @@ def test_an_export_racing_a_release_is_moved_or_asked_to_forget():
     assert exports.handle(7, b"buf", 8, "w2", current=lambda: False) is None
     assert len(exports) == 0  # nothing kept alive for it
     # Exported first: the release that follows retires it and asks w2.
-    assert exports.handle(7, b"buf", 8, "w2", current=lambda: True) == b"h"
+    token = exports.handle(7, b"buf", 8, "w2", current=lambda: True)
+    assert handle_of(token) == b"h"
     exports.retire(7)
-    assert exports.take_retiring() == ({"w2": [b"h"]}, {7: {"w2"}})
+    assert exports.take_retiring() == ({"w2": [token]}, {7: {"w2"}})
 
 
 def test_a_handle_that_cannot_be_opened_is_gone():
@@ -138,3 +140,26 @@ def test_a_handle_that_cannot_be_opened_is_gone():
     with pytest.raises(BufferGone, match="cannot be opened"):
         maps.acquire("w1", b"h")
     assert len(maps) == 0
+
+
+def test_a_new_buffer_given_a_freed_ones_handle_is_not_refused():
+    """CUDA may give a new buffer at a freed one's address the same IPC handle (seen with
+    small chunks). The importer refuses the old export after forgetting it, not the new."""
+    d = Driver()
+    maps = ImportedMappings(lambda token: d.open_handle(handle_of(token)), d.close)
+    exports = ExportedBuffers(lambda buf: b"same handle")
+    exports.on_retire = lambda: None
+    old = exports.handle(1, b"old buffer", 8, "w2")
+    maps.acquire("w1", old)
+    maps.release("w1", old)
+    exports.retire(1)
+    ask, who = exports.take_retiring()
+    maps.forget_now("w1", ask["w2"], timeout=1)  # w2 closes its mapping; w1 frees
+    exports.retired(list(who))
+    new = exports.handle(1, b"new buffer", 8, "w2")  # the same address and handle
+    assert handle_of(new) == handle_of(old) and new != old
+    maps.acquire("w1", new)  # opened: a forgotten handle is refused only as that export
+    maps.release("w1", new)
+    assert list(d.open.values()) == [b"same handle"]
+    with pytest.raises(BufferGone):
+        maps.acquire("w1", old)

@@ -6,14 +6,15 @@ forget the buffer before freeing it."""
 from __future__ import annotations
 
 from dgvm.transfer.base import TransferPath
+from dgvm.transfer.ipc_exports import handle_of
 from dgvm.transfer.ipc_mappings import ImportedMappings
 
 
-def _open(handle: bytes):
+def _open(token: bytes):
     import cupy
 
     rt = cupy.cuda.runtime
-    return rt.ipcOpenMemHandle(handle, rt.cudaIpcMemLazyEnablePeerAccess)
+    return rt.ipcOpenMemHandle(handle_of(token), rt.cudaIpcMemLazyEnablePeerAccess)
 
 
 def _close(ptr) -> None:

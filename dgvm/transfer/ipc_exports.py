@@ -8,20 +8,33 @@ drops the last reference. A retiring buffer is never handed out again. Reusing a
 exported buffer for a new chunk of its size is fine: the importers' mappings stay valid,
 and every copy is asked for by its descriptor.
 
+An export is named by a *token*: the buffer's IPC handle and the serial number of its
+export. CUDA may give a new buffer at a freed one's address the same handle (seen with
+small chunks), and importers refuse what they were told to forget; never the same token.
+
 No CUDA here (the backend passes the handle function), so the bookkeeping is tested on cpu.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 
+SERIAL_BYTES = 8  # the export's serial number, after the IPC handle in a token
+
+
+def handle_of(token: bytes) -> bytes:
+    """The IPC handle an export's token names (what the importer opens)."""
+    return token[:-SERIAL_BYTES]
+
+
 @dataclass
 class _Exported:
     buffer: Any  # kept alive here until every importer forgot it
-    handle: bytes
+    handle: bytes  # the token: IPC handle + this export's serial number
     nbytes: int
     importers: set = field(default_factory=set)
 
@@ -37,20 +50,22 @@ class ExportedBuffers:
         self._to_ask: list[int] = []  # of those, the keys to ask the importers about
         self._retiring_bytes = 0
         self._gone: set[str] = set()  # importers that left: never exported to again
+        self._serials = itertools.count(1)
         self.on_retire: Callable[[], None] | None = None  # set by the worker
 
     def handle(self, key: int, buffer, nbytes: int, importer: str | None,
                current: Callable[[], bool] = lambda: True) -> bytes | None:
-        """The IPC handle of ``buffer`` (named ``key``, unique while it lives), noting that
-        ``importer`` may keep it mapped; None if ``current()`` says the buffer no longer
-        holds the chunk asked for, or it retires (it moved or was freed meanwhile), or the
-        importer left the cluster."""
+        """The token (IPC handle and export serial) of ``buffer`` (named ``key``, unique
+        while it lives), noting that ``importer`` may keep it mapped; None if ``current()``
+        says the buffer no longer holds the chunk asked for, or it retires (it moved or was
+        freed meanwhile), or the importer left the cluster."""
         with self._lock:
             e = self._exported.get(key)
             if key in self._retiring or importer in self._gone or not current():
                 return None
             if e is None:
-                e = self._exported[key] = _Exported(buffer, bytes(self._get_handle(buffer)), nbytes)
+                token = bytes(self._get_handle(buffer)) + next(self._serials).to_bytes(SERIAL_BYTES, "little")
+                e = self._exported[key] = _Exported(buffer, token, nbytes)
             if importer is not None:
                 e.importers.add(importer)
             return e.handle

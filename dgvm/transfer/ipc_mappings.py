@@ -44,7 +44,8 @@ class ImportedMappings:
     close happens under one lock, so a ``forget`` that returns has closed the mapping
     (the holder frees the buffer right after); copies hold no lock while they run. A
     handle forgotten before it was opened (its descriptor was on the way) is refused
-    afterwards: CUDA gives every allocation a new handle, so a real one never is."""
+    afterwards. Holders hand out tokens (``ipc_exports``: the IPC handle and the export's
+    serial number), so a new buffer that CUDA gives a freed one's handle is not refused."""
 
     FORGOTTEN_KEPT = 4096  # handles remembered as forgotten
 
