@@ -80,10 +80,16 @@ def _dtype(dtype, default=np.float64) -> np.dtype:
 def empty(shape, dtype=None, chunks="auto", placement=None, colocate=None, client=None,
           *, device=None) -> DArray:
     """A new array in global device memory (its memory is zero-filled on allocation)."""
+    return new_array(shape, dtype, chunks, placement, colocate, client)
+
+
+def new_array(shape, dtype, chunks, placement=None, colocate=None, client=None, zero=True) -> DArray:
+    """``empty``'s array; ``zero=False`` for an operation's result that its task writes
+    whole (not zero-filled; ``allocate``)."""
     shape = _shape(shape)
     dtype = _dtype(dtype)
     grid = chunk_grid.normalize(chunks, shape, dtype)
-    return DArray(allocate(shape, dtype, grid, placement, colocate, client), shape, dtype, grid)
+    return DArray(allocate(shape, dtype, grid, placement, colocate, client, zero), shape, dtype, grid)
 
 
 def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zero=True) -> Allocation:

@@ -28,14 +28,12 @@ def _empty(shape, dtype, chunks, source: DArray | None = None, first_in=None):
     pass of memory writes is saved, and a placed result may take over a released one's
     allocation (``dgvm.array.recycle``). An operation that fails part way leaves old
     values in the chunks it did not reach; its result is never returned."""
-    from dgvm.array.creation import allocate
+    from dgvm.array.creation import new_array
 
     colocate = None
     if source is not None and first_in is not None:
         colocate = (source, picks_near(source, chunks, first_in))
-    shape, dtype = tuple(int(n) for n in shape), np.dtype(dtype)
-    grid = chunk_grid.normalize(chunks, shape, dtype)
-    return DArray(allocate(shape, dtype, grid, colocate=colocate, zero=False), shape, dtype, grid)
+    return new_array(shape, dtype, chunks, colocate=colocate, zero=False)
 
 
 def picks_near(source: DArray, chunks, first_in) -> list[int]:

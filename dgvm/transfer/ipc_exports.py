@@ -34,7 +34,7 @@ def handle_of(token: bytes) -> bytes:
 @dataclass
 class _Exported:
     buffer: Any  # kept alive here until every importer forgot it
-    handle: bytes  # the token: IPC handle + this export's serial number
+    token: bytes  # the IPC handle + this export's serial number
     nbytes: int
     importers: set = field(default_factory=set)
 
@@ -68,7 +68,7 @@ class ExportedBuffers:
                 e = self._exported[key] = _Exported(buffer, token, nbytes)
             if importer is not None:
                 e.importers.add(importer)
-            return e.handle
+            return e.token
 
     def exported(self, key: int) -> bool:
         return key in self._exported
@@ -102,7 +102,7 @@ class ExportedBuffers:
         out: dict[str, list[bytes]] = {}
         for e in entries:
             for imp in e.importers:
-                out.setdefault(imp, []).append(e.handle)
+                out.setdefault(imp, []).append(e.token)
         return out
 
     def retry(self, keys) -> None:
