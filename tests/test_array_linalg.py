@@ -268,3 +268,11 @@ def test_matrix_rank_runs_once_where_the_matrices_are(case):
     np.testing.assert_array_equal(got, np.linalg.matrix_rank(a))
     keys = [t["key"] for t in ts.data if t["key"].startswith("dgvm-")]
     assert len(keys) == len(homes) and all(k.startswith("dgvm-linalg-matrix_rank-") for k in keys), keys
+
+
+def test_a_host_rtol_that_does_not_fit_the_stack_is_refused_and_leaves_nothing(case):
+    x = dnp.from_numpy(np.eye(3)[None].repeat(4, axis=0))
+    for fn in (dnp.linalg.matrix_rank, dnp.linalg.pinv):
+        with pytest.raises(ValueError, match=r"stacks of shapes \[\(4, 3, 3\), \(2,\)\] do not broadcast"):
+            fn(x, rtol=np.array([0.1, 0.2]))
+    del x  # the case checks that no allocation (the rtols' included) is left
