@@ -81,7 +81,7 @@ def make_gvat(n_workers: int):
     """A GVAT configured as ``GVATPlugin.__init__`` does, with fake workers registered."""
     from dgvm import config
     from dgvm.gvat import GVAT
-    from dgvm.records import DeviceProfile
+    from dgvm.protocol.records import DeviceProfile
 
     gvat = GVAT(
         base=int(config.get("address-space.base")),

@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from dgvm.progress import track
+from dgvm.client.progress import track
 
 MiB = 2**20
 

@@ -89,7 +89,7 @@ def main(argv=None) -> int:
             print(f"{name:45s} {wall:8.2f} {before:8.2f} {run:8.2f} {after:8.2f}")
         # The requests an operation makes, alone (no task).
         from dgvm.array.creation import allocate
-        from dgvm.session import call_scheduler, call_workers
+        from dgvm.client.session import call_scheduler, call_workers
 
         requests = {
             "GVAT request (dgvm_workers)": lambda: call_scheduler("dgvm_workers", client),

@@ -34,7 +34,7 @@ def median_time(fn, reps: int, label: str | None = None) -> float:
     fn()
     runs = range(reps)
     if label is not None:
-        from dgvm.progress import track
+        from dgvm.client.progress import track
 
         runs = track(runs, label, stream=sys.stderr, transient=True)
     times = []

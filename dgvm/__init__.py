@@ -8,9 +8,9 @@
 """
 
 from dgvm import config  # noqa: F401  (loads dgvm.yaml into dask.config)
-from dgvm.buffer import GlobalBuffer, malloc
-from dgvm.cluster import LocalCluster
-from dgvm.errors import (
+from dgvm.client.buffer import GlobalBuffer, malloc
+from dgvm.deploy.cluster import LocalCluster
+from dgvm.protocol.errors import (
     AccessDenied,
     ChunkLost,
     ConfigError,
@@ -24,10 +24,10 @@ from dgvm.kernels.blocks import blocks
 from dgvm.kernels.kernel import kernel
 from dgvm.kernels.launch import launch, wait
 from dgvm.kernels.vectorize import vectorize
-from dgvm.lookup import stats, table, translate, translate_many, workers
-from dgvm.rebalance import rebalance
-from dgvm.records import AllocationInfo, ChunkInfo, DeviceProfile, Location, WorkerInfo
-from dgvm.session import connect
+from dgvm.client.lookup import stats, table, translate, translate_many, workers
+from dgvm.client.rebalance import rebalance
+from dgvm.protocol.records import AllocationInfo, ChunkInfo, DeviceProfile, Location, WorkerInfo
+from dgvm.client.session import connect
 
 __version__ = "0.1.0"
 

@@ -1,3 +1,3 @@
-from dgvm.cli import main
+from dgvm.deploy.cli import main
 
 main()

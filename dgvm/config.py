@@ -17,7 +17,7 @@ import dask.config
 import yaml
 from dask.utils import parse_bytes, parse_timedelta
 
-from dgvm.errors import ConfigError
+from dgvm.protocol.errors import ConfigError
 
 _here = os.path.dirname(__file__)
 _defaults_path = os.path.join(_here, "dgvm.yaml")

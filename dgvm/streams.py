@@ -16,13 +16,6 @@ from __future__ import annotations
 
 from dgvm import config
 
-# The message of a task's report to the GVAT, on the worker's stream (dgvm.kernels.launch
-# sends it, the GVAT plugin handles it).
-REPORT = "dgvm-launched"
-# An old home's release of moved chunks (dgvm.gvat.releases): scheduler -> worker.
-RELEASE = "dgvm-release"
-# A worker left the cluster (dgvm.transfer.ipc_retire): scheduler -> dgvm workers.
-PEER_LEFT = "dgvm-peer-left"
 
 
 def tell(stream, message: dict) -> bool:

@@ -86,7 +86,7 @@ def test_a_failed_reader_of_a_released_result_does_not_fail_its_successor(case):
     z = x * 3.0  # takes y's allocation over, not its reader's failure
     np.testing.assert_array_equal(dnp.asnumpy(z), np.arange(10.0) * 3)
     assert z.alloc_id == first
-    w._pending.writes = []  # the failure was seen
+    w.pending.writes = []  # the failure was seen
     for a in (x, w, z):  # the KernelError's traceback keeps this frame's arrays alive
         a.free()
 

@@ -34,7 +34,7 @@ def test_elements_and_small_views_are_read_in_place(case):
 
 
 def test_two_views_of_one_array_are_read_in_one_request(case, monkeypatch):
-    from dgvm.allocation import Allocation
+    from dgvm.client.allocation import Allocation
 
     h = np.arange(8 * 6, dtype=np.float64).reshape(8, 6)
     x = dnp.asarray(h, chunks=(4, 3))

@@ -131,6 +131,6 @@ def test_aliases_stay_aliases_and_a_freed_array_still_raises(case):
 
 
 def test_chunk_specs_that_are_arrays_still_work():
-    from dgvm import chunk_grid
+    from dgvm.protocol import chunk_grid
 
     assert chunk_grid.normalize(np.array([5, 5]), (10,), "f8") == ((5, 5),)

@@ -14,7 +14,7 @@ import yaml
 
 import dgvm
 from dgvm import config
-from dgvm.errors import ConfigError
+from dgvm.protocol.errors import ConfigError
 from dgvm.gvat.placement import POLICIES
 
 DOCS = pathlib.Path(__file__).parent.parent / "docs" / "configuration.md"
@@ -165,7 +165,7 @@ def test_connect_and_local_cluster_check_before_starting_anything():
 
 @pytest.mark.parametrize("setting, seconds", [("50us", 50e-6), (0.002, 0.002), ("0.1ns", 1e-6), (None, None)])
 def test_connect_sets_the_thread_switch_interval(setting, seconds):
-    """dgvm.connect gives the client's event-loop thread its turns (dgvm.thread_switch);
+    """dgvm.connect gives the client's event-loop thread its turns (dgvm.client.thread_switch);
     below the interpreter's microsecond it takes one; null leaves the interval alone."""
     before = sys.getswitchinterval()
     sys.setswitchinterval(0.004)  # a value no setting here gives

@@ -76,7 +76,7 @@ def _fails_on_chunk_1(xp, chunk, index):
 def test_a_failed_map_chunks_keeps_nothing_alive(case):
     # The case fixture then checks that x was freed: the task's error, kept by Dask, must
     # not hold the caller's frames (and so x) alive.
-    from dgvm.apply import map_chunks
+    from dgvm.client.apply import map_chunks
 
     x = dnp.zeros((4, 4), chunks=2)
     with pytest.raises(ValueError, match="chunk 1 refused"):

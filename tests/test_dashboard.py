@@ -125,13 +125,13 @@ def free_port() -> int:
 
 
 def test_scheduler_preload_serves_pages_and_json(tmp_path):
-    """``dask scheduler --preload dgvm.scheduler`` in a fresh process (with a dashboard
+    """``dask scheduler --preload dgvm.scheduler.plugin`` in a fresh process (with a dashboard
     prefix): distributed builds the pages into its own dashboard (so JupyterLab lists
     them) and mounts the JSON API and metrics under the prefix."""
     port = free_port()
     log = open(tmp_path / "scheduler.log", "w")
     proc = subprocess.Popen(
-        [os.path.join(os.path.dirname(sys.executable), "dask"), "scheduler", "--preload", "dgvm.scheduler",
+        [os.path.join(os.path.dirname(sys.executable), "dask"), "scheduler", "--preload", "dgvm.scheduler.plugin",
          "--host", "127.0.0.1", "--port", "0", "--dashboard-address", f"127.0.0.1:{port}",
          "--dashboard-prefix", "/pre"],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

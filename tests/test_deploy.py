@@ -19,9 +19,9 @@ import pytest
 
 import dgvm
 import dgvm.array as dnp
-from dgvm import deploy
-from dgvm.errors import DgvmError
-from dgvm.session import call_workers
+from dgvm.deploy import commands as deploy
+from dgvm.protocol.errors import DgvmError
+from dgvm.client.session import call_workers
 
 from test_examples import load
 
@@ -122,12 +122,12 @@ def wait_for_stores(client, n: int, procs: Processes, timeout: float = 60) -> li
 
 
 def start_dask_scheduler(procs: Processes, tmp_path) -> str:
-    """``dask scheduler --preload dgvm.scheduler`` on loopback; its address."""
+    """``dask scheduler --preload dgvm.scheduler.plugin`` on loopback; its address."""
     sched_file = tmp_path / "scheduler.json"
     procs.start("scheduler", [
         *cli("dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
         "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched_file),
-        "--preload", "dgvm.scheduler",
+        "--preload", "dgvm.scheduler.plugin",
     ], env=SCHEDULER_ENV)
     return scheduler_address(procs, "scheduler", sched_file)
 
@@ -175,7 +175,7 @@ def test_dask_cli_with_dgvm_preloads(procs, tmp_path):
     for name, memory in memories.items():
         procs.start(name, [
             *cli("dask"), "worker", address, "--host", "127.0.0.1", "--nthreads", "1",
-            "--name", name, "--preload", "dgvm.worker",
+            "--name", name, "--preload", "dgvm.worker.plugin",
             "--dgvm-backend", "cpu", "--dgvm-device-memory", f"{memory // MiB}MiB",
         ], env=WORKER_ENV)
     with dgvm.connect(address) as client:
@@ -188,7 +188,7 @@ def test_dask_cli_with_dgvm_preloads(procs, tmp_path):
         # keep it running without a chunk store).
         procs.start("worker-bad", [
             *cli("dask"), "worker", address, "--host", "127.0.0.1", "--name", "worker-bad",
-            "--preload", "dgvm.worker", "--dgvm-device-memory", "lots",
+            "--preload", "dgvm.worker.plugin", "--dgvm-device-memory", "lots",
         ], env=WORKER_ENV)
         procs.wait_exit("worker-bad", 60)
         assert "dgvm.device-memory = 'lots' (from the preload option --dgvm-device-memory)" in procs.log("worker-bad")
@@ -211,7 +211,7 @@ def test_dgvm_scheduler_and_worker_commands(procs, tmp_path):
     with dgvm.connect(address) as client:
         wait_for_stores(client, 2, procs)
         allocate_launch_free(client, [40 * MiB, 40 * MiB])
-    assert "dgvm: running" in procs.log("workers") and "--preload dgvm.worker" in procs.log("workers")
+    assert "dgvm: running" in procs.log("workers") and "--preload dgvm.worker.plugin" in procs.log("workers")
     assert "/individual-dgvm" in procs.log("scheduler")
     assert_stopped_cleanly(procs)
 
@@ -223,7 +223,7 @@ def first_visible_gpu(client) -> list[str]:
 
 @pytest.mark.gpu
 def test_dask_cuda_worker_and_dgvm_worker_on_gpus(procs, tmp_path):
-    """On a GPU host: ``dask cuda worker --preload dgvm.worker`` (one worker per GPU, the
+    """On a GPU host: ``dask cuda worker --preload dgvm.worker.plugin`` (one worker per GPU, the
     whole GPU each), then ``dgvm worker`` with a device-memory limit, which runs dask-cuda
     underneath and hands the limit over as DASK_DGVM__DEVICE_MEMORY."""
     from dgvm.backends.cuda import gpu_count
@@ -231,7 +231,7 @@ def test_dask_cuda_worker_and_dgvm_worker_on_gpus(procs, tmp_path):
     n = gpu_count()
     address = start_dask_scheduler(procs, tmp_path)
     procs.start("dask-cuda", [
-        *cli("dask"), "cuda", "worker", address, "--host", "127.0.0.1", "--preload", "dgvm.worker",
+        *cli("dask"), "cuda", "worker", address, "--host", "127.0.0.1", "--preload", "dgvm.worker.plugin",
     ], env=WORKER_ENV)
     with dgvm.connect(address) as client:
         workers = wait_for_stores(client, n, procs, timeout=120)
@@ -373,12 +373,12 @@ def test_an_asynchronous_cluster_with_its_scheduler_in_a_process_of_its_own():
 
 
 def test_scheduler_process_refuses_options_it_cannot_pass():
-    from dgvm.scheduler_process import spec
+    from dgvm.deploy.scheduler_process import spec
 
     with pytest.raises(ValueError, match="cannot pass the scheduler option services="):
         spec({"services": {("x", 0): object}, "port": 0})
-    assert spec({"security": None, "port": 0, "preload": ["dgvm.scheduler"]})["options"] == {
-        "options": {"preload": ["dgvm.scheduler", "dgvm.scheduler_process"], "port": 0}, "log_level": None}
+    assert spec({"security": None, "port": 0, "preload": ["dgvm.scheduler.plugin"]})["options"] == {
+        "options": {"preload": ["dgvm.scheduler.plugin", "dgvm.deploy.scheduler_process"], "port": 0}, "log_level": None}
     # Refused before anything starts (security=True: certificates made in this process).
     # (Threads of earlier tests may end meanwhile: the new ones are what counts.)
     threads = set(threading.enumerate())
@@ -392,7 +392,7 @@ def test_scheduler_process_refuses_options_it_cannot_pass():
 def test_scheduler_with_a_bad_config_value_stops_and_says_why(procs):
     procs.start("scheduler", [
         *cli("dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-        "--preload", "dgvm.scheduler",
+        "--preload", "dgvm.scheduler.plugin",
     ], env={"DASK_DGVM__PLACEMENT__HEADROOM": "2"})
     procs.wait_exit("scheduler", 60)
     log = procs.log("scheduler")
@@ -424,7 +424,7 @@ def test_worker_preload_leaves_other_preloads_arguments():
     async def run():
         async with Scheduler(host="127.0.0.1", port=0, dashboard_address=None) as s:
             argv = ["--dgvm-backend", "cpu", "--dgvm-device-memory", "8MiB", "--create-cuda-context"]
-            async with Worker(s.address, nthreads=1, preload=["dgvm.worker"], preload_argv=argv) as w:
+            async with Worker(s.address, nthreads=1, preload=["dgvm.worker.plugin"], preload_argv=argv) as w:
                 return w.extensions["dgvm"].backend.capacity
 
     assert asyncio.run(run()) == 8 * MiB - ARENA_RESERVE
@@ -440,7 +440,7 @@ def after(argv: list[str], *words: str) -> bool:
 def test_scheduler_command_defaults_and_pass_through():
     c = deploy.scheduler_command(dask_args=["--host", "10.0.0.1"])
     assert c.argv[:4] == [sys.executable, "-m", "dask", "scheduler"]
-    assert after(c.argv, "--preload", "dgvm.scheduler")
+    assert after(c.argv, "--preload", "dgvm.scheduler.plugin")
     assert after(c.argv, "--port", "8786") and after(c.argv, "--dashboard-address", ":8787")
     assert after(c.argv, "--host", "10.0.0.1")
 
@@ -452,7 +452,7 @@ def test_cpu_worker_command():
     assert after(c.argv, "--nworkers", "3") and after(c.argv, "--nthreads", "1")
     assert after(c.argv, "--memory-limit", "4GiB")
     # the preload's options come after --preload, as Dask hands them to the preload
-    assert after(c.argv, "--preload", "dgvm.worker", "--dgvm-backend", "cpu", "--dgvm-device-memory", "2GiB")
+    assert after(c.argv, "--preload", "dgvm.worker.plugin", "--dgvm-backend", "cpu", "--dgvm-device-memory", "2GiB")
 
 
 def test_gpu_host_gets_one_dask_cuda_worker_per_gpu(monkeypatch):
@@ -460,7 +460,7 @@ def test_gpu_host_gets_one_dask_cuda_worker_per_gpu(monkeypatch):
     c = deploy.worker_command(["tcp://h:8786"], gpus=4)
     assert c.argv[:6] == [sys.executable, "-m", "dask", "cuda", "worker", "tcp://h:8786"]
     # dask-cuda's own preload would reject --dgvm-* options: they go as DASK_DGVM__*
-    assert c.argv[-2:] == ["--preload", "dgvm.worker"]
+    assert c.argv[-2:] == ["--preload", "dgvm.worker.plugin"]
     assert c.env == {"DASK_DGVM__BACKEND": "cuda"}
     c = deploy.worker_command(["tcp://h:8786"], device_memory="8GiB", gpus=4)
     assert c.env == {"DASK_DGVM__BACKEND": "cuda", "DASK_DGVM__DEVICE_MEMORY": "8GiB"}

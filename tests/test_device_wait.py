@@ -16,9 +16,9 @@ from numba import cuda
 import dgvm
 import dgvm.array as dnp
 from dgvm.backends.queued_work import QueuedWork
-from dgvm.errors import KernelError
-from dgvm.kernels.access import ArraySpec
-from dgvm.kernels.launch import finish_on_device, write_chunks
+from dgvm.protocol.errors import KernelError
+from dgvm.worker.access import ArraySpec
+from dgvm.worker.tasks import finish_on_device, write_chunks
 
 
 class _Event:

@@ -5,7 +5,7 @@ import pytest
 
 import dgvm
 from dgvm.gvat import GVAT
-from dgvm.records import DeviceProfile
+from dgvm.protocol.records import DeviceProfile
 
 MiB = 2**20
 

@@ -165,7 +165,7 @@ def test_kernel_error_keeps_previous_contents(case):
         dgvm.launch(fails, x, out=out)
         with pytest.raises(dgvm.KernelError, match="fails.*chunk 0.*worker"):
             out.wait()
-        out._pending.writes = []  # forget the failed launch, read what the chunks hold
+        out.pending.writes = []  # forget the failed launch, read what the chunks hold
         assert (dnp.asnumpy(out) == 7).all()
     finally:
         free(x, out)
@@ -173,7 +173,7 @@ def test_kernel_error_keeps_previous_contents(case):
 
 def test_a_freed_output_drops_the_copies_its_launches_staged():
     from dgvm import backends
-    from dgvm.store import ChunkStore
+    from dgvm.worker.store import ChunkStore
 
     store = ChunkStore(backends.create("cpu", 8 * 2**20, None), "tcp://here")
     try:
@@ -204,7 +204,7 @@ def test_kernel_error_leaves_every_workers_chunks_as_they_were(case):
         dgvm.launch(fails, x, out=out)
         with pytest.raises(dgvm.KernelError, match="fails.*chunk 5 .*worker"):
             out.wait()
-        out._pending.writes = []  # forget the failed launch, read what the chunks hold
+        out.pending.writes = []  # forget the failed launch, read what the chunks hold
         assert (dnp.asnumpy(out) == 7).all()  # no worker wrote any chunk
         assert set(case.client.run(lambda dask_worker: dask_worker.extensions["dgvm"].staged_launches()).values()) == {0}
         x[26] = 100  # no bad element now: the same kernel commits on every worker

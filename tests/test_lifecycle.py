@@ -11,8 +11,8 @@ from distributed import Client
 
 import dgvm
 import dgvm.array as dnp
-from dgvm.scheduler import GVATPlugin
-from dgvm.worker import ChunkStorePlugin
+from dgvm.scheduler.plugin import GVATPlugin
+from dgvm.worker.plugin import ChunkStorePlugin
 
 MiB = 2**20
 
@@ -239,7 +239,7 @@ def test_a_free_after_the_allocation_went_is_answered_not_a_handler_failure(case
     # Every handler that looks an allocation up answers so, and the caller raises it.
     gone = client.sync(client.scheduler.dgvm_chunk_map, alloc_id=alloc.alloc_id)
     assert gone == {"invalid": f"allocation {alloc.alloc_id} was already freed"}
-    from dgvm.session import call_scheduler
+    from dgvm.client.session import call_scheduler
 
     for op, kw in (("dgvm_chunk_map", {}), ("dgvm_table", {}), ("dgvm_migrate", {"indices": [0], "worker": "x"})):
         with pytest.raises(dgvm.InvalidAddress, match="already freed"):

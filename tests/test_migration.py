@@ -1,4 +1,4 @@
-"""Homes that move: re-homing after remote reads, x.migrate, dgvm.rebalance, launches
+"""Homes that move: re-homing after remote reads, x.migrate, dgvm.client.rebalance, launches
 placed before a move, and reads that find no room for a replica."""
 
 import time
@@ -9,7 +9,7 @@ import pytest
 
 import dgvm
 import dgvm.array as dnp
-from dgvm import streams
+from dgvm.protocol import messages
 
 from test_kernels import axpy, spread_and_gather
 
@@ -177,7 +177,7 @@ def test_a_rehome_to_a_worker_with_a_release_pending_does_not_wait_on_its_own_re
         t0 = time.perf_counter()
 
         message = {  # as a task's report would say: chunk 1 of x read remotely
-            "op": streams.REPORT, "alloc_id": y.alloc_id, "wrote": [],
+            "op": messages.REPORT, "alloc_id": y.alloc_id, "wrote": [],
             "reads": {str(x.alloc_id): {"hits": 0, "misses": 1, "home": [], "remote": [1]}},
         }
 
@@ -276,13 +276,13 @@ def test_rebalance_evens_out_memory(case):
     x = dnp.from_numpy(np.arange(4 * MiB, dtype=np.float64), chunks=MiB // 4, placement="packed")
     try:
         before = fractions()
-        moved = dgvm.rebalance()
+        moved = dgvm.client.rebalance()
         after = fractions()
         assert moved["chunks"] > 0 and moved["bytes"] == moved["chunks"] * 2 * MiB
         assert max(after) - min(after) < max(before) - min(before)
         assert max(after) - min(after) <= 2 * 2 * MiB / min(case.capacities) + 1e-9
         assert np.array_equal(dnp.asnumpy(x), np.arange(4 * MiB, dtype=np.float64))
-        assert dgvm.rebalance()["chunks"] == 0  # already even
+        assert dgvm.client.rebalance()["chunks"] == 0  # already even
     finally:
         x.free()
 
@@ -341,7 +341,7 @@ def test_a_fetched_home_replaces_a_replica_made_meanwhile():
     # A pull checks for a replica before a launch's miss adds one; the fetched copy
     # becomes the home and the replica must go (else it outlives a later move, untracked).
     from dgvm import backends
-    from dgvm.store import ChunkStore, StoredChunk
+    from dgvm.worker.store import ChunkStore, StoredChunk
 
     store = ChunkStore(backends.create("cpu", 8 * MiB, None), "tcp://here")
     try:
@@ -361,7 +361,7 @@ def test_a_closed_store_keeps_no_chunk_or_view():
     # chunk keeps go with its buffer (on cpu the memory is unmapped at close: a view kept
     # past it would read unmapped pages).
     from dgvm import backends
-    from dgvm.store import ChunkStore
+    from dgvm.worker.store import ChunkStore
 
     store = ChunkStore(backends.create("cpu", 8 * MiB, None), "tcp://here")
     b = store.backend

@@ -1,4 +1,4 @@
-"""A task follows only the earlier tasks that touched its chunks (dgvm.kernels.ordering):
+"""A task follows only the earlier tasks that touched its chunks (dgvm.client.ordering):
 a loop of aligned operations moves nothing between workers, and every other task keeps
 its order."""
 
@@ -10,7 +10,7 @@ from numba import cuda
 
 import dgvm
 import dgvm.array as dnp
-from dgvm.kernels import ordering
+from dgvm.client import ordering
 
 
 class _Task:

@@ -2,7 +2,7 @@
 
 import io
 
-from dgvm.progress import Progress, batches, track
+from dgvm.client.progress import Progress, batches, track
 
 
 class FakeTerminal(io.StringIO):
@@ -86,7 +86,7 @@ def test_large_buffer_write_and_read_show_a_bar_on_a_terminal(case, monkeypatch)
     import numpy as np
 
     import dgvm
-    from dgvm import progress
+    from dgvm.client import progress
 
     monkeypatch.setattr(progress, "BATCH_MIN_BYTES", 2**20)
     data = np.random.default_rng(0).integers(0, 256, 6 * 2**20, dtype=np.uint8)

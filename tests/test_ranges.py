@@ -1,6 +1,6 @@
 import pytest
 
-from dgvm.ranges import RangeAllocator
+from dgvm.gvat.ranges import RangeAllocator
 
 
 def test_ranges_are_aligned_disjoint_and_reused():

@@ -1,6 +1,6 @@
 """A program without an ``if __name__ == "__main__":`` guard is not run again by the
 processes of the cluster its first operation starts: not at their start, and not when a
-nanny restarts its worker (dgvm.spawn_guard)."""
+nanny restarts its worker (dgvm.deploy.spawn_guard)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ RESTART = RECORD + """
 if __name__ == "__main__":
     import sys
     import dgvm
-    from dgvm.spawn_guard import ProgramNotRerunNanny, program_not_rerun
+    from dgvm.deploy.spawn_guard import ProgramNotRerunNanny, program_not_rerun
 
     nanny = {"guarded": {"worker_class": ProgramNotRerunNanny}, "plain": {}}[sys.argv[1]]
     with program_not_rerun():  # the start is covered either way

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm import chunk_grid
-from dgvm.allocation import Allocation
+from dgvm.protocol import chunk_grid
+from dgvm.client.allocation import Allocation
 from dgvm.array import blockwise, recycle
 from dgvm.array.darray import DArray
 from dgvm.array.zero_size import NoElements
-from dgvm.buffer import placement_request
-from dgvm.errors import OutOfDeviceMemory
+from dgvm.client.buffer import placement_request
+from dgvm.protocol.errors import OutOfDeviceMemory
 
 
 def _client(client=None):
@@ -32,7 +32,7 @@ def _client(client=None):
     except ValueError:
         from dgvm import config
         from dgvm.backends.cuda import gpu_count
-        from dgvm.session import connect
+        from dgvm.client.session import connect
 
         import atexit
 
@@ -42,12 +42,12 @@ def _client(client=None):
         # processes, and the scheduler gets one of its own: a program's operations then
         # do not wait on the scheduler's work for the interpreter lock
         # (``LocalCluster(scheduler_process=True)``). None of these processes, at start
-        # or when a nanny restarts its worker, runs the program again (``dgvm.spawn_guard``).
+        # or when a nanny restarts its worker, runs the program again (``dgvm.deploy.spawn_guard``).
         local = backend == "cpu" or (backend == "auto" and gpu_count() == 0)
         if local:
             client = connect(processes=False)
         else:
-            from dgvm.spawn_guard import ProgramNotRerunNanny, program_not_rerun
+            from dgvm.deploy.spawn_guard import ProgramNotRerunNanny, program_not_rerun
 
             with program_not_rerun():
                 client = connect(scheduler_process=True, worker_class=ProgramNotRerunNanny)
@@ -387,7 +387,7 @@ def from_dask(d, chunks=None) -> DArray:
 
 def _block_from_store(spec, k: int):
     """A task: chunk ``k`` of an array as a new array of the worker's kind."""
-    from dgvm.kernels.access import Access
+    from dgvm.worker.access import Access
 
     access = Access.here()
     with access.output_chunk():
@@ -400,7 +400,7 @@ def to_dask(x: DArray):
     import dask.array as da
     from dask.highlevelgraph import HighLevelGraph
 
-    from dgvm.kernels.access import ArraySpec
+    from dgvm.worker.access import ArraySpec
 
     if x.size == 0:  # no chunk to read (dgvm.array.zero_size)
         return da.from_array(np.empty(x.shape, dtype=x.dtype))

@@ -7,14 +7,17 @@ import weakref
 
 import numpy as np
 
-from dgvm import chunk_grid, progress
-from dgvm.allocation import Allocation
+from dgvm.protocol import chunk_grid
+from dgvm.client import progress
+from dgvm.client.allocation import Allocation
 from dgvm.array.deferred import host_value
-from dgvm.array.lifecycle import Pending, release_when_unreachable
+from dgvm.array.lifecycle import release_when_unreachable
+from dgvm.client.dispatch import settle
+from dgvm.client.pending import Pending
 from dgvm.array.operators import ArrayMethods, ArrayOperators
 
 
-# Live arrays by id, so that dgvm.rebalance can let their pending launches finish first
+# Live arrays by id, so that dgvm.client.rebalance can let their pending launches finish first
 # (not a WeakSet: a set compares its members, and DArray's == is elementwise).
 live_arrays: "weakref.WeakValueDictionary[int, DArray]" = weakref.WeakValueDictionary()
 
@@ -46,10 +49,9 @@ class DArray(ArrayOperators, ArrayMethods):
     def _adopt(self, alloc: Allocation) -> None:
         self._alloc = alloc
         # Futures of the launches that last wrote this array and of later launches that
-        # read it: the next launch orders itself after them (see dgvm.kernels.launch).
-        self._pending_state = Pending()
+        # read it: the next launch orders itself after them (see dgvm.client.dispatch).
         # A reused allocation (dgvm.array.recycle): the tasks that still use it go first.
-        self._pending_state.writes = list(alloc.after or [])
+        self._pending_state = Pending(alloc.after or ())
         alloc.after = None
         release_when_unreachable(self, alloc, self._pending_state)
         live_arrays[id(self)] = self
@@ -60,7 +62,7 @@ class DArray(ArrayOperators, ArrayMethods):
         if self._alloc is None:
             self._materialize_if_deferred()
             if self._alloc is None:
-                from dgvm.errors import DgvmError
+                from dgvm.protocol.errors import DgvmError
 
                 raise DgvmError(f"this {self.shape} {self.dtype} DArray was freed before it was computed")
         return self._alloc
@@ -74,7 +76,9 @@ class DArray(ArrayOperators, ArrayMethods):
         return self.alloc.client
 
     @property
-    def _pending(self) -> Pending:
+    def pending(self) -> Pending:
+        """The tasks that write this array and those that read it since (made now if
+        the array is deferred)."""
         self.alloc
         return self._pending_state
 
@@ -84,7 +88,7 @@ class DArray(ArrayOperators, ArrayMethods):
 
             materialize(self)
 
-    def _before_write(self) -> None:
+    def before_write(self) -> None:
         """Deferred results made from this array's present values are computed first."""
         from dgvm.array.deferred import materialize_readers
 
@@ -157,7 +161,7 @@ class DArray(ArrayOperators, ArrayMethods):
 
         if host_value(self) is not None:
             return  # held on the caller: nothing runs on it
-        pending = self._pending.writes + self._pending.reads
+        pending = self.pending.all()
         if pending:
             dask_wait(pending)
 
@@ -173,11 +177,9 @@ class DArray(ArrayOperators, ArrayMethods):
 
     def wait(self) -> "DArray":
         """Block until every launch writing this array has finished."""
-        from dgvm.kernels.launch import settle
-
         if host_value(self) is not None:
             return self  # its values are on the caller already, or it has none
-        settle(self._pending.writes)
+        settle(self.pending.writes)
         return self
 
     def free(self) -> None:
@@ -187,10 +189,10 @@ class DArray(ArrayOperators, ArrayMethods):
         if self._alloc is None:  # deferred: nothing computed, nothing to give back
             undefer(self)
             return
-        self._before_write()
+        self.before_write()
         # Launches that use the memory finish first (their errors belong to wait).
         self.settle()
-        self._pending.writes, self._pending.reads = [], []
+        self.pending.take()
         self.alloc.free()
 
     def __enter__(self):
@@ -214,11 +216,9 @@ class DArray(ArrayOperators, ArrayMethods):
         """Copy a host array of this shape into the blocks, one request per worker."""
         from distributed import wait as dask_wait
 
-        from dgvm.kernels.launch import settle, still_reading
-
-        self._before_write()
-        settle(self._pending.writes)
-        dask_wait(still_reading(self._pending.reads))  # their errors are theirs
+        self.before_write()
+        settle(self.pending.writes)
+        dask_wait(self.pending.readers())  # their errors are theirs
         pieces = []
         for k, sl in enumerate(chunk_grid.block_slices(self.chunks)):
             block = np.ascontiguousarray(source[sl], dtype=self.dtype)

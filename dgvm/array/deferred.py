@@ -56,7 +56,7 @@ class Deferred:
 
 def on_caller(value, client, name: str = "value"):
     """A deferred DArray holding the NumPy value ``value``, known on the caller."""
-    from dgvm import chunk_grid
+    from dgvm.protocol import chunk_grid
     from dgvm.array.darray import DArray
 
     value = np.asarray(value)

@@ -257,7 +257,7 @@ def apply(name: str, *args, dtype=None, out: DArray | None = None) -> DArray:
     if out is not None and out._deferred is None:
         # Deferred results that read out's present values (x * 2 in x += x * 2, x.T in
         # x += x.T) are computed before out is written: once, and the tree reads them.
-        out._before_write()
+        out.before_write()
     inputs: list = []
     views: list = []
     expr = ("call", name, [_leaf(a, inputs, views) for a in args], dtype)

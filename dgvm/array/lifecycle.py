@@ -13,15 +13,7 @@ import atexit
 import threading
 import weakref
 
-
-class Pending:
-    """Futures of the tasks that write an array and of later tasks that read it."""
-
-    __slots__ = ("writes", "reads")
-
-    def __init__(self):
-        self.writes: list = []
-        self.reads: list = []
+from dgvm.client.pending import Pending
 
 
 # Reentrant: a finalizer may run (a garbage collection) while this thread holds it.
@@ -49,8 +41,7 @@ def _release(alloc, pending: Pending, shape, dtype, chunks) -> None:
     if alloc.freed or _exiting:
         return
     alloc.freed = True
-    futures = pending.writes + pending.reads
-    pending.writes, pending.reads = [], []
+    futures = pending.take()
     # Kept for the next result of this layout (dgvm.array.recycle), or freed.
     if not client_running(alloc.client) or not recycle.offer(alloc, shape, dtype, chunks, futures):
         free_later(alloc, futures)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm import chunk_grid
+from dgvm.protocol import chunk_grid
 from dgvm.array import blockwise, deferred
 from dgvm.array.darray import DArray
 from dgvm.array.reductions import normalize_axis

@@ -42,7 +42,7 @@ def offer(alloc, shape, dtype, chunks, futures) -> bool:
     """Keep a released allocation for reuse; False if it is not kept (free it then)."""
     if not alloc.reusable:
         return False
-    from dgvm.kernels.launch import still_reading
+    from dgvm.client.pending import still_reading
 
     # Finished or failed tasks no longer touch the memory (and a failure must not pass
     # to the array that takes it over).

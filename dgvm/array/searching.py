@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm import chunk_grid
+from dgvm.protocol import chunk_grid
 from dgvm.array import blockwise
 from dgvm.array.darray import DArray
 from dgvm.array.sorting import check_array, count_before, sort_key

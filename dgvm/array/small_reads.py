@@ -26,7 +26,7 @@ def read_view(x) -> np.ndarray | None:
     """The values of ``x`` if it is a small deferred array over computed arrays, else None."""
     from dgvm.array.elementwise import evaluate
 
-    from dgvm.kernels.launch import settle
+    from dgvm.client.dispatch import settle
 
     d = x._deferred
     if d is None or d.host is not None or not d.inputs or x.size > MAX_ELEMENTS:
@@ -35,7 +35,7 @@ def read_view(x) -> np.ndarray | None:
     # result it broadcasts into), checked before anything is read.
     if any(b.ndim == 0 or b._alloc is None or b._alloc.freed for b in d.inputs):
         return None
-    settle([f for b in d.inputs for f in b._pending.writes])  # values as of the views
+    settle([f for b in d.inputs for f in b.pending.writes])  # values as of the views
     leaves = _read(d.inputs, d.views)
     with np.errstate(all="ignore"):
         value = evaluate(d.expr, leaves, np)

@@ -32,7 +32,7 @@ import sys
 import numpy as np
 
 from dgvm.array.darray import DArray
-from dgvm.errors import DgvmError
+from dgvm.protocol.errors import DgvmError
 
 # dgvm's own keywords (placement, chunks, the client), and the standard's that NumPy's
 # functions lack, where they make no difference to an array with no elements.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dgvm.backends.base import Backend
 from dgvm.backends.cuda import gpu_count
-from dgvm.errors import DgvmError
+from dgvm.protocol.errors import DgvmError
 
 
 def _registry() -> dict[str, type[Backend]]:

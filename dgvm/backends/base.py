@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from dgvm.backends.queued_work import QueuedWork
-from dgvm.records import DeviceProfile
+from dgvm.protocol.records import DeviceProfile
 
 
 class Backend(abc.ABC):

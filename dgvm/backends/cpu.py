@@ -16,7 +16,7 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from dgvm.backends.base import Backend
-from dgvm.ranges import RangeAllocator
+from dgvm.gvat.ranges import RangeAllocator
 
 _ALIGN = 256  # bytes; keeps every chunk view aligned for any dtype and SIMD
 

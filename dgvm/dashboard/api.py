@@ -14,7 +14,7 @@ from distributed.http.utils import RequestHandler
 
 from dgvm.dashboard.snapshot import Snapshot
 from dgvm.dashboard.source import DashboardSource
-from dgvm.errors import InvalidAddress
+from dgvm.protocol.errors import InvalidAddress
 
 VERSION = 1
 PREFIX = "dgvm/api/v1/"
@@ -32,7 +32,7 @@ class _JSONHandler(RequestHandler):
         source = DashboardSource.of(self.server)
         if source is None:
             return self.reply({"error": "dgvm is not running on this scheduler "
-                                        "(start it with: dask scheduler --preload dgvm.scheduler)"}, 404)
+                                        "(start it with: dask scheduler --preload dgvm.scheduler.plugin)"}, 404)
         snap = source.snapshot()
         try:
             body = self.answer(source, snap)

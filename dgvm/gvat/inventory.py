@@ -11,7 +11,7 @@ import itertools
 from dataclasses import dataclass, field
 from statistics import median
 
-from dgvm.records import DeviceProfile, WorkerInfo, WorkerUid
+from dgvm.protocol.records import DeviceProfile, WorkerInfo, WorkerUid
 
 
 @dataclass

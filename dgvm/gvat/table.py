@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dgvm.errors import AccessDenied, InvalidAddress, OutOfDeviceMemory
+from dgvm.protocol.errors import AccessDenied, InvalidAddress, OutOfDeviceMemory
 from dgvm.gvat import placement as policies
 from dgvm.gvat.inventory import Inventory, WorkerRecord
-from dgvm.ranges import RangeAllocator
-from dgvm.records import AllocationInfo, ChunkInfo, Location
+from dgvm.gvat.ranges import RangeAllocator
+from dgvm.protocol.records import AllocationInfo, ChunkInfo, Location
 
 
 @dataclass
@@ -146,7 +146,7 @@ class GVAT:
         if not live:
             raise OutOfDeviceMemory(
                 f"{_fmt(int(sizes.sum()))} asked but no worker with a dgvm chunk store is "
-                "connected (start workers with --preload dgvm.worker, or use dgvm.LocalCluster)"
+                "connected (start workers with --preload dgvm.worker.plugin, or use dgvm.LocalCluster)"
             )
         if placement not in policies.POLICIES:
             raise ValueError(

@@ -39,7 +39,7 @@ from typing import Callable
 
 import numba
 
-from dgvm.errors import DgvmError
+from dgvm.protocol.errors import DgvmError
 
 __all__ = ["CpuKernel", "Unsupported", "compile_cpu"]
 

@@ -7,26 +7,11 @@ Numba's CUDA simulator, with a one-time warning that says why.
 
 from __future__ import annotations
 
-import math
 import warnings
 
 from dgvm.kernels.cache import compiled_once, new_key
 from dgvm.kernels.numba_compat import patch_numpy_for_numba_cuda
 
-# Default threads per block by launch dimensionality.
-DEFAULT_BLOCK = {1: (256,), 2: (16, 16), 3: (8, 8, 4)}
-
-
-def launch_config(shape, threads_per_block=None):
-    """(griddim, blockdim) with one thread per element of an array of ``shape``."""
-    shape = tuple(shape) or (1,)
-    if len(shape) > 3:
-        raise ValueError(f"kernels launch over at most 3 dimensions, the chunk has {len(shape)}")
-    block = threads_per_block or DEFAULT_BLOCK[len(shape)]
-    block = (block,) if isinstance(block, int) else tuple(block)
-    if len(block) != len(shape):
-        raise ValueError(f"threads_per_block {block} does not match a {len(shape)}-d chunk")
-    return tuple(math.ceil(s / b) for s, b in zip(shape, block)), block
 
 
 class Kernel:

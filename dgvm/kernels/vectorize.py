@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dgvm.kernels.cache import compiled_once, new_key
-from dgvm.kernels.launch import _check_args, _is_array
+from dgvm.array.darray import DArray
+from dgvm.kernels.launch import check_args
 from dgvm.kernels.numba_compat import patch_numpy_for_numba_cuda
 
 
@@ -42,23 +43,23 @@ class Vectorized:
 
     def result_dtype(self, args) -> np.dtype:
         """The output dtype of the signature NumPy's rules pick for these arguments."""
-        samples = [np.zeros(1, a.dtype) if _is_array(a) else a for a in args]
+        samples = [np.zeros(1, a.dtype) if isinstance(a, DArray) else a for a in args]
         return self.ufunc("cpu")(*samples).dtype
 
     def __call__(self, *args):
         from dgvm.array import blockwise
         from dgvm.array.creation import empty
 
-        arrays = [a for a in args if _is_array(a)]
+        arrays = [a for a in args if isinstance(a, DArray)]
         if not arrays:
             raise TypeError(f"{self.name} needs at least one dgvm DArray argument")
         first = arrays[0]
-        _check_args(args, first)
+        check_args(args, first)
         out = empty(first.shape, self.result_dtype(args), chunks=first.chunks, colocate=first)
         layout, n = [], 0
         for a in args:  # array arguments by their position in ``arrays``, scalars as they are
-            layout.append(("array", n) if _is_array(a) else ("scalar", a))
-            n += _is_array(a)
+            layout.append(("array", n) if isinstance(a, DArray) else ("scalar", a))
+            n += isinstance(a, DArray)
         blockwise.run(_UfuncOp(self, layout), out, arrays, f"vectorize-{self.name}")
         return out
 

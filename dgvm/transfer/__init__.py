@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dgvm import config
-from dgvm.records import DeviceProfile
+from dgvm.protocol.records import DeviceProfile
 from dgvm.transfer.base import TransferPath
 from dgvm.transfer.comm import CommPath
 from dgvm.transfer.cuda_ipc import CudaIpcPath

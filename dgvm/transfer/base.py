@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-from dgvm.records import DeviceProfile
+from dgvm.protocol.records import DeviceProfile
 
 
 class TransferPath(abc.ABC):

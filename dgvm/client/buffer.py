@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 from distributed import Client
 
-from dgvm import config, progress
-from dgvm.allocation import Allocation
-from dgvm.errors import InvalidAddress
+from dgvm import config
+from dgvm.client import progress
+from dgvm.client.allocation import Allocation
+from dgvm.protocol.errors import InvalidAddress
 
 
 def _positive_int(name: str, value) -> int:

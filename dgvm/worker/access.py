@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from distributed.utils import sync
 
-from dgvm import chunk_grid
-from dgvm.errors import ChunkLost, DgvmError, OutOfDeviceMemory, raise_if_invalid
+from dgvm.protocol import chunk_grid
+from dgvm.protocol.errors import ChunkLost, DgvmError, OutOfDeviceMemory, raise_if_invalid
 from dgvm.transfer import PATHS
 from dgvm.transfer.fetch import request_exports
 from dgvm.transfer.ipc_mappings import BufferGone

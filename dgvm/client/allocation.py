@@ -15,9 +15,9 @@ import numpy as np
 from distributed import Client
 from distributed.protocol import to_serialize
 
-from dgvm.errors import ChunkLost, InvalidAddress
-from dgvm.records import ChunkInfo
-from dgvm.session import call_scheduler, call_workers, current_client
+from dgvm.protocol.errors import ChunkLost, InvalidAddress
+from dgvm.protocol.records import ChunkInfo
+from dgvm.client.session import call_scheduler, call_workers, current_client
 
 # Live handles, so that the GVAT's "dgvm-moved" events can mark their chunk maps stale.
 _live: "weakref.WeakValueDictionary[tuple[str, int], Allocation]" = weakref.WeakValueDictionary()

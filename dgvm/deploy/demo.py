@@ -30,9 +30,9 @@ def _check(xp, chunk, index, starts):
 def run_demo(backend, n_workers, device_memory, size, chunk_bytes) -> int:
     import dgvm
     import dgvm.array as dnp
-    from dgvm.apply import map_chunks
-    from dgvm.cli import print_chunk_homes, print_workers
-    from dgvm.progress import Progress
+    from dgvm.client.apply import map_chunks
+    from dgvm.deploy.cli import print_chunk_homes, print_workers
+    from dgvm.client.progress import Progress
 
     backend = backends.resolve(backend or config.get("backend"))
     kwargs = {}

@@ -19,9 +19,9 @@ from distributed import WorkerPlugin
 from distributed.protocol import to_serialize
 
 from dgvm import backends, config, gc_pauses, streams, transfer
-from dgvm.streams import PEER_LEFT, RELEASE
-from dgvm.errors import InvalidAddress, OutOfDeviceMemory
-from dgvm.store import ChunkStore, StoredChunk
+from dgvm.protocol.messages import PEER_LEFT, RELEASE
+from dgvm.protocol.errors import InvalidAddress, OutOfDeviceMemory
+from dgvm.worker.store import ChunkStore, StoredChunk
 from dgvm.transfer.fetch import request_exports
 from dgvm.transfer.ipc_mappings import BufferGone
 from dgvm.transfer.ipc_retire import IpcRetirement
@@ -275,7 +275,7 @@ class ChunkStorePlugin(WorkerPlugin):
         return await cuda_ipc.mappings().forget(holder, handles, timeout)
 
     async def release(self, alloc_id: int, indices: list, ticket: int):
-        """Give up home chunks that moved away (stream message ``streams.RELEASE``, see
+        """Give up home chunks that moved away (stream message ``messages.RELEASE``, see
         ``gvat.releases``). Dask reads the stream's next message, a task that may read
         these chunks perhaps, only once this returns. It must not raise: an error in a
         stream handler ends the stream."""
@@ -326,7 +326,7 @@ def dask_setup(worker, others, dgvm_backend, dgvm_device_memory, dgvm_device_spe
     configuration closes the worker (see ``deploy.check_config``). A worker process its
     nanny started has its collection pauses kept short (``dgvm.gc_pauses``); a worker
     without one may share its process with a program."""
-    from dgvm.deploy import check_config
+    from dgvm.deploy.commands import check_config
 
     check_config(
         worker,

@@ -1,10 +1,10 @@
-"""``dgvm.rebalance``: even out device memory by moving chunk homes."""
+"""``dgvm.client.rebalance``: even out device memory by moving chunk homes."""
 
 from __future__ import annotations
 
 from distributed import Client
 
-from dgvm.session import call_scheduler, current_client
+from dgvm.client.session import call_scheduler, current_client
 
 
 def rebalance(client: Client | None = None) -> dict:
@@ -12,7 +12,7 @@ def rebalance(client: Client | None = None) -> dict:
     fraction of its device memory (largest chunks first, only moves that bring both
     workers closer to it). Pending launches on this client's arrays finish first.
     Returns ``{"chunks": moved, "bytes": moved}``."""
-    from dgvm.allocation import _live
+    from dgvm.client.allocation import _live
     from dgvm.array.darray import live_arrays
 
     client = client or current_client()

@@ -1,7 +1,7 @@
 """Old homes giving up moved chunks, in the background of a move.
 
 A move ends when the GVAT records the new home. The old home's copy is then released
-by a message on the scheduler's stream to that worker (``streams.RELEASE``), not by a
+by a message on the scheduler's stream to that worker (``messages.RELEASE``), not by a
 request the move waits for: that saves the move one round trip (a quarter of a small
 migration). Nothing can read the old copy meanwhile:
 
@@ -28,7 +28,8 @@ from __future__ import annotations
 import itertools
 import logging
 
-from dgvm.streams import RELEASE, tell
+from dgvm.protocol.messages import RELEASE
+from dgvm.streams import tell
 
 logger = logging.getLogger("dgvm.scheduler")
 

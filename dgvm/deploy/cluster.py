@@ -23,11 +23,12 @@ from abc import ABCMeta
 import distributed
 from distributed.core import Status
 
-from dgvm import backends, config, deploy
+from dgvm import backends, config
+from dgvm.deploy import commands as deploy
 from dgvm.backends.cuda import gpu_count
-from dgvm.deploy import SCHEDULER_PRELOAD, WORKER_PRELOAD
-from dgvm.errors import DgvmError
-from dgvm.scheduler_process import spec as own_process_spec
+from dgvm.deploy.commands import SCHEDULER_PRELOAD, WORKER_PRELOAD
+from dgvm.protocol.errors import DgvmError
+from dgvm.deploy.scheduler_process import spec as own_process_spec
 
 
 def _per_worker(value, n: int, what: str) -> list:
@@ -67,7 +68,7 @@ class LocalCluster(metaclass=ABCMeta):
         devices, e.g. ``[1, 2, 4]``); default: measured
     processes : workers in their own processes (True) or threads of this one (cpu only)
     scheduler_process : run the scheduler in a process of its own instead of on this
-        process's event loop (``dgvm.scheduler_process``): programs that start many small
+        process's event loop (``dgvm.deploy.scheduler_process``): programs that start many small
         operations no longer share one interpreter lock with it. It stops with the cluster,
         or when this process ends.
 

@@ -1,6 +1,6 @@
 """The scheduler side of dgvm: a SchedulerPlugin that keeps the GVAT.
 
-Load it as a preload (``dask scheduler --preload dgvm.scheduler``) or let
+Load it as a preload (``dask scheduler --preload dgvm.scheduler.plugin``) or let
 ``dgvm.LocalCluster`` / ``dgvm.connect`` install it. Its hooks are O(1); its handlers do
 their bookkeeping synchronously (fast, in memory) and await workers for anything that
 touches device memory, so the scheduler's event loop is never blocked.
@@ -17,11 +17,12 @@ import numpy as np
 from distributed import SchedulerPlugin
 
 from dgvm import config, dashboard, streams, transfer
-from dgvm.chunk_grid import block_nbytes
-from dgvm.errors import DgvmError, InvalidAddress, OutOfDeviceMemory
+from dgvm.protocol.chunk_grid import block_nbytes
+from dgvm.protocol.errors import DgvmError, InvalidAddress, OutOfDeviceMemory
 from dgvm.gvat import GVAT, migration
-from dgvm.gvat.releases import PendingReleases
-from dgvm.records import DeviceProfile
+from dgvm.scheduler.releases import PendingReleases
+from dgvm.protocol import messages
+from dgvm.protocol.records import DeviceProfile
 
 logger = logging.getLogger("dgvm.scheduler")
 
@@ -101,7 +102,7 @@ class GVATPlugin(SchedulerPlugin):
     async def start(self, scheduler):
         self.scheduler = scheduler
         scheduler.handlers.update(self.handlers())
-        scheduler.stream_handlers[streams.REPORT] = self._launched_stream
+        scheduler.stream_handlers[messages.REPORT] = self._launched_stream
         scheduler.extensions["dgvm"] = self
         for address in scheduler.workers:
             self.add_worker(scheduler, address)
@@ -137,7 +138,7 @@ class GVATPlugin(SchedulerPlugin):
         # that left is out of the inventory already.
         for rec in self.gvat.inventory.live():
             streams.tell(self.scheduler.stream_comms.get(rec.address),
-                         {"op": streams.PEER_LEFT, "worker": worker})
+                         {"op": messages.PEER_LEFT, "worker": worker})
 
     def remove_client(self, scheduler, client: str):
         # A client that goes away frees what it allocated, as a process exit frees its
@@ -306,7 +307,7 @@ class GVATPlugin(SchedulerPlugin):
                                 due, read_id, worker, e)
 
     async def _launched_stream(self, worker: str, alloc_id: int, wrote: list, reads: dict):
-        """``launched``, told on the worker's batched stream (``kernels.launch.report``).
+        """``launched``, told on the worker's batched stream (``dgvm.worker.tasks.report``).
         Dask awaits a stream handler before the next message of that stream, so this is
         done before the task's completion is handled. It must not raise: an error in a
         stream handler ends the worker's stream."""
@@ -454,9 +455,9 @@ dashboard.register()
 
 
 def dask_setup(scheduler):
-    """Preload entry point: ``dask scheduler --preload dgvm.scheduler``. A bad dgvm
+    """Preload entry point: ``dask scheduler --preload dgvm.scheduler.plugin``. A bad dgvm
     configuration closes the scheduler (see ``deploy.check_config``)."""
-    from dgvm.deploy import check_config
+    from dgvm.deploy.commands import check_config
 
     check_config(scheduler)
     scheduler.add_plugin(GVATPlugin(), name=PLUGIN_NAME)

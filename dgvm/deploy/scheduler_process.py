@@ -28,7 +28,7 @@ import dask
 from distributed.deploy.spec import ProcessInterface
 
 from dgvm import gc_pauses
-from dgvm.errors import DgvmError
+from dgvm.protocol.errors import DgvmError
 
 # Scheduler options of Dask's local clusters that a process of its own cannot take (Python
 # objects, or a TLS set-up made here), and whose defaults it does not need.

@@ -9,8 +9,9 @@ from collections import defaultdict
 import click
 from dask.utils import format_bytes
 
-from dgvm import config, deploy
-from dgvm.errors import DgvmError
+from dgvm import config
+from dgvm.deploy import commands as deploy
+from dgvm.protocol.errors import DgvmError
 
 
 def print_table(rows: list[list], headers: list[str]) -> None:
@@ -74,11 +75,11 @@ def info(address, chunks):
     """Print the GVAT and worker inventory of the cluster at ADDRESS."""
     from distributed import Client
 
-    from dgvm import lookup
+    from dgvm.client import lookup
 
     with Client(address, timeout="10s") as client:
         if not client.run_on_scheduler(lambda dask_scheduler=None: "dgvm" in dask_scheduler.extensions):
-            click.echo(f"the scheduler at {address} has no dgvm GVAT (start it with --preload dgvm.scheduler)")
+            click.echo(f"the scheduler at {address} has no dgvm GVAT (start it with --preload dgvm.scheduler.plugin)")
             sys.exit(1)
         click.echo("workers:")
         print_workers(lookup.workers(include_lost=True, client=client))
@@ -140,7 +141,7 @@ def _run(command, dry_run: bool) -> None:
 @click.argument("dask_args", nargs=-1, type=click.UNPROCESSED, metavar="[DASK_SCHEDULER_ARGS]...")
 def scheduler(port, dashboard_address, dry_run, dask_args):
     """Start a Dask scheduler that keeps the GVAT: runs 'dask scheduler --preload
-    dgvm.scheduler' with these defaults; every other argument goes to 'dask scheduler'
+    dgvm.scheduler.plugin' with these defaults; every other argument goes to 'dask scheduler'
     (e.g. --host, --scheduler-file, --no-dashboard)."""
     _run(_checked(deploy.scheduler_command, port, dashboard_address, dask_args), dry_run)
 
@@ -157,7 +158,7 @@ def scheduler(port, dashboard_address, dry_run, dask_args):
                 metavar="[SCHEDULER_ADDRESS] [DASK_WORKER_ARGS]...")
 def worker(backend, device_memory, device_speed, nworkers, nthreads, dry_run, dask_args):
     """Start workers that hold chunks: runs 'dask worker SCHEDULER_ADDRESS --preload
-    dgvm.worker' on cpu hosts and 'dask cuda worker ...' (one worker per GPU) on GPU hosts;
+    dgvm.worker.plugin' on cpu hosts and 'dask cuda worker ...' (one worker per GPU) on GPU hosts;
     every other argument goes to Dask (e.g. --scheduler-file, --memory-limit, --name)."""
     command = _checked(deploy.worker_command, dask_args, backend, device_memory, device_speed, nworkers, nthreads)
     _run(command, dry_run)
@@ -186,7 +187,7 @@ def show_config():
 def demo(backend, n_workers, device_memory, size, chunk_bytes):
     """Start a local cluster, allocate an array larger than any one device, fill and
     check it where it lives, and show where its chunks are."""
-    from dgvm.demo import run_demo
+    from dgvm.deploy.demo import run_demo
 
     sys.exit(run_demo(backend, n_workers, device_memory, size, chunk_bytes))
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from distributed import Client
 
-from dgvm.records import AllocationInfo, Location, WorkerInfo
-from dgvm.session import call_scheduler
+from dgvm.protocol.records import AllocationInfo, Location, WorkerInfo
+from dgvm.client.session import call_scheduler
 
 
 def translate(vaddr: int, client: Client | None = None) -> Location:

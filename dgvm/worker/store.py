@@ -17,7 +17,7 @@ import numpy as np
 from dask.utils import format_bytes
 
 from dgvm.backends import Backend
-from dgvm.errors import AccessDenied, InvalidAddress, OutOfDeviceMemory
+from dgvm.protocol.errors import AccessDenied, InvalidAddress, OutOfDeviceMemory
 
 logger = logging.getLogger("dgvm.worker")
 
@@ -63,7 +63,7 @@ class ChunkStore:
         # Read-only copies of chunks homed elsewhere: alloc id -> chunk index -> chunk.
         # The GVAT drops them (drop_replicas) before a write to the chunk completes.
         self._replicas: dict[int, dict[int, StoredChunk]] = {}
-        # Copies that all-or-nothing launches wrote, until their commit (kernels.staged):
+        # Copies that all-or-nothing launches wrote, until their commit (dgvm.worker.kernel_tasks):
         # launch id -> (alloc id of the output, {chunk index: new value}).
         self._staged: dict[str, tuple[int, dict]] = {}
         self.stats = StoreStats()

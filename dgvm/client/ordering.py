@@ -1,7 +1,7 @@
 """Which earlier tasks a new task must follow: those that touch the chunks it touches.
 
 Each array keeps the futures of the tasks that last wrote it and of later ones that read
-it (``dgvm.array.lifecycle.Pending``). A new task is ordered after them by taking them as
+it (``dgvm.client.pending.Pending``). A new task is ordered after them by taking them as
 Dask dependencies, and Dask then copies every dependency's result to the worker that runs
 the task first: a worker-to-worker request for each dependency that ran elsewhere. In a
 loop of operations on arrays spread over several workers (``y = f(x)`` again and again),
@@ -20,7 +20,7 @@ chunks (Dask fails a task whose dependency failed), not those of other chunks. S
 ``y`` failed on one worker, ``w += y`` updates the chunks whose part of ``y`` was made and
 ``w.wait()`` raises y's error; the caller learns of it either way, and an operation that
 fails by itself may also have written some of its chunks. Staged launches (all or
-nothing) give all their first tasks the same dependencies (``launch.dispatch``).
+nothing) give all their first tasks the same dependencies (``dgvm.client.dispatch``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Processes started for the implicit cluster do not run the program again.
 
-Dask starts the worker processes (and dgvm the scheduler's, ``dgvm.scheduler_process``)
+Dask starts the worker processes (and dgvm the scheduler's, ``dgvm.deploy.scheduler_process``)
 by spawning, and a spawned process first runs the program's script (or module) again,
 as ``__mp_main__``, so that the functions defined there can be found. A NumPy program
 ported with ``import dgvm.array as np`` has no ``if __name__ == "__main__":`` guard, and

@@ -11,8 +11,9 @@ import time
 
 from distributed import Client, default_client
 
-from dgvm import config, streams, thread_switch
-from dgvm.errors import DgvmError, NotConnected, raise_if_invalid
+from dgvm import config, streams
+from dgvm.client import thread_switch
+from dgvm.protocol.errors import DgvmError, NotConnected, raise_if_invalid
 
 
 def connect(address=None, **cluster_kwargs) -> Client:
@@ -24,10 +25,10 @@ def connect(address=None, **cluster_kwargs) -> Client:
       without the dgvm preloads, the plugins are installed on it and its workers now.
 
     The process's thread switch interval becomes ``dgvm.dispatch.switch-interval``
-    (``dgvm.thread_switch``).
+    (``dgvm.client.thread_switch``).
     """
     if address is None:
-        from dgvm.cluster import LocalCluster
+        from dgvm.deploy.cluster import LocalCluster
 
         cluster = LocalCluster(**cluster_kwargs)  # checks the configuration first
         client = Client(cluster, set_as_default=True)
@@ -44,8 +45,8 @@ def connect(address=None, **cluster_kwargs) -> Client:
 
 def ensure_plugins(client: Client, timeout: float = 30) -> None:
     """Install the GVAT and chunk-store plugins where the cluster lacks them."""
-    from dgvm.scheduler import PLUGIN_NAME, GVATPlugin
-    from dgvm.worker import ChunkStorePlugin
+    from dgvm.scheduler.plugin import PLUGIN_NAME, GVATPlugin
+    from dgvm.worker.plugin import ChunkStorePlugin
 
     def has_gvat(dask_scheduler=None):
         return PLUGIN_NAME in dask_scheduler.plugins

@@ -1,0 +1,104 @@
+"""The bodies of array operations' tasks on a worker (``dgvm.array.blockwise`` sends them).
+
+``blockwise_here`` makes each output chunk of a blockwise op where it lives;
+``collect_here`` and ``collect_tree_here`` compute a reduction's partial per chunk (of a
+stored array, or of a deferred elementwise tree computed chunk by chunk and never stored).
+"""
+
+from __future__ import annotations
+
+from dgvm.array import fused
+from dgvm.worker.access import Access, ArraySpec
+from dgvm.worker.tasks import device_task, write_chunks
+
+
+# Partials up to this size stay on the device until the task's last chunk is queued, so
+# that the device waits once per task; larger ones (sorted chunks, ...) come to the host
+# at once rather than pile up in device memory.
+SMALL_PARTIAL = 1 << 20
+
+
+def blockwise_here(op, out: ArraySpec, specs, indices, deps):
+    access = Access.here()
+    xp = access.store.backend.xp
+
+    def read(i, lo, hi):
+        return access.read(specs[i], lo, hi, xp)
+
+    # Ops that can write in place (elementwise, assignment) skip the temporary.
+    into = getattr(op, "block_into", None)
+
+    def per_chunk(k):
+        lo, hi = out.bounds(k)
+        target = access.chunk(out, k)
+        if not (into and access.store.is_home(out.alloc_id, k) and into(read, lo, hi, xp, target)):
+            access.put_result(out, k, target, op.block(read, lo, hi, xp))
+
+    # An op's own errors (NumPy's, CuPy's) come back as they are.
+    return write_chunks(access, out, indices, f"operation {type(op).__name__}", per_chunk, kernel_errors=False)
+
+
+def _small_or_host(value):
+    if isinstance(value, tuple):
+        return tuple(_small_or_host(v) for v in value)
+    return value if getattr(value, "nbytes", 0) <= SMALL_PARTIAL else _host(value)
+
+
+def _host(value):
+    if isinstance(value, tuple):
+        return tuple(_host(v) for v in value)
+    return value.get() if hasattr(value, "get") else value
+
+
+def _collect_chunks(access, op, spec: ArraySpec, indices, partial_of) -> dict:
+    """The body of a collect task: ``partial_of(k, lo, hi)`` for each chunk ``k`` (the
+    store locked), kept on the device while small; one wait for the device (the values
+    go to the host anyway; this one names a fault); block index -> host value."""
+    out = {}
+    with device_task(access, f"reduction {type(op).__name__}", spec, indices, may_leave=False):
+        for k in indices:
+            lo, hi = spec.bounds(k)
+            with access.output_chunk():
+                out[spec.block(k)] = _small_or_host(partial_of(k, lo, hi))
+    return {b: _host(v) for b, v in out.items()}
+
+
+def collect_here(op, spec: ArraySpec, indices, deps):
+    access = Access.here()
+    xp = access.store.backend.xp
+    return _collect_chunks(access, op, spec, indices,
+                           lambda k, lo, hi: op.partial(access.chunk(spec, k), lo, hi, xp))
+
+
+def collect_tree_here(op, tree, dtype, specs, grid: ArraySpec, indices, deps):
+    access = Access.here()
+    xp = access.store.backend.xp
+
+    def read(i, lo, hi):
+        return access.read(specs[i], lo, hi, xp)
+
+    reduction = getattr(op, "reduction", None)  # (fn, axes, dtype) a fused kernel can end with
+
+    def partial_of(k, lo, hi):
+        shape = [h - l for l, h in zip(lo, hi)]
+        leaves = tree.leaves(read, lo, hi, xp)
+        # One pass where it can: the tree's values are never stored.
+        partial = reduction and fused.reduce_tree(tree.stripped, leaves, xp, *reduction, shape)
+        if partial is None:
+            # The tree of an array of this dtype: its root casts to it.
+            scratch = access.scratch(shape, dtype)
+            tree.leaves_into(leaves, xp, scratch)
+            # A partial may be a view of the chunk (a head, a slice): copied off the
+            # scratch before the next chunk overwrites it.
+            partial = _detached(op.partial(scratch, lo, hi, xp), scratch, xp)
+        return partial
+
+    return _collect_chunks(access, op, grid, indices, partial_of)
+
+
+def _detached(value, scratch, xp):
+    if isinstance(value, tuple):
+        return tuple(_detached(v, scratch, xp) for v in value)
+    if isinstance(value, xp.ndarray) and xp.may_share_memory(value, scratch):
+        return value.copy()
+    return value

@@ -1,0 +1,157 @@
+"""The bodies of dgvm's tasks on a worker, and what every one of them ends with.
+
+Tasks arrive through ``dgvm.client.dispatch`` (one per worker, covering that worker's
+chunks). Each body finds the worker's chunk store through ``Access.here()``, writes or
+reads its chunks with the store locked, waits for the device at most once, and reports
+what it wrote and read to the GVAT on the worker's stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+
+from distributed.protocol import to_serialize
+from distributed.utils import sync
+
+from dgvm import config
+from dgvm.protocol.errors import DgvmError, KernelError
+from dgvm.protocol.messages import REPORT, TASK_PREFIX
+from dgvm.worker.access import Access, ArraySpec
+
+
+def apply_here(alloc_id: int, owner: str, fn, args, indices: list[int], deps):
+    """``map_chunks``' task: ``fn(xp, chunk_u8_view, index, *args)`` for each chunk."""
+    access = Access.here()
+    store = access.store
+    xp = store.backend.xp
+    out = []
+    with store.lock:  # no free or copy of these chunks while fn runs
+        for i in indices:
+            store.chunk(alloc_id, i, owner)  # validates owner and presence
+            out.append(fn(xp, store.view(alloc_id, i), i, *args))
+        store.backend.synchronize()
+    return out
+
+
+def report(out: ArraySpec, indices, access: Access) -> None:
+    """Tell the GVAT what a task wrote and read: it counts hits and misses, bumps the
+    written chunks' versions, drops their replicas and may move chunks read here often
+    enough. The report travels on the worker's batched stream, handed over before the
+    task returns: the scheduler handles it (awaiting the drops and moves) before the
+    task's completion, which comes after it on the same stream, so no later task sees a
+    stale replica, and the task itself does not wait. Output chunks whose home moved
+    away after the task was placed (``access.forwarded``) go to their new home first."""
+    worker = access.worker
+    for k, result in access.forwarded:
+        where = access.locate(out.alloc_id, k)
+        data = to_serialize(access.store.backend.to_host(result))
+        # The home's write handler bumps the version and drops replicas itself.
+        sync(worker.loop, worker.rpc(where["home"]).dgvm_write, alloc_id=out.alloc_id,
+             owner=out.owner, pieces=[[k, 0, data]])
+    done = {k for k, _ in access.forwarded}
+    reads = {
+        str(a): {**r, "home": sorted(r["home"]), "remote": sorted(r["remote"])}
+        for a, r in access.reads.items()
+    }
+    message = {"op": REPORT, "alloc_id": out.alloc_id,
+               "wrote": [k for k in indices if k not in done], "reads": reads}
+    worker.loop.add_callback(worker.batched_stream.send, message)
+
+
+def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, kernel_errors: bool,
+                 writes: bool = True) -> int:
+    """The body of a task that writes chunks ``indices`` of ``out`` here: ``per_chunk(k)``
+    for each (the store locked), at most one wait for the device for the whole task (it
+    runs one chunk while the next is queued; one stream, so a buffer freed meanwhile is
+    reused only after the work queued on it; ``device_task``), then the report to
+    the GVAT. The chunks written are reported also when a later one fails: their
+    replicas elsewhere must go.
+
+    ``kernel_errors``: a failure in ``per_chunk`` comes back as a ``KernelError`` naming
+    ``what``, the chunk and the worker (else as raised). A device fault found by the wait
+    is a ``KernelError`` for the task's chunks either way. ``writes=False``: ``per_chunk``
+    leaves ``out`` as it is (a staged launch); only the reads are reported."""
+    written = []
+    try:
+        with device_task(access, what, out, indices):
+            for k in indices:
+                try:
+                    with access.output_chunk():
+                        per_chunk(k)
+                except Exception as e:
+                    if not kernel_errors or isinstance(e, DgvmError):
+                        raise
+                    raise kernel_error(what, out, [k], access, e) from None
+                written.append(k)
+    finally:
+        wrote = written if writes else []
+        if wrote or access.reads:
+            report(out, wrote, access)
+    return len(indices)
+
+
+def finish_on_device(access: Access, what: str, out: ArraySpec, indices, may_leave: bool = True) -> None:
+    """End a task's device work: leave it running when ``may_leave`` and another dgvm
+    task is ready on this worker (that one, or the last of the run, waits:
+    ``dgvm.backends.queued_work``), else wait for the device. A fault found by the wait is
+    a ``KernelError`` for the task's chunks, which names the work earlier tasks left
+    running: the fault may be theirs."""
+    backend = access.store.backend
+    queued = backend.queued
+    if (may_leave and backend.one_stream and config.get("dispatch.device-wait") == "last"
+            and next_task_waits(access.worker)):
+        queued.leave(f"{what} on chunks {_span(indices)} of allocation {out.alloc_id}")
+        return
+    earlier = queued.named()
+    try:
+        backend.synchronize()
+    except Exception as e:  # a fault ends the CUDA context
+        err = kernel_error(what, out, indices, access, e)
+        if earlier:
+            err = KernelError(f"{err}; queued before it without a wait: {'; '.join(earlier)}")
+        raise err from None
+
+
+@contextlib.contextmanager
+def device_task(access: Access, what: str, out: ArraySpec, indices, may_leave: bool = True):
+    """The part of a task that queues device work for chunks ``indices`` of ``out``; then
+    ``finish_on_device``. A body that fails waits for the device all the same: an
+    earlier task may have left its work running for this one. The body's own error is
+    the one raised; a device fault found then is raised by the next task that waits."""
+    try:
+        yield
+    except BaseException:
+        backend = access.store.backend
+        with contextlib.suppress(Exception):
+            backend.synchronize()
+        raise
+    finish_on_device(access, what, out, indices, may_leave)
+
+
+def next_task_waits(worker) -> bool:
+    """Is another dgvm task ready to run on ``worker``, waiting only for a thread? It
+    finishes its own device work after this task's (``finish_on_device``)."""
+    try:
+        for tasks in (worker.state.ready, worker.state.constrained):
+            if any(str(ts.key).startswith(TASK_PREFIX) for ts in tasks):
+                return True
+    except RuntimeError:  # the event loop, which owns them, changed one meanwhile: wait
+        pass
+    return False
+
+
+def _span(indices) -> str:
+    indices = list(indices)
+    return str(indices) if len(indices) <= 4 else f"[{indices[0]}, ..., {indices[-1]}] ({len(indices)})"
+
+
+def kernel_error(what: str, out: ArraySpec, indices, access: Access, e: Exception) -> KernelError:
+    """``e``, raised by ``what`` on chunks ``indices`` of ``out`` here, as the caller's
+    ``KernelError`` naming the kernel, the chunk (block) and the worker, with the traceback."""
+    where = f"of allocation {out.alloc_id} on worker {access.worker.address}"
+    if len(indices) == 1:
+        block = out.block(indices[0])
+        return KernelError(f"{what} failed on chunk {indices[0]} (block {block}) {where}: "
+                           f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+    return KernelError(f"{what} failed on chunks {list(indices)} {where}: {type(e).__name__}: {e}")
