@@ -1,3 +1,3 @@
-from dgvm.deploy.cli import main
+from dgvm.cli.main import main
 
 main()

@@ -10,6 +10,7 @@ All options: docs/configuration.md.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 
@@ -192,3 +193,32 @@ def validate(overrides: dict | None = None, source: str | None = None) -> dict:
     if errors:
         raise ConfigError("invalid dgvm configuration:\n  " + "\n  ".join(errors))
     return section
+
+
+# Close tasks of servers a preload found misconfigured, held until they finish.
+_closing: set = set()
+
+
+async def _close_once_started(server) -> None:
+    # A server closed while it starts may still register and then die, and a nanny would
+    # restart it: wait for the start (this preload runs inside it) to finish first.
+    await server
+    await server.close(reason="dgvm-config-error")
+
+
+def check_in_preload(server, overrides: dict | None = None, source: str | None = None) -> None:
+    """In a preload: ``validate(overrides, source)``. A bad configuration closes
+    ``server`` (a worker takes its nanny with it) and is raised for Dask to log, rather than
+    leaving a scheduler without the GVAT or a worker without its chunk store running on."""
+    try:
+        validate(overrides, source)
+    except ConfigError:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not on the server's event loop: nothing to close from here
+            loop = None
+        if loop is not None:
+            task = loop.create_task(_close_once_started(server))
+            _closing.add(task)
+            task.add_done_callback(_closing.discard)
+        raise

@@ -135,7 +135,7 @@ def uses_dynamic_grid(x, n):
 
 
 def _launch_cuda(pyfunc, griddim, blockdim, *args):
-    from dgvm.kernels.numba_compat import patch_numpy_for_numba_cuda
+    from dgvm.backends.numba_compat import patch_numpy_for_numba_cuda
 
     patch_numpy_for_numba_cuda()
     cuda.jit(pyfunc)[griddim, blockdim](*args)  # copies NumPy arguments back after the run

@@ -125,7 +125,7 @@ def free_port() -> int:
 
 
 def test_scheduler_preload_serves_pages_and_json(tmp_path):
-    """``dask scheduler --preload dgvm.scheduler.plugin`` in a fresh process (with a dashboard
+    """``dask scheduler --preload dgvm.scheduler`` in a fresh process (with a dashboard
     prefix): distributed builds the pages into its own dashboard (so JupyterLab lists
     them) and mounts the JSON API and metrics under the prefix."""
     port = free_port()

@@ -122,7 +122,7 @@ def wait_for_stores(client, n: int, procs: Processes, timeout: float = 60) -> li
 
 
 def start_dask_scheduler(procs: Processes, tmp_path) -> str:
-    """``dask scheduler --preload dgvm.scheduler.plugin`` on loopback; its address."""
+    """``dask scheduler --preload dgvm.scheduler`` on loopback; its address."""
     sched_file = tmp_path / "scheduler.json"
     procs.start("scheduler", [
         *cli("dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
@@ -211,7 +211,7 @@ def test_dgvm_scheduler_and_worker_commands(procs, tmp_path):
     with dgvm.connect(address) as client:
         wait_for_stores(client, 2, procs)
         allocate_launch_free(client, [40 * MiB, 40 * MiB])
-    assert "dgvm: running" in procs.log("workers") and "--preload dgvm.worker.plugin" in procs.log("workers")
+    assert "dgvm: running" in procs.log("workers") and "--preload dgvm.worker" in procs.log("workers")
     assert "/individual-dgvm" in procs.log("scheduler")
     assert_stopped_cleanly(procs)
 
@@ -223,7 +223,7 @@ def first_visible_gpu(client) -> list[str]:
 
 @pytest.mark.gpu
 def test_dask_cuda_worker_and_dgvm_worker_on_gpus(procs, tmp_path):
-    """On a GPU host: ``dask cuda worker --preload dgvm.worker.plugin`` (one worker per GPU, the
+    """On a GPU host: ``dask cuda worker --preload dgvm.worker`` (one worker per GPU, the
     whole GPU each), then ``dgvm worker`` with a device-memory limit, which runs dask-cuda
     underneath and hands the limit over as DASK_DGVM__DEVICE_MEMORY."""
     from dgvm.backends.cuda import gpu_count

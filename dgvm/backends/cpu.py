@@ -53,7 +53,7 @@ class CpuBackend(Backend):
 
     def _init_device(self, capacity):
         from dgvm import config
-        from dgvm.kernels.numba_compat import follow_numba_num_threads
+        from dgvm.backends.numba_compat import follow_numba_num_threads
 
         follow_numba_num_threads()
 

@@ -32,7 +32,7 @@ class _JSONHandler(RequestHandler):
         source = DashboardSource.of(self.server)
         if source is None:
             return self.reply({"error": "dgvm is not running on this scheduler "
-                                        "(start it with: dask scheduler --preload dgvm.scheduler.plugin)"}, 404)
+                                        "(start it with: dask scheduler --preload dgvm.scheduler)"}, 404)
         snap = source.snapshot()
         try:
             body = self.answer(source, snap)

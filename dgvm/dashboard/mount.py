@@ -3,7 +3,7 @@
 Two moments, because distributed builds its dashboard once, while the scheduler starts:
 
 - ``register`` runs when ``dgvm.scheduler.plugin`` is imported. A scheduler imports its preloads
-  (``--preload dgvm.scheduler.plugin``, which ``dgvm.LocalCluster`` uses) before it builds its HTTP
+  (``--preload dgvm.scheduler``, which ``dgvm.LocalCluster`` uses) before it builds its HTTP
   server, so listing ``dgvm.dashboard.routes`` in ``distributed.scheduler.http.routes`` then
   makes distributed itself mount the JSON API and build the pages into its dashboard: they
   appear in the "More..." menu and in ``individual-plots.json`` (JupyterLab's list).

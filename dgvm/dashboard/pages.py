@@ -21,7 +21,7 @@ logger = logging.getLogger("dgvm.dashboard")
 
 NOT_RUNNING = (
     "<p>dgvm is not running on this scheduler. Start it with "
-    "<code>dask scheduler --preload dgvm.scheduler.plugin</code>, <code>dgvm.LocalCluster</code> "
+    "<code>dask scheduler --preload dgvm.scheduler</code>, <code>dgvm.LocalCluster</code> "
     "or <code>dgvm.connect()</code>.</p>"
 )
 

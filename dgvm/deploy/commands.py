@@ -8,7 +8,6 @@ Extra arguments go to Dask unchanged.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import os
 import shlex
@@ -160,29 +159,3 @@ def worker_command(
     return Command(argv + preload, env=env, notes=notes)
 
 
-_closing: set = set()
-
-
-async def _close_once_started(server) -> None:
-    # A server closed while it starts may still register and then die, and a nanny would
-    # restart it: wait for the start (this preload runs inside it) to finish first.
-    await server
-    await server.close(reason="dgvm-config-error")
-
-
-def check_config(server, overrides: dict | None = None, source: str | None = None) -> None:
-    """In a preload: ``config.validate(overrides, source)``. A bad configuration closes
-    ``server`` (a worker takes its nanny with it) and is raised for Dask to log, rather than
-    leaving a scheduler without the GVAT or a worker without its chunk store running on."""
-    try:
-        config.validate(overrides, source)
-    except ConfigError:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # not on the server's event loop: nothing to close from here
-            loop = None
-        if loop is not None:
-            task = loop.create_task(_close_once_started(server))
-            _closing.add(task)
-            task.add_done_callback(_closing.discard)
-        raise

@@ -11,7 +11,6 @@ import time
 
 import numpy as np
 
-from dgvm import transfer
 from dgvm.gvat.inventory import WorkerRecord
 from dgvm.gvat.table import GVAT, Allocation
 
@@ -36,10 +35,11 @@ def note_reads(alloc: Allocation, uid: int, home_used, remote, threshold: int) -
     return due
 
 
-def plan_move(gvat: GVAT, alloc: Allocation, indices, target: WorkerRecord) -> list[dict]:
+def plan_move(gvat: GVAT, alloc: Allocation, indices, target: WorkerRecord, choose_path) -> list[dict]:
     """What ``target`` must pull to become the home of ``indices``: chunks not homed there
-    already and not moving; each with its current home, path and version. Marks them as
-    moving (``finish_move`` clears the mark)."""
+    already and not moving; each with its current home, the path ``choose_path(home
+    profile, target profile)`` names, and version. Marks them as moving (``finish_move``
+    clears the mark)."""
     plan = []
     for i in dict.fromkeys(int(i) for i in indices):
         home = gvat.inventory.by_uid[int(alloc.homes[i])]
@@ -49,7 +49,7 @@ def plan_move(gvat: GVAT, alloc: Allocation, indices, target: WorkerRecord) -> l
         plan.append({
             "index": i,
             "home": home.address,
-            "path": transfer.choose(home.profile, target.profile),
+            "path": choose_path(home.profile, target.profile),
             "version": int(alloc.versions[i]),
         })
     return plan

@@ -146,7 +146,7 @@ class GVAT:
         if not live:
             raise OutOfDeviceMemory(
                 f"{_fmt(int(sizes.sum()))} asked but no worker with a dgvm chunk store is "
-                "connected (start workers with --preload dgvm.worker.plugin, or use dgvm.LocalCluster)"
+                "connected (start workers with --preload dgvm.worker, or use dgvm.LocalCluster)"
             )
         if placement not in policies.POLICIES:
             raise ValueError(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 
 from dgvm.kernels.cache import compiled_once, new_key
-from dgvm.kernels.numba_compat import patch_numpy_for_numba_cuda
+from dgvm.backends.numba_compat import patch_numpy_for_numba_cuda
 
 
 

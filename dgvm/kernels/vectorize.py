@@ -14,7 +14,7 @@ import numpy as np
 from dgvm.kernels.cache import compiled_once, new_key
 from dgvm.array.darray import DArray
 from dgvm.kernels.launch import check_args
-from dgvm.kernels.numba_compat import patch_numpy_for_numba_cuda
+from dgvm.backends.numba_compat import patch_numpy_for_numba_cuda
 
 
 class Vectorized:

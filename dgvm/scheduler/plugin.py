@@ -1,6 +1,6 @@
 """The scheduler side of dgvm: a SchedulerPlugin that keeps the GVAT.
 
-Load it as a preload (``dask scheduler --preload dgvm.scheduler.plugin``) or let
+Load it as a preload (``dask scheduler --preload dgvm.scheduler``) or let
 ``dgvm.LocalCluster`` / ``dgvm.connect`` install it. Its hooks are O(1); its handlers do
 their bookkeeping synchronously (fast, in memory) and await workers for anything that
 touches device memory, so the scheduler's event loop is never blocked.
@@ -328,7 +328,7 @@ class GVATPlugin(SchedulerPlugin):
         promotes its replicas), the GVAT records the new homes, the old homes are told to
         release their copies (in the background: ``gvat.releases``), and the owner's
         client hears of it (event ``dgvm-moved``)."""
-        plan = migration.plan_move(self.gvat, alloc, indices, target)
+        plan = migration.plan_move(self.gvat, alloc, indices, target, transfer.choose)
         if not plan:
             return []
         try:
@@ -455,9 +455,7 @@ dashboard.register()
 
 
 def dask_setup(scheduler):
-    """Preload entry point: ``dask scheduler --preload dgvm.scheduler.plugin``. A bad dgvm
-    configuration closes the scheduler (see ``deploy.check_config``)."""
-    from dgvm.deploy.commands import check_config
-
-    check_config(scheduler)
+    """Preload entry point: ``dask scheduler --preload dgvm.scheduler``. A bad dgvm
+    configuration closes the scheduler (see ``config.check_in_preload``)."""
+    config.check_in_preload(scheduler)
     scheduler.add_plugin(GVATPlugin(), name=PLUGIN_NAME)

@@ -323,12 +323,10 @@ class ChunkStorePlugin(WorkerPlugin):
 @click.option("--dgvm-device-speed", default=None, type=float, help="relative speed (cpu emulation)")
 def dask_setup(worker, others, dgvm_backend, dgvm_device_memory, dgvm_device_speed):
     """Preload entry point: ``dask worker ADDR --preload dgvm.worker``. A bad dgvm
-    configuration closes the worker (see ``deploy.check_config``). A worker process its
+    configuration closes the worker (see ``config.check_in_preload``). A worker process its
     nanny started has its collection pauses kept short (``dgvm.gc_pauses``); a worker
     without one may share its process with a program."""
-    from dgvm.deploy.commands import check_config
-
-    check_config(
+    config.check_in_preload(
         worker,
         {"backend": dgvm_backend, "device-memory": dgvm_device_memory, "device-speed": dgvm_device_speed},
         source="the preload option --dgvm-{key}",

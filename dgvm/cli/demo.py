@@ -31,7 +31,7 @@ def run_demo(backend, n_workers, device_memory, size, chunk_bytes) -> int:
     import dgvm
     import dgvm.array as dnp
     from dgvm.client.apply import map_chunks
-    from dgvm.deploy.cli import print_chunk_homes, print_workers
+    from dgvm.cli.tables import print_chunk_homes, print_workers
     from dgvm.client.progress import Progress
 
     backend = backends.resolve(backend or config.get("backend"))

@@ -1,0 +1,1 @@
+"""The ``dgvm`` command: ``scheduler``, ``worker``, ``cluster``, ``info`` and ``demo``."""
