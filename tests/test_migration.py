@@ -1,4 +1,4 @@
-"""Homes that move: re-homing after remote reads, x.migrate, dgvm.client.rebalance, launches
+"""Homes that move: re-homing after remote reads, x.migrate, dgvm.rebalance, launches
 placed before a move, and reads that find no room for a replica."""
 
 import time
@@ -276,13 +276,13 @@ def test_rebalance_evens_out_memory(case):
     x = dnp.from_numpy(np.arange(4 * MiB, dtype=np.float64), chunks=MiB // 4, placement="packed")
     try:
         before = fractions()
-        moved = dgvm.client.rebalance()
+        moved = dgvm.rebalance()
         after = fractions()
         assert moved["chunks"] > 0 and moved["bytes"] == moved["chunks"] * 2 * MiB
         assert max(after) - min(after) < max(before) - min(before)
         assert max(after) - min(after) <= 2 * 2 * MiB / min(case.capacities) + 1e-9
         assert np.array_equal(dnp.asnumpy(x), np.arange(4 * MiB, dtype=np.float64))
-        assert dgvm.client.rebalance()["chunks"] == 0  # already even
+        assert dgvm.rebalance()["chunks"] == 0  # already even
     finally:
         x.free()
 

@@ -17,7 +17,7 @@ from dgvm.client.pending import Pending
 from dgvm.array.operators import ArrayMethods, ArrayOperators
 
 
-# Live arrays by id, so that dgvm.client.rebalance can let their pending launches finish first
+# Live arrays by id, so that dgvm.rebalance can let their pending launches finish first
 # (not a WeakSet: a set compares its members, and DArray's == is elementwise).
 live_arrays: "weakref.WeakValueDictionary[int, DArray]" = weakref.WeakValueDictionary()
 

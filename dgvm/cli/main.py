@@ -8,7 +8,7 @@ import sys
 import click
 
 from dgvm import config
-from dgvm.cli.tables import print_allocations, print_chunk_homes, print_workers
+from dgvm.cli.tables import print_allocations, print_chunk_homes, print_table, print_workers
 from dgvm.deploy import commands as deploy
 from dgvm.protocol.errors import DgvmError
 

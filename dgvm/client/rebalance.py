@@ -1,4 +1,4 @@
-"""``dgvm.client.rebalance``: even out device memory by moving chunk homes."""
+"""``dgvm.rebalance``: even out device memory by moving chunk homes."""
 
 from __future__ import annotations
 
