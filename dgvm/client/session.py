@@ -7,7 +7,9 @@ bytes straight to and from the workers that hold them.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+import weakref
 
 from distributed import Client, default_client
 
@@ -72,6 +74,47 @@ def ensure_plugins(client: Client, timeout: float = 30) -> None:
                     f"GVAT within {timeout} s"
                 )
             time.sleep(0.1)
+
+
+class Session:
+    """What dgvm keeps in the user's process for one connection (one ``distributed.Client``).
+
+    State a layer above keeps per connection (arrays' releases, allocations kept for
+    reuse, ...) lives in a part of the session, one instance of the part's class per
+    session (``part``), so two clients in one process share none of it and a test gets a
+    fresh one with a fresh client."""
+
+    def __init__(self, client: Client):
+        self.client = client
+        self._parts: dict[type, object] = {}
+        self._lock = threading.Lock()
+
+    def part(self, cls):
+        """This session's one instance of ``cls`` (``cls(session)``, made on first use)."""
+        with self._lock:
+            part = self._parts.get(cls)
+            if part is None:
+                part = self._parts[cls] = cls(self)
+            return part
+
+    def parts(self) -> list:
+        with self._lock:
+            return list(self._parts.values())
+
+
+# One session per client of this process, gone with its client.
+_sessions: "weakref.WeakKeyDictionary[Client, Session]" = weakref.WeakKeyDictionary()
+_sessions_lock = threading.Lock()
+
+
+def session_of(client: Client | None = None) -> Session:
+    """The session of ``client`` (default: the current client)."""
+    client = client or current_client()
+    with _sessions_lock:
+        s = _sessions.get(client)
+        if s is None:
+            s = _sessions[client] = Session(client)
+        return s
 
 
 def current_client() -> Client:
