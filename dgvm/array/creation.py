@@ -103,7 +103,8 @@ def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zer
     reusable = not zero and colocate is not None
     kept = recycle.take(client, shape, np.dtype(dtype), grid, colocate) if reusable else None
     if kept is not None:  # ordered after the tasks still running on it
-        alloc, alloc.after = kept
+        alloc, after = kept
+        alloc.pending.wrote(after)
         return alloc
 
     def create():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import weakref
 
 import numpy as np
 
@@ -15,11 +14,6 @@ from dgvm.array.lifecycle import release_when_unreachable
 from dgvm.client.dispatch import settle
 from dgvm.client.pending import Pending
 from dgvm.array.operators import ArrayMethods, ArrayOperators
-
-
-# Live arrays by id, so that dgvm.rebalance can let their pending launches finish first
-# (not a WeakSet: a set compares its members, and DArray's == is elementwise).
-live_arrays: "weakref.WeakValueDictionary[int, DArray]" = weakref.WeakValueDictionary()
 
 
 class DArray(ArrayOperators, ArrayMethods):
@@ -50,11 +44,7 @@ class DArray(ArrayOperators, ArrayMethods):
         self._alloc = alloc
         # Futures of the launches that last wrote this array and of later launches that
         # read it: the next launch orders itself after them (see dgvm.client.dispatch).
-        # A reused allocation (dgvm.array.recycle): the tasks that still use it go first.
-        self._pending_state = Pending(alloc.after or ())
-        alloc.after = None
-        release_when_unreachable(self, alloc, self._pending_state)
-        live_arrays[id(self)] = self
+        release_when_unreachable(self, alloc)
 
     @property
     def alloc(self) -> Allocation:
@@ -79,8 +69,7 @@ class DArray(ArrayOperators, ArrayMethods):
     def pending(self) -> Pending:
         """The tasks that write this array and those that read it since (made now if
         the array is deferred)."""
-        self.alloc
-        return self._pending_state
+        return self.alloc.pending
 
     def _materialize_if_deferred(self) -> None:
         if self._deferred is not None:

@@ -316,7 +316,7 @@ def _fill(x: DArray, d, alloc, write) -> None:
         write()
     except BaseException:
         x._alloc = None
-        after = x._pending_state.writes  # a reused allocation: tasks may still run on it
+        after = alloc.pending.writes  # a reused allocation: tasks may still run on it
         if after:
             free_later(alloc, after)
         else:

@@ -13,8 +13,6 @@ import atexit
 import threading
 import weakref
 
-from dgvm.client.pending import Pending
-
 
 # Reentrant: a finalizer may run (a garbage collection) while this thread holds it.
 _lock = threading.RLock()
@@ -30,18 +28,18 @@ def _stop_releasing() -> None:
     _exiting = True
 
 
-def release_when_unreachable(array, alloc, pending: Pending) -> None:
-    f = weakref.finalize(array, _release, alloc, pending, array.shape, array.dtype, array.chunks)
+def release_when_unreachable(array, alloc) -> None:
+    f = weakref.finalize(array, _release, alloc, array.shape, array.dtype, array.chunks)
     f.atexit = False  # at interpreter exit the cluster goes away with its memory
 
 
-def _release(alloc, pending: Pending, shape, dtype, chunks) -> None:
+def _release(alloc, shape, dtype, chunks) -> None:
     from dgvm.array import recycle
 
     if alloc.freed or _exiting:
         return
     alloc.freed = True
-    futures = pending.take()
+    futures = alloc.pending.take()
     # Kept for the next result of this layout (dgvm.array.recycle), or freed.
     if not client_running(alloc.client) or not recycle.offer(alloc, shape, dtype, chunks, futures):
         free_later(alloc, futures)

@@ -15,6 +15,7 @@ import numpy as np
 from distributed import Client
 from distributed.protocol import to_serialize
 
+from dgvm.client.pending import Pending
 from dgvm.protocol.errors import ChunkLost, InvalidAddress
 from dgvm.protocol.records import ChunkInfo
 from dgvm.client.session import call_scheduler, call_workers, current_client
@@ -37,6 +38,11 @@ def _watch_moves(client: Client) -> None:
         client.subscribe_topic("dgvm-moved", functools.partial(_on_moved, client.id))
 
 
+def live_allocations(client: Client) -> list:
+    """The allocations of ``client`` this process still holds and has not freed."""
+    return [a for (owner, _), a in list(_live.items()) if owner == client.id and not a.freed]
+
+
 class Allocation:
     """A live allocation in the GVAT, seen from the user's process."""
 
@@ -50,9 +56,9 @@ class Allocation:
         # True once the GVAT said a chunk moved: the next use fetches a fresh chunk map.
         # (A use that races with the news still lands: workers forward or say "moved".)
         self.stale = False
-        # Futures of tasks that still use a reused allocation (dgvm.array.recycle): the
-        # array that takes it over orders its first task after them.
-        self.after = None
+        # The tasks that write and read the memory: new ones follow them
+        # (dgvm.client.dispatch); a reused allocation's new array follows the old one's.
+        self.pending = Pending()
         self.reusable = False  # an operation's result, kept for reuse once released
         self._set_map(chunk_map)
         _live[(self.owner, self.alloc_id)] = self

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from distributed import Client
+from distributed import wait as dask_wait
 
+from dgvm.client.allocation import live_allocations
 from dgvm.client.session import call_scheduler, current_client
 
 
@@ -12,16 +14,10 @@ def rebalance(client: Client | None = None) -> dict:
     fraction of its device memory (largest chunks first, only moves that bring both
     workers closer to it). Pending launches on this client's arrays finish first.
     Returns ``{"chunks": moved, "bytes": moved}``."""
-    from dgvm.client.allocation import _live
-    from dgvm.array.darray import live_arrays
-
     client = client or current_client()
-    for x in list(live_arrays.values()):
-        alloc = x._alloc  # never computes a deferred array
-        if alloc is not None and alloc.client is client and not alloc.freed:
-            x.settle()
+    mine = live_allocations(client)
+    dask_wait([f for a in mine for f in a.pending.all()])  # their errors are their callers'
     moved = call_scheduler("dgvm_rebalance", client, owner=client.id)
-    for (owner, _), alloc in list(_live.items()):
-        if owner == client.id:
-            alloc.stale = True  # the "dgvm-moved" events may still be on their way
+    for alloc in mine:
+        alloc.stale = True  # the "dgvm-moved" events may still be on their way
     return moved

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 
 from dgvm import config
-from dgvm.protocol.errors import ConfigError, DgvmError
+from dgvm.protocol.errors import DgvmError
 
 SCHEDULER_PORT = 8786
 DASHBOARD_ADDRESS = ":8787"
