@@ -1,3 +1,3 @@
-from dgvm.cli.main import main
+from dgvm.cli import main
 
 main()

@@ -131,7 +131,7 @@ def test_scheduler_preload_serves_pages_and_json(tmp_path):
     port = free_port()
     log = open(tmp_path / "scheduler.log", "w")
     proc = subprocess.Popen(
-        [os.path.join(os.path.dirname(sys.executable), "dask"), "scheduler", "--preload", "dgvm.scheduler.plugin",
+        [os.path.join(os.path.dirname(sys.executable), "dask"), "scheduler", "--preload", "dgvm.scheduler",
          "--host", "127.0.0.1", "--port", "0", "--dashboard-address", f"127.0.0.1:{port}",
          "--dashboard-prefix", "/pre"],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -127,7 +127,7 @@ def start_dask_scheduler(procs: Processes, tmp_path) -> str:
     procs.start("scheduler", [
         *cli("dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
         "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched_file),
-        "--preload", "dgvm.scheduler.plugin",
+        "--preload", "dgvm.scheduler",
     ], env=SCHEDULER_ENV)
     return scheduler_address(procs, "scheduler", sched_file)
 
@@ -175,7 +175,7 @@ def test_dask_cli_with_dgvm_preloads(procs, tmp_path):
     for name, memory in memories.items():
         procs.start(name, [
             *cli("dask"), "worker", address, "--host", "127.0.0.1", "--nthreads", "1",
-            "--name", name, "--preload", "dgvm.worker.plugin",
+            "--name", name, "--preload", "dgvm.worker",
             "--dgvm-backend", "cpu", "--dgvm-device-memory", f"{memory // MiB}MiB",
         ], env=WORKER_ENV)
     with dgvm.connect(address) as client:
@@ -188,7 +188,7 @@ def test_dask_cli_with_dgvm_preloads(procs, tmp_path):
         # keep it running without a chunk store).
         procs.start("worker-bad", [
             *cli("dask"), "worker", address, "--host", "127.0.0.1", "--name", "worker-bad",
-            "--preload", "dgvm.worker.plugin", "--dgvm-device-memory", "lots",
+            "--preload", "dgvm.worker", "--dgvm-device-memory", "lots",
         ], env=WORKER_ENV)
         procs.wait_exit("worker-bad", 60)
         assert "dgvm.device-memory = 'lots' (from the preload option --dgvm-device-memory)" in procs.log("worker-bad")
@@ -231,7 +231,7 @@ def test_dask_cuda_worker_and_dgvm_worker_on_gpus(procs, tmp_path):
     n = gpu_count()
     address = start_dask_scheduler(procs, tmp_path)
     procs.start("dask-cuda", [
-        *cli("dask"), "cuda", "worker", address, "--host", "127.0.0.1", "--preload", "dgvm.worker.plugin",
+        *cli("dask"), "cuda", "worker", address, "--host", "127.0.0.1", "--preload", "dgvm.worker",
     ], env=WORKER_ENV)
     with dgvm.connect(address) as client:
         workers = wait_for_stores(client, n, procs, timeout=120)
@@ -377,8 +377,8 @@ def test_scheduler_process_refuses_options_it_cannot_pass():
 
     with pytest.raises(ValueError, match="cannot pass the scheduler option services="):
         spec({"services": {("x", 0): object}, "port": 0})
-    assert spec({"security": None, "port": 0, "preload": ["dgvm.scheduler.plugin"]})["options"] == {
-        "options": {"preload": ["dgvm.scheduler.plugin", "dgvm.deploy.scheduler_process"], "port": 0}, "log_level": None}
+    assert spec({"security": None, "port": 0, "preload": ["dgvm.scheduler"]})["options"] == {
+        "options": {"preload": ["dgvm.scheduler", "dgvm.deploy.scheduler_process"], "port": 0}, "log_level": None}
     # Refused before anything starts (security=True: certificates made in this process).
     # (Threads of earlier tests may end meanwhile: the new ones are what counts.)
     threads = set(threading.enumerate())
@@ -392,7 +392,7 @@ def test_scheduler_process_refuses_options_it_cannot_pass():
 def test_scheduler_with_a_bad_config_value_stops_and_says_why(procs):
     procs.start("scheduler", [
         *cli("dask"), "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-        "--preload", "dgvm.scheduler.plugin",
+        "--preload", "dgvm.scheduler",
     ], env={"DASK_DGVM__PLACEMENT__HEADROOM": "2"})
     procs.wait_exit("scheduler", 60)
     log = procs.log("scheduler")
@@ -424,7 +424,7 @@ def test_worker_preload_leaves_other_preloads_arguments():
     async def run():
         async with Scheduler(host="127.0.0.1", port=0, dashboard_address=None) as s:
             argv = ["--dgvm-backend", "cpu", "--dgvm-device-memory", "8MiB", "--create-cuda-context"]
-            async with Worker(s.address, nthreads=1, preload=["dgvm.worker.plugin"], preload_argv=argv) as w:
+            async with Worker(s.address, nthreads=1, preload=["dgvm.worker"], preload_argv=argv) as w:
                 return w.extensions["dgvm"].backend.capacity
 
     assert asyncio.run(run()) == 8 * MiB - ARENA_RESERVE
@@ -440,7 +440,7 @@ def after(argv: list[str], *words: str) -> bool:
 def test_scheduler_command_defaults_and_pass_through():
     c = deploy.scheduler_command(dask_args=["--host", "10.0.0.1"])
     assert c.argv[:4] == [sys.executable, "-m", "dask", "scheduler"]
-    assert after(c.argv, "--preload", "dgvm.scheduler.plugin")
+    assert after(c.argv, "--preload", "dgvm.scheduler")
     assert after(c.argv, "--port", "8786") and after(c.argv, "--dashboard-address", ":8787")
     assert after(c.argv, "--host", "10.0.0.1")
 
@@ -452,7 +452,7 @@ def test_cpu_worker_command():
     assert after(c.argv, "--nworkers", "3") and after(c.argv, "--nthreads", "1")
     assert after(c.argv, "--memory-limit", "4GiB")
     # the preload's options come after --preload, as Dask hands them to the preload
-    assert after(c.argv, "--preload", "dgvm.worker.plugin", "--dgvm-backend", "cpu", "--dgvm-device-memory", "2GiB")
+    assert after(c.argv, "--preload", "dgvm.worker", "--dgvm-backend", "cpu", "--dgvm-device-memory", "2GiB")
 
 
 def test_gpu_host_gets_one_dask_cuda_worker_per_gpu(monkeypatch):
@@ -460,7 +460,7 @@ def test_gpu_host_gets_one_dask_cuda_worker_per_gpu(monkeypatch):
     c = deploy.worker_command(["tcp://h:8786"], gpus=4)
     assert c.argv[:6] == [sys.executable, "-m", "dask", "cuda", "worker", "tcp://h:8786"]
     # dask-cuda's own preload would reject --dgvm-* options: they go as DASK_DGVM__*
-    assert c.argv[-2:] == ["--preload", "dgvm.worker.plugin"]
+    assert c.argv[-2:] == ["--preload", "dgvm.worker"]
     assert c.env == {"DASK_DGVM__BACKEND": "cuda"}
     c = deploy.worker_command(["tcp://h:8786"], device_memory="8GiB", gpus=4)
     assert c.env == {"DASK_DGVM__BACKEND": "cuda", "DASK_DGVM__DEVICE_MEMORY": "8GiB"}

@@ -1,1 +1,5 @@
-"""The ``dgvm`` command: ``scheduler``, ``worker``, ``cluster``, ``info`` and ``demo``."""
+"""The ``dgvm`` command: ``scheduler``, ``worker``, ``config``, ``info`` and ``demo``."""
+
+from dgvm.cli.commands import main
+
+__all__ = ["main"]
