@@ -8,15 +8,22 @@ import contextlib
 import dgvm
 
 
-def parse(description: str, **sizes) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=description)
+def parser(doc: str, **sizes) -> argparse.ArgumentParser:
+    """The command line of an example: the cluster's options, then its sizes with their
+    defaults (``--help`` prints them, so the docstring need not repeat them)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--scheduler", help="attach to this scheduler instead of starting a local cluster")
-    p.add_argument("--backend", default=None, help="auto (default), cuda or cpu")
+    p.add_argument("--backend", default=None, help="auto, cuda or cpu (None: the dgvm.backend setting)")
     p.add_argument("--workers", type=int, default=2, help="local cluster: number of workers")
     p.add_argument("--device-memory", default=None, help="local cluster: memory per worker, e.g. 2GiB")
     for name, default in sizes.items():
-        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=default)
-    return p.parse_args()
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, default=default, help=name)
+    return p
+
+
+def parse(doc: str, **sizes) -> argparse.Namespace:
+    return parser(doc, **sizes).parse_args()
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """2-D heat equation, explicit steps with halo=1: each chunk reads one cell of its
 neighbours, fetched from the workers that hold them. Compared with NumPy.
 
-    python examples/heat_stencil.py [--n 4096] [--chunk 1024] [--steps 20]
+    python examples/heat_stencil.py [--n N] [--chunk C] [--steps S] [--backend cpu]     (--help: every option and its default)
 """
 
 from __future__ import annotations
@@ -54,6 +54,6 @@ def run(n: int = 256, chunk: int = 64, steps: int = 10) -> float:
 if __name__ == "__main__":
     from _common import check, cluster, parse
 
-    args = parse(__doc__.splitlines()[0], n=2048, chunk=512, steps=20)
+    args = parse(__doc__, n=2048, chunk=512, steps=20)
     with cluster(args):
         check("heat_stencil", run(args.n, args.chunk, args.steps), 1e-9)

@@ -2,7 +2,7 @@
 panel of A and the column panel of B it needs migrate there (as replicas) on the first
 miss. Compared with NumPy.
 
-    python examples/matmul.py [--n 2048] [--block 512]
+    python examples/matmul.py [--n N] [--block B] [--backend cpu]     (--help: every option and its default)
 """
 
 from __future__ import annotations
@@ -46,6 +46,6 @@ def run(n: int = 256, block: int = 64) -> float:
 if __name__ == "__main__":
     from _common import check, cluster, parse
 
-    args = parse(__doc__.splitlines()[0], n=1024, block=256)
+    args = parse(__doc__, n=1024, block=256)
     with cluster(args):
         check("matmul", run(args.n, args.block), 1e-12)

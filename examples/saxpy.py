@@ -1,6 +1,6 @@
 """y = a*x + y over arrays spread across the cluster, run where each chunk lives.
 
-    python examples/saxpy.py [--n 50000000] [--chunk 5000000] [--backend cpu]
+    python examples/saxpy.py [--n N] [--chunk C] [--backend cpu]     (--help: every option and its default)
 """
 
 from __future__ import annotations
@@ -33,6 +33,6 @@ def run(n: int = 1_000_000, chunk: int = 100_000, a: float = 2.5) -> float:
 if __name__ == "__main__":
     from _common import check, cluster, parse
 
-    args = parse(__doc__.splitlines()[0], n=10_000_000, chunk=1_000_000)
+    args = parse(__doc__, n=10_000_000, chunk=1_000_000)
     with cluster(args):
         check("saxpy", run(args.n, args.chunk), 1e-6)
