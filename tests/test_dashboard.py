@@ -175,6 +175,17 @@ def test_totals_never_go_down_when_workers_leave_or_restart():
     assert grown["hits"] == 10
 
 
+def test_counters_of_a_heartbeat_and_a_launch_report_keep_the_later_of_each():
+    from dgvm.dashboard.counters import latest
+
+    beat = {"hits": 5, "misses": 0, "left_running": 1, "paths": {}}  # taken before the task
+    report = {"hits": 6, "misses": 10, "paths": {"shm": {"count": 10, "bytes": 100}}}
+    both = {"hits": 6, "misses": 10, "left_running": 1, "paths": {"shm": {"count": 10, "bytes": 100}}}
+    assert latest(beat, report) == latest(report, beat) == both  # in either order
+    older = {"hits": 6, "misses": 4, "paths": {"shm": {"count": 4, "bytes": 40}}}
+    assert latest(both, older) == both  # an earlier report handed over late
+
+
 # -- JSON ------------------------------------------------------------------------------
 def test_json_api_agrees_with_lookup(case):
     x = dnp.from_numpy(np.arange(4096.0).reshape(64, 64), chunks=(16, 32), placement="round_robin")

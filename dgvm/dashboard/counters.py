@@ -1,7 +1,8 @@
 """Cluster-wide access counters that never go down.
 
 Each worker's chunk store counts hits, misses, home moves, evictions and bytes per
-transfer path since it started, and reports them in its heartbeat. Summed over the live
+transfer path since it started, and reports them in its heartbeat and in every task's
+launch report (``latest`` keeps the later of the two). Summed over the live
 workers these totals would drop whenever a worker leaves, so ``Totals`` keeps what every
 worker that left (or registered again under a new uid) had reported last: the sum it
 answers only grows, as Prometheus counters must. ``Rates`` turns successive totals into
@@ -18,6 +19,22 @@ from typing import Hashable
 FIELDS = ("hits", "misses", "rehomes", "evicted", "transient")
 #: counters per transfer path
 PATH_FIELDS = ("count", "bytes", "seconds")
+
+
+def latest(seen: dict | None, stats: dict) -> dict:
+    """Two readings of one store's counters (``StoreStats``, nested by path), which may
+    arrive in either order, as one: each counter the larger, that is the later, as the
+    counters only grow. What only ``seen`` has stays as it is."""
+    if not seen:
+        return stats
+    out = dict(seen)
+    for k, v in stats.items():
+        mine = out.get(k)
+        if isinstance(v, dict):
+            out[k] = latest(mine, v) if isinstance(mine, dict) else v
+        else:
+            out[k] = v if mine is None else max(mine, v)
+    return out
 
 
 def flatten(stats: dict) -> dict[tuple, float]:

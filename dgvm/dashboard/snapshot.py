@@ -1,6 +1,7 @@
 """One snapshot of the GVAT, shared by the dashboard pages, the JSON API and Prometheus.
 
-It is built from the GVAT plugin's in-memory state and the workers' last heartbeats, with
+It is built from the GVAT plugin's in-memory state and the workers' last heartbeats (their
+counters as of their last launch report where that is later: ``counters.latest``), with
 no RPC and no await, so it can run inside a Bokeh callback or an HTTP handler on the
 scheduler's event loop. Its rows are ``dgvm.table()`` and ``dgvm.workers()`` rows (made by
 the same GVAT and plugin methods) with a few fields added; its ``stats`` has the shape of
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dgvm import transfer
-from dgvm.dashboard.counters import Totals, nest
+from dgvm.dashboard.counters import Totals, latest, nest
 
 #: the only tier with chunks until memory tiering lands (``records.TIERS``)
 DEVICE_TIER = "device"
@@ -111,8 +112,12 @@ def build(plugin, spread: Spread, totals: Totals) -> Snapshot:
         _worker_row(w, rec, m)
         live[rec.uid] = w
         if "stats" in m:
-            per_worker[rec.address] = {**m["stats"], "replicas": m.get("replicas", 0)}
-            current[(rec.address, rec.uid)] = m["stats"]
+            # a task's report is handled before its completion, a heartbeat up to 0.5 s
+            # (more on a busy loop or a large cluster) after it
+            reported = plugin.reported_stats(rec.address, rec.uid)
+            stats = latest(m["stats"], reported) if reported else m["stats"]
+            per_worker[rec.address] = {**stats, "replicas": m.get("replicas", 0)}
+            current[(rec.address, rec.uid)] = stats
 
     allocations, alloc_stats = [], {}
     for alloc in gvat.allocations.values():

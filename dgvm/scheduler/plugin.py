@@ -17,6 +17,7 @@ import numpy as np
 from distributed import SchedulerPlugin
 
 from dgvm import config, dashboard, streams, transfer
+from dgvm.dashboard.counters import latest
 from dgvm.protocol.chunk_grid import block_nbytes
 from dgvm.protocol.errors import DgvmError, InvalidAddress, OutOfDeviceMemory
 from dgvm.gvat import GVAT, migration
@@ -79,6 +80,9 @@ class GVATPlugin(SchedulerPlugin):
         self.scheduler = None
         self._background: set[asyncio.Task] = set()
         self.releases = PendingReleases()  # old homes giving up moved chunks
+        # address -> (uid, its store's counters as its launch reports told them, the
+        # largest of each): newer than its last heartbeat's once a task reported since
+        self._reported: dict[str, tuple[int, dict]] = {}
 
     # Handlers the scheduler serves; one visible place (a test checks they are installed).
     def handlers(self) -> dict:
@@ -126,6 +130,7 @@ class GVATPlugin(SchedulerPlugin):
 
     def remove_worker(self, scheduler, worker: str, **kwargs):
         rec = self.gvat.inventory.remove(worker)
+        self._reported.pop(worker, None)
         if rec is not None and rec.chunks:
             logger.warning("dgvm worker %s left holding %d chunks; they are marked lost", worker, rec.chunks)
         self.releases.worker_left(worker)
@@ -165,6 +170,20 @@ class GVATPlugin(SchedulerPlugin):
 
         await asyncio.gather(*(free_one(a) for a in alloc_ids))
         return len(alloc_ids)
+
+    def _report_stats(self, worker: str, stats: dict):
+        rec = self.gvat.inventory.by_address.get(worker)
+        if rec is None:
+            return
+        uid, before = self._reported.get(worker, (None, None))
+        # tasks in several threads may hand their reports over out of order
+        self._reported[worker] = (rec.uid, latest(before, stats) if uid == rec.uid else stats)
+
+    def reported_stats(self, address: str, uid: int) -> dict | None:
+        """The counters of the store at ``address`` (registered as ``uid``) as its launch
+        reports told them; None if none reported."""
+        kept = self._reported.get(address)
+        return kept[1] if kept is not None and kept[0] == uid else None
 
     # -- inventory -----------------------------------------------------------------------
     def _sync_worker(self, address: str):
@@ -306,12 +325,16 @@ class GVATPlugin(SchedulerPlugin):
                     logger.info("re-homing chunks %s of allocation %s to %s failed: %s",
                                 due, read_id, worker, e)
 
-    async def _launched_stream(self, worker: str, alloc_id: int, wrote: list, reads: dict):
+    async def _launched_stream(self, worker: str, alloc_id: int, wrote: list, reads: dict,
+                               stats: dict | None = None):
         """``launched``, told on the worker's batched stream (``dgvm.worker.tasks.report``).
         Dask awaits a stream handler before the next message of that stream, so this is
-        done before the task's completion is handled. It must not raise: an error in a
+        done before the task's completion is handled; so are the store's counters the
+        report carries (``stats``: ``reported_stats``). It must not raise: an error in a
         stream handler ends the worker's stream."""
         try:
+            if stats is not None:
+                self._report_stats(worker, stats)
             await self.launched(alloc_id, wrote, reads, worker=worker)
         except Exception:  # noqa: BLE001
             logger.exception("dgvm: the report of a task on %s (allocation %s) failed", worker, alloc_id)

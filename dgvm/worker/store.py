@@ -342,5 +342,6 @@ class StoreStats:
         return {
             "hits": self.hits, "misses": self.misses, "rehomes": self.rehomes,
             "evicted": self.evicted, "transient": self.transient,
-            "paths": {k: dict(v) for k, v in self.paths.items()},
+            # list(): one step, while a fetch in another thread may add a path
+            "paths": {k: dict(v) for k, v in list(self.paths.items())},
         }

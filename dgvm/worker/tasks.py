@@ -54,8 +54,11 @@ def report(out: ArraySpec, indices, access: Access) -> None:
         str(a): {**r, "home": sorted(r["home"]), "remote": sorted(r["remote"])}
         for a, r in access.reads.items()
     }
+    # the store's counters with this task's reads in them: the dashboard has them when
+    # the task's completion is known, not only at the worker's next heartbeat
     message = {"op": REPORT, "alloc_id": out.alloc_id,
-               "wrote": [k for k in indices if k not in done], "reads": reads}
+               "wrote": [k for k in indices if k not in done], "reads": reads,
+               "stats": access.store.stats.to_dict()}
     worker.loop.add_callback(worker.batched_stream.send, message)
 
 
