@@ -32,7 +32,8 @@ from __future__ import annotations
 import math
 
 from dgvm.protocol.errors import DgvmError
-from dgvm.worker.access import Access, ArraySpec
+from dgvm.protocol.records import ArraySpec
+from dgvm.worker.access import Access
 from dgvm.worker.tasks import write_chunks
 
 # Default threads per block by launch dimensionality.
