@@ -313,14 +313,14 @@ class GVATPlugin(SchedulerPlugin):
     async def move(self, alloc, indices, target, reason: str) -> list[int]:
         """Make ``target`` the home of chunks ``indices`` of ``alloc``: it pulls them (or
         promotes its replicas), the GVAT records the new homes, the old homes are told to
-        release their copies (in the background: ``gvat.releases``), and the owner's
+        release their copies (in the background: ``scheduler.releases``), and the owner's
         client hears of it (event ``messages.MOVED_TOPIC``)."""
         plan = migration.plan_move(self.gvat, alloc, indices, target, transfer.choose)
         if not plan:
             return []
         try:
             # The target does the releases sent to it first: one still on its way could
-            # drop the chunk this pull brings back (gvat.releases).
+            # drop the chunk this pull brings back (scheduler.releases).
             # A full device or a worker still busy with releases is raised here.
             pulled: Pulled = await self._ask(
                 target.address, messages.PULL, alloc_id=alloc.alloc_id, owner=alloc.owner,

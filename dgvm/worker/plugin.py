@@ -80,7 +80,7 @@ class ChunkStorePlugin(WorkerPlugin):
         # for one: a task holding this store's lock may be waiting on a peer whose own task
         # waits for an export from here.
         self._export_executor = ThreadPoolExecutor(2, thread_name_prefix="dgvm-export")
-        self._release_done = -1  # the ticket of the last release done here (gvat.releases)
+        self._release_done = -1  # the ticket of the last release done here (scheduler.releases)
         self._releases = asyncio.Condition()
         self.worker = worker
         # Refusals (an allocation gone, a device full, ...) are answered as data.
@@ -292,7 +292,7 @@ class ChunkStorePlugin(WorkerPlugin):
 
     async def release(self, alloc_id: AllocId, indices: list, ticket: ReleaseTicket):
         """Give up home chunks that moved away (stream message ``messages.RELEASE``, see
-        ``gvat.releases``). Dask reads the stream's next message, a task that may read
+        ``scheduler.releases``). Dask reads the stream's next message, a task that may read
         these chunks perhaps, only once this returns. It must not raise: an error in a
         stream handler ends the stream."""
         try:
@@ -306,7 +306,7 @@ class ChunkStorePlugin(WorkerPlugin):
 
     async def _after_releases(self, after_release: ReleaseTicket | None, memory: bool = True) -> bool:
         """Wait until the releases sent here up to ticket ``after_release`` are done and
-        (``memory``) their memory is back (``gvat.releases``); False after
+        (``memory``) their memory is back (``scheduler.releases``); False after
         ``RELEASE_WAIT`` seconds."""
         if after_release is None:
             return True
