@@ -90,11 +90,12 @@ def main(argv=None) -> int:
         # The requests an operation makes, alone (no task).
         from dgvm.array.creation import allocate
         from dgvm.client.session import call_scheduler, call_workers
+        from dgvm.protocol import messages
 
         requests = {
-            "GVAT request (dgvm_workers)": lambda: call_scheduler("dgvm_workers", client),
-            "worker request (dgvm_store_info), both": lambda: call_workers(
-                "dgvm_store_info", {w: {} for w in workers}, client),
+            f"GVAT request ({messages.WORKERS})": lambda: call_scheduler(messages.WORKERS, client),
+            f"worker request ({messages.STORE_INFO}), both": lambda: call_workers(
+                messages.STORE_INFO, {w: {} for w in workers}, client),
         }
         for name, fn in requests.items():
             print(f"{name:45s} {1e3 * median_time(fn, args.reps):8.2f}")

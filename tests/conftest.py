@@ -13,6 +13,8 @@ import pytest
 
 import dgvm
 from dgvm.backends.cuda import gpu_count
+from dgvm.client.session import call_scheduler
+from dgvm.protocol import messages
 
 MiB = 2**20
 
@@ -86,7 +88,7 @@ def case(dgvm_cluster):
     settle_releases()
     leftover = dgvm.table(client=dgvm_cluster.client)
     for a in leftover:
-        dgvm_cluster.client.sync(dgvm_cluster.client.scheduler.dgvm_free, alloc_id=a.alloc_id)
+        call_scheduler(messages.FREE, dgvm_cluster.client, alloc_id=a.alloc_id)
     assert not leftover, f"test left allocations behind: {leftover}"
     assert set(dgvm_cluster.store_used().values()) == {0}
 

@@ -34,14 +34,14 @@ def test_elements_and_small_views_are_read_in_place(case):
 
 
 def test_two_views_of_one_array_are_read_in_one_request(case, monkeypatch):
-    from dgvm.client.allocation import Allocation
+    from dgvm.client.allocation import AllocationHandle
 
     h = np.arange(8 * 6, dtype=np.float64).reshape(8, 6)
     x = dnp.asarray(h, chunks=(4, 3))
     x.wait()
     gets = []
-    real_get = Allocation.get
-    monkeypatch.setattr(Allocation, "get", lambda self, pieces: gets.append(pieces) or real_get(self, pieces))
+    real_get = AllocationHandle.get
+    monkeypatch.setattr(AllocationHandle, "get", lambda self, pieces: gets.append(pieces) or real_get(self, pieces))
     assert float(x[3, 4] * x[3, 5]) == h[3, 4] * h[3, 5]
     np.testing.assert_array_equal(dnp.asnumpy(x[3] - x[2, ::-1]), h[3] - h[2, ::-1])
     assert len(gets) == 2  # one per read, each covering both views

@@ -22,6 +22,7 @@ import dgvm.array as dnp
 from dgvm.deploy import commands as deploy
 from dgvm.protocol.errors import DgvmError
 from dgvm.client.session import call_workers
+from dgvm.protocol import messages
 
 from test_examples import load
 
@@ -158,7 +159,7 @@ def allocate_launch_free(client, capacities: list[int] | None, backend: str = "c
         for a in (x, y, out):
             a.free()
     assert dgvm.table(client=client) == []
-    stores = call_workers("dgvm_store_info", {w.address: {} for w in workers}, client)
+    stores = call_workers(messages.STORE_INFO, {w.address: {} for w in workers}, client)
     for address, info in stores.items():
         assert (info["used"], info["chunks"], info["replicas"], info["allocations"]) == (0, 0, 0, 0), address
 

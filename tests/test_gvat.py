@@ -99,7 +99,7 @@ def test_translate_with_a_larger_last_chunk():
     loc = g.translate(a.vaddr + 40)
     assert (loc.chunk_index, loc.offset) == (1, 8)
     many = g.translate_many([a.vaddr + 40, a.vaddr + 64, a.vaddr + 143, a.vaddr])
-    assert many["chunk_index"] == [1, 2, 2, 0] and many["offset"] == [8, 0, 79, 0]
+    assert many.chunk_index == [1, 2, 2, 0] and many.offset == [8, 0, 79, 0]
     with pytest.raises(dgvm.InvalidAddress):
         g.translate_many([a.vaddr, a.vaddr + 144])
 

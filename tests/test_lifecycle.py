@@ -11,19 +11,17 @@ from distributed import Client
 
 import dgvm
 import dgvm.array as dnp
-from dgvm.scheduler.plugin import GVATPlugin
-from dgvm.worker.plugin import ChunkStorePlugin
+from dgvm.client.session import call_scheduler
+from dgvm.protocol import messages
 
 MiB = 2**20
 
 
 def test_handlers_are_installed(case):
-    sched_ops = set(GVATPlugin().handlers())
     have = case.client.run_on_scheduler(lambda dask_scheduler=None: set(dask_scheduler.handlers))
-    assert sched_ops <= have
-    worker_ops = set(ChunkStorePlugin(backend="cpu").handlers())
+    assert messages.SCHEDULER_HANDLERS <= have
     for ops in case.client.run(lambda dask_worker: set(dask_worker.handlers)).values():
-        assert worker_ops <= ops
+        assert messages.WORKER_HANDLERS <= ops
 
 
 def test_workers_report_profiles(case):
@@ -45,8 +43,7 @@ def test_other_clients_cannot_touch_an_allocation(case):
     with dgvm.malloc(2 * MiB, chunk_bytes=MiB) as buf:
         buf.write(0, b"mine")
         with Client(case.cluster.scheduler_address, set_as_default=False) as other:
-            stolen = dgvm.GlobalBuffer(other, case.client.sync(
-                case.client.scheduler.dgvm_chunk_map, alloc_id=buf.alloc_id))
+            stolen = dgvm.GlobalBuffer(other, call_scheduler(messages.CHUNK_MAP, case.client, alloc_id=buf.alloc_id))
             with pytest.raises(dgvm.AccessDenied, match="belongs to"):
                 stolen.read(0, 4)
             with pytest.raises(dgvm.AccessDenied):
@@ -231,17 +228,16 @@ def test_a_free_after_the_allocation_went_is_answered_not_a_handler_failure(case
     # As when a program's arrays are released while its cluster closes and frees them all.
     x = dnp.zeros(1000)
     alloc, client = x.alloc, case.client
-    assert client.sync(client.scheduler.dgvm_free, alloc_id=alloc.alloc_id, owner=alloc.owner) == alloc.nbytes
-    again = client.sync(client.scheduler.dgvm_free, alloc_id=alloc.alloc_id, owner=alloc.owner)
-    assert again == {"invalid": f"allocation {alloc.alloc_id} was already freed"}
+    free = getattr(client.scheduler, messages.FREE)
+    assert client.sync(free, alloc_id=alloc.alloc_id, owner=alloc.owner) == alloc.nbytes
+    again = client.sync(free, alloc_id=alloc.alloc_id, owner=alloc.owner)
+    assert again == messages.refusal(dgvm.InvalidAddress(f"allocation {alloc.alloc_id} was already freed"))
     with pytest.raises(dgvm.InvalidAddress, match="already freed"):
         alloc.free()
     # Every handler that looks an allocation up answers so, and the caller raises it.
-    gone = client.sync(client.scheduler.dgvm_chunk_map, alloc_id=alloc.alloc_id)
-    assert gone == {"invalid": f"allocation {alloc.alloc_id} was already freed"}
-    from dgvm.client.session import call_scheduler
-
-    for op, kw in (("dgvm_chunk_map", {}), ("dgvm_table", {}), ("dgvm_migrate", {"indices": [0], "worker": "x"})):
+    gone = client.sync(getattr(client.scheduler, messages.CHUNK_MAP), alloc_id=alloc.alloc_id)
+    assert gone == messages.refusal(dgvm.InvalidAddress(f"allocation {alloc.alloc_id} was already freed"))
+    for op, kw in ((messages.CHUNK_MAP, {}), (messages.TABLE, {}), (messages.MIGRATE, {"indices": [0], "worker": "x"})):
         with pytest.raises(dgvm.InvalidAddress, match="already freed"):
             call_scheduler(op, client, alloc_id=alloc.alloc_id, **kw)
     del x

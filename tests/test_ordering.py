@@ -10,7 +10,7 @@ from numba import cuda
 
 import dgvm
 import dgvm.array as dnp
-from dgvm.client import ordering
+from dgvm.client.ordering import TaskChunks
 
 
 class _Task:
@@ -19,6 +19,7 @@ class _Task:
 
 def test_an_aligned_task_skips_the_tasks_of_other_chunks():
     a, b, unknown = _Task(), _Task(), _Task()
+    ordering = TaskChunks()
     ordering.record([a, b], [[0, 1], [2, 3]], aligned=True)
     # Writers and readers of the output: only those that touched chunks 2 or 3, and those
     # not recorded (they may have touched any chunk).

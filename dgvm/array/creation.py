@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dgvm.protocol import chunk_grid
-from dgvm.client.allocation import Allocation
+from dgvm.client.allocation import AllocationHandle
 from dgvm.array import blockwise, recycle
 from dgvm.array.darray import DArray
 from dgvm.array.zero_size import NoElements
@@ -92,7 +92,7 @@ def new_array(shape, dtype, chunks, placement=None, colocate=None, client=None, 
     return DArray(allocate(shape, dtype, grid, placement, colocate, client, zero), shape, dtype, grid)
 
 
-def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zero=True) -> Allocation:
+def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zero=True) -> AllocationHandle:
     """The GVAT allocation for an array of this shape, dtype and chunk grid (zero-filled
     unless ``zero=False``: for results whose every element the next task writes)."""
     client = _client(client)
@@ -108,7 +108,7 @@ def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zer
         return alloc
 
     def create():
-        return Allocation.create(
+        return AllocationHandle.create(
             client, shape=list(shape), dtype=np.dtype(dtype).str, chunks=[list(c) for c in grid],
             zero=bool(zero), **placement_request(placement, colocate),
         )

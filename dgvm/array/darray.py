@@ -8,7 +8,7 @@ import numpy as np
 
 from dgvm.protocol import chunk_grid
 from dgvm.client import progress
-from dgvm.client.allocation import Allocation
+from dgvm.client.allocation import AllocationHandle
 from dgvm.array.deferred import host_value
 from dgvm.array.lifecycle import release_when_unreachable
 from dgvm.client.dispatch import settle
@@ -29,7 +29,7 @@ class DArray(ArrayOperators, ArrayMethods):
     ``alloc`` materializes it.
     """
 
-    def __init__(self, alloc: Allocation | None, shape, dtype, chunks):
+    def __init__(self, alloc: AllocationHandle | None, shape, dtype, chunks):
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.chunks = tuple(tuple(int(b) for b in axis) for axis in chunks)
@@ -40,14 +40,14 @@ class DArray(ArrayOperators, ArrayMethods):
         if alloc is not None:
             self._adopt(alloc)
 
-    def _adopt(self, alloc: Allocation) -> None:
+    def _adopt(self, alloc: AllocationHandle) -> None:
         self._alloc = alloc
         # Futures of the launches that last wrote this array and of later launches that
         # read it: the next launch orders itself after them (see dgvm.client.dispatch).
         release_when_unreachable(self, alloc)
 
     @property
-    def alloc(self) -> Allocation:
+    def alloc(self) -> AllocationHandle:
         """The GVAT allocation behind the array (made now if the array is deferred)."""
         if self._alloc is None:
             self._materialize_if_deferred()

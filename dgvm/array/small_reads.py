@@ -8,7 +8,7 @@ worker and read it back, three round trips for eight bytes. A deferred array of 
 ``MAX_ELEMENTS`` elements whose leaves are views of (or whole) computed arrays is instead
 read on the caller: each leaf straight from the chunks of its array, each run of
 elements that follow one another in one chunk a (chunk, byte offset, length) piece of
-one read request per worker and array (``Allocation.get``; ``x[3] - x[2]`` reads x
+one read request per worker and array (``AllocationHandle.get``; ``x[3] - x[2]`` reads x
 once), and the tree evaluated with NumPy, as the elementwise operations of host values
 are (``dgvm.array.deferred``).
 """
@@ -44,7 +44,7 @@ def read_view(x) -> np.ndarray | None:
 
 def _read(bases, views) -> list[np.ndarray]:
     """Each leaf ``bases[i]`` through ``views[i]`` (None: whole), read from its chunks:
-    one ``Allocation.get`` per array, however many leaves view it."""
+    one ``AllocationHandle.get`` per array, however many leaves view it."""
     shapes = [view_shape(b, v) for b, v in zip(bases, views)]
     pieces = [_pieces(b, _input_coordinates(v, s)) for b, v, s in zip(bases, views, shapes)]
     by_array: dict[int, list[int]] = {}

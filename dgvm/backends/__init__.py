@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from dgvm.backends.base import Backend
-from dgvm.backends.cuda import gpu_count
+from dgvm.backends.cpu import CpuBackend
+from dgvm.backends.cuda import CudaBackend, gpu_count
 from dgvm.protocol.errors import DgvmError
 
 
 def _registry() -> dict[str, type[Backend]]:
-    from dgvm.backends.cpu import CpuBackend
-    from dgvm.backends.cuda import CudaBackend
-
     return {"cpu": CpuBackend, "cuda": CudaBackend}
 
 

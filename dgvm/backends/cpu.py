@@ -15,25 +15,20 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from dgvm import config
 from dgvm.backends.base import Backend
+from dgvm.backends.numba_compat import follow_numba_num_threads
 from dgvm.gvat.ranges import RangeAllocator
 
 _ALIGN = 256  # bytes; keeps every chunk view aligned for any dtype and SIMD
 
 
-# Arenas created by this process, by name: a same-process peer (threaded workers) maps
-# them through here instead of opening the segment a second time.
-own_arenas: "weakref.WeakValueDictionary[str, shared_memory.SharedMemory]" = weakref.WeakValueDictionary()
-
-
 def _open_arena(size: int) -> shared_memory.SharedMemory:
     name = f"dgvm-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     try:  # Python >= 3.13: the worker owns the segment, not the resource tracker
-        shm = shared_memory.SharedMemory(name=name, create=True, size=size, track=False)
+        return shared_memory.SharedMemory(name=name, create=True, size=size, track=False)
     except TypeError:
-        shm = shared_memory.SharedMemory(name=name, create=True, size=size)
-    own_arenas[shm.name] = shm
-    return shm
+        return shared_memory.SharedMemory(name=name, create=True, size=size)
 
 
 def _close_arena(shm: shared_memory.SharedMemory) -> None:
@@ -52,9 +47,6 @@ class CpuBackend(Backend):
     xp = np
 
     def _init_device(self, capacity):
-        from dgvm import config
-        from dgvm.backends.numba_compat import follow_numba_num_threads
-
         follow_numba_num_threads()
 
         if capacity is None:
@@ -69,7 +61,8 @@ class CpuBackend(Backend):
 
     @property
     def shm_name(self) -> str:
-        """Name of the shared-memory arena, for same-host peers."""
+        """Name of the shared-memory arena, for same-host peers (which map it themselves,
+        also a peer in this process: ``transfer.shm.PeerArenas``)."""
         return self._shm.name
 
     def _allocate(self, nbytes, zero):

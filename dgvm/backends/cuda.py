@@ -29,7 +29,7 @@ from dgvm.transfer.ipc_exports import ExportedBuffers
 def gpu_count() -> int:
     """Number of visible CUDA devices; 0 when CuPy or a driver is missing."""
     try:
-        import cupy
+        import cupy  # optional (dgvm[cuda])
 
         return int(cupy.cuda.runtime.getDeviceCount())
     except Exception:
@@ -52,7 +52,7 @@ class CudaBackend(Backend):
     name = "cuda"
 
     def _init_device(self, capacity):
-        import cupy
+        import cupy  # optional (dgvm[cuda]): only a cuda worker opens the device
 
         self.xp = cupy
         self._cupy = cupy

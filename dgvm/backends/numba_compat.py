@@ -27,6 +27,7 @@ def follow_numba_num_threads() -> None:
     Called once per worker, before any parallel code runs; a pool already started is left
     as it is (Numba cannot resize it).
     """
+    # Numba takes 0.1 s to import: loaded in the worker that calls this, not by ``import dgvm``.
     import numba
     from numba.core import config as numba_config
     from numba.np.ufunc import parallel

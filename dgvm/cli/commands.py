@@ -6,10 +6,14 @@ from __future__ import annotations
 import sys
 
 import click
+from distributed import Client
 
 from dgvm import config
+from dgvm.cli.demo import run_demo
 from dgvm.cli.tables import print_allocations, print_chunk_homes, print_table, print_workers
+from dgvm.client import lookup
 from dgvm.deploy import commands as deploy
+from dgvm.protocol import messages
 from dgvm.protocol.errors import DgvmError
 
 
@@ -24,12 +28,9 @@ def main():
 @click.option("--chunks", is_flag=True, help="also list every chunk")
 def info(address, chunks):
     """Print the GVAT and worker inventory of the cluster at ADDRESS."""
-    from distributed import Client
-
-    from dgvm.client import lookup
-
+    gvat = messages.EXTENSION  # travels with the function
     with Client(address, timeout="10s") as client:
-        if not client.run_on_scheduler(lambda dask_scheduler=None: "dgvm" in dask_scheduler.extensions):
+        if not client.run_on_scheduler(lambda dask_scheduler=None: gvat in dask_scheduler.extensions):
             click.echo(f"the scheduler at {address} has no dgvm GVAT (start it with --preload dgvm.scheduler)")
             sys.exit(1)
         click.echo("workers:")
@@ -138,8 +139,6 @@ def show_config():
 def demo(backend, n_workers, device_memory, size, chunk_bytes):
     """Start a local cluster, allocate an array larger than any one device, fill and
     check it where it lives, and show where its chunks are."""
-    from dgvm.cli.demo import run_demo
-
     sys.exit(run_demo(backend, n_workers, device_memory, size, chunk_bytes))
 
 

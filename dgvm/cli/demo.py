@@ -8,7 +8,12 @@ import click
 import numpy as np
 from dask.utils import format_bytes
 
+import dgvm
+import dgvm.array as dnp
 from dgvm import backends, config
+from dgvm.cli.tables import print_chunk_homes, print_workers
+from dgvm.client.apply import map_chunks
+from dgvm.client.progress import Progress
 
 CPU_MEMORY = ["256MiB", "512MiB", "768MiB"]
 CPU_SPEED = [1, 2, 3]
@@ -28,12 +33,6 @@ def _check(xp, chunk, index, starts):
 
 
 def run_demo(backend, n_workers, device_memory, size, chunk_bytes) -> int:
-    import dgvm
-    import dgvm.array as dnp
-    from dgvm.client.apply import map_chunks
-    from dgvm.cli.tables import print_chunk_homes, print_workers
-    from dgvm.client.progress import Progress
-
     backend = backends.resolve(backend or config.get("backend"))
     kwargs = {}
     if backend == "cpu":

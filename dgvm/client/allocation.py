@@ -7,7 +7,6 @@ their workers and get them back, one request per worker.
 
 from __future__ import annotations
 
-import functools
 import weakref
 from collections import defaultdict
 
@@ -16,42 +15,52 @@ from distributed import Client
 from distributed.protocol import to_serialize
 
 from dgvm.client.pending import Pending
+from dgvm.client.session import Session, call_scheduler, call_workers, current_client, session_of
+from dgvm.protocol import messages
 from dgvm.protocol.errors import ChunkLost, InvalidAddress
+from dgvm.protocol.messages import ChunkMap
 from dgvm.protocol.records import ChunkInfo
-from dgvm.client.session import call_scheduler, call_workers, current_client
-
-# Live handles, so that the GVAT's "dgvm-moved" events can mark their chunk maps stale.
-_live: "weakref.WeakValueDictionary[tuple[str, int], Allocation]" = weakref.WeakValueDictionary()
 
 
-def _on_moved(client_id: str, event) -> None:
-    _, msg = event
-    alloc = _live.get((client_id, msg["alloc_id"]))
-    if alloc is not None:
-        alloc.stale = True
+class LiveAllocations:
+    """The allocation handles of one session that it still holds (a session part), so
+    that the GVAT's events about chunks whose home moved (``messages.MOVED_TOPIC``) mark
+    their chunk maps stale."""
 
+    def __init__(self, session: Session):
+        self._handles: "weakref.WeakValueDictionary[int, AllocationHandle]" = weakref.WeakValueDictionary()
+        session.client.subscribe_topic(messages.MOVED_TOPIC, self._on_moved)
 
-def _watch_moves(client: Client) -> None:
-    """Subscribe ``client`` once to the GVAT's events about chunks whose home moved."""
-    if not getattr(client, "_dgvm_watching_moves", False):
-        client._dgvm_watching_moves = True
-        client.subscribe_topic("dgvm-moved", functools.partial(_on_moved, client.id))
+    def add(self, handle: "AllocationHandle") -> None:
+        self._handles[handle.alloc_id] = handle
+
+    def _on_moved(self, event) -> None:
+        _, msg = event
+        handle = self._handles.get(msg["alloc_id"])
+        if handle is not None:
+            handle.stale = True
+
+    def live(self) -> list:
+        """The handles not freed."""
+        return [h for h in list(self._handles.values()) if not h.freed]
 
 
 def live_allocations(client: Client) -> list:
     """The allocations of ``client`` this process still holds and has not freed."""
-    return [a for (owner, _), a in list(_live.items()) if owner == client.id and not a.freed]
+    return session_of(client).part(LiveAllocations).live()
 
 
-class Allocation:
-    """A live allocation in the GVAT, seen from the user's process."""
+class AllocationHandle:
+    """A live allocation in the GVAT, seen from the user's process (the GVAT's own record
+    of it is ``dgvm.gvat.table.Allocation``)."""
 
-    def __init__(self, client: Client, chunk_map: dict):
+    def __init__(self, client: Client, chunk_map: ChunkMap):
         self.client = client
+        self.session = session_of(client)
         self.owner = client.id
-        self.alloc_id: int = chunk_map["alloc_id"]
-        self.vaddr: int = chunk_map["vaddr"]
-        self.nbytes: int = chunk_map["nbytes"]
+        self.alloc_id: int = chunk_map.alloc_id
+        self.vaddr: int = chunk_map.vaddr
+        self.nbytes: int = chunk_map.nbytes
         self.freed = False
         # True once the GVAT said a chunk moved: the next use fetches a fresh chunk map.
         # (A use that races with the news still lands: workers forward or say "moved".)
@@ -61,28 +70,27 @@ class Allocation:
         self.pending = Pending()
         self.reusable = False  # an operation's result, kept for reuse once released
         self._set_map(chunk_map)
-        _live[(self.owner, self.alloc_id)] = self
-        _watch_moves(client)
+        self.session.part(LiveAllocations).add(self)
 
     @classmethod
-    def create(cls, client: Client | None = None, **request) -> "Allocation":
+    def create(cls, client: Client | None = None, **request) -> "AllocationHandle":
         client = client or current_client()
-        return cls(client, call_scheduler("dgvm_allocate", client, owner=client.id, **request))
+        return cls(client, call_scheduler(messages.ALLOCATE, client, owner=client.id, **request))
 
-    def _set_map(self, m: dict) -> None:
-        self.offsets = np.asarray(m["offsets"], dtype=np.int64)
-        self._home = np.asarray(m["home"], dtype=np.int64)
-        self._workers = list(m["workers"])
-        self._devices = list(m["devices"])
-        self._tiers = list(m["tiers"])
-        self._versions = list(m["versions"])
+    def _set_map(self, m: ChunkMap) -> None:
+        self.offsets = np.asarray(m.offsets, dtype=np.int64)
+        self._home = np.asarray(m.home, dtype=np.int64)
+        self._workers = list(m.workers)
+        self._devices = list(m.devices)
+        self._tiers = list(m.tiers)
+        self._versions = list(m.versions)
         self._grouped: dict[str, list[int]] | None = None  # by_home(), made when first asked
 
     def refresh(self) -> None:
         """Fetch the current chunk map from the GVAT (after chunks moved)."""
         self._check_live()
         self.stale = False
-        self._set_map(call_scheduler("dgvm_chunk_map", self.client, alloc_id=self.alloc_id))
+        self._set_map(call_scheduler(messages.CHUNK_MAP, self.client, alloc_id=self.alloc_id))
 
     def _fresh(self) -> None:
         if self.stale and not self.freed:
@@ -92,13 +100,13 @@ class Allocation:
         """Move the home of chunks ``indices`` to ``worker``; returns those that moved.
         The old homes free their copies in the background, before their next task."""
         self._check_live()
-        answer = call_scheduler(
-            "dgvm_migrate", self.client, alloc_id=self.alloc_id,
+        migrated = call_scheduler(
+            messages.MIGRATE, self.client, alloc_id=self.alloc_id,
             indices=[int(i) for i in indices], worker=worker, owner=self.owner,
         )
         self.stale = False
-        self._set_map(answer["map"])
-        return list(answer["moved"])
+        self._set_map(migrated.map)
+        return list(migrated.moved)
 
     @property
     def nchunks(self) -> int:
@@ -160,7 +168,7 @@ class Allocation:
         if self.freed:
             raise InvalidAddress(f"double free of allocation {self.alloc_id} at {self.vaddr:#x}")
         try:
-            call_scheduler("dgvm_free", self.client, alloc_id=self.alloc_id, owner=self.owner)
+            call_scheduler(messages.FREE, self.client, alloc_id=self.alloc_id, owner=self.owner)
         except InvalidAddress:  # freed elsewhere meanwhile
             self.freed = True
             raise
@@ -181,7 +189,7 @@ class Allocation:
             order[self._workers[h]].append(k)
         return by_worker, order
 
-    def _exchange(self, op: str, pieces) -> tuple[dict, dict]:
+    def _exchange(self, handler: str, pieces) -> tuple[dict, dict]:
         """Send ``pieces`` to their home workers, one request per worker; answers and
         positions by worker. A chunk that moved meanwhile is sent again to its new home."""
         self._fresh()
@@ -192,7 +200,7 @@ class Allocation:
                 for w, p in by_worker.items()
             }
             try:
-                return call_workers(op, requests, self.client), order
+                return call_workers(handler, requests, self.client), order
             except OSError:
                 # A worker went away: if the GVAT now says so, name the lost chunks.
                 self.refresh()
@@ -207,12 +215,12 @@ class Allocation:
     def put(self, pieces: list[tuple[int, int, np.ndarray]]) -> None:
         """Write (chunk index, byte offset, host bytes) pieces, one request per worker."""
         self._check_live()
-        self._exchange("dgvm_write", [(i, o, to_serialize(d)) for i, o, d in pieces])
+        self._exchange(messages.WRITE, [(i, o, to_serialize(d)) for i, o, d in pieces])
 
     def get(self, pieces: list[tuple[int, int, int]]) -> list[np.ndarray]:
         """Read (chunk index, byte offset, length) pieces -> host uint8 arrays, in order."""
         self._check_live()
-        answers, order = self._exchange("dgvm_read", pieces)
+        answers, order = self._exchange(messages.READ, pieces)
         out: list = [None] * len(pieces)
         for w, arrays in answers.items():
             for k, a in zip(order[w], arrays):

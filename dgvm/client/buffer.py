@@ -8,7 +8,7 @@ from distributed import Client
 
 from dgvm import config
 from dgvm.client import progress
-from dgvm.client.allocation import Allocation
+from dgvm.client.allocation import AllocationHandle
 from dgvm.protocol.errors import InvalidAddress
 
 
@@ -35,7 +35,7 @@ def placement_request(placement: str | None, colocate) -> dict:
     return {"placement": placement or config.get("placement.default")}
 
 
-class GlobalBuffer(Allocation):
+class GlobalBuffer(AllocationHandle):
     """A flat buffer of global device memory made by ``dgvm.malloc``.
 
     ``buf.vaddr`` is its first global address, ``buf.chunks`` says where each chunk

@@ -14,7 +14,7 @@ import uuid
 
 from distributed import wait as dask_wait
 
-from dgvm.client import ordering
+from dgvm.client.ordering import TaskChunks
 from dgvm.client.pending import unfinished
 from dgvm.protocol.errors import detached_task_errors
 from dgvm.protocol.messages import TASK_PREFIX
@@ -51,21 +51,22 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
     out_tasks = unfinished(out.pending.writes + out.pending.readers())
     input_writers = unfinished([f for a in inputs for f in a.pending.writes])
     client = out.alloc.client
+    touched = out.alloc.session.part(TaskChunks)
     homes = out.alloc.by_home()
     if then is None:
-        deps = {w: ordering.after(idx, aligned, out_tasks, input_writers) for w, idx in homes.items()}
+        deps = {w: touched.after(idx, aligned, out_tasks, input_writers) for w, idx in homes.items()}
     else:
         # All or nothing: an earlier failure must stop every first task, or those of the
         # other workers would stage copies that no second task ever takes. (Every earlier
         # task touched some chunk of out, so each follows all of them.)
         deps = out_tasks + input_writers
     futures = submit(client, fn, task_args, homes, deps, name)
-    ordering.record(futures, homes.values(), aligned)
+    touched.record(futures, homes.values(), aligned)
     readers = futures  # the first tasks read the inputs; the second ones only write out
     if then is not None:
         fn2, *args2 = then
         futures = submit(client, fn2, tuple(args2), homes, futures, f"{name}-commit")
-        ordering.record(futures, homes.values(), aligned)
+        touched.record(futures, homes.values(), aligned)
     out.pending.wrote(futures)
     add_readers([a for a in inputs if a is not out], readers)
 
@@ -85,7 +86,8 @@ def gather(client, futures, direct: bool = False) -> list:
 
 
 def settle(futures) -> None:
-    """Wait for futures; turn a worker's exception into the caller's error."""
+    """Wait for the tasks of ``futures`` to end; raise the first one's error here, as it
+    was raised on its worker (``DArray.settle`` waits so for an array's writers)."""
     if not futures:
         return
     dask_wait(futures)

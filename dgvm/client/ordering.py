@@ -27,36 +27,39 @@ from __future__ import annotations
 
 import weakref
 
-# future -> the block indices an aligned task touched, in every array it used. Weak: a
-# future that is no longer held by any array's pending lists needs no entry.
-_touched: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
+class TaskChunks:
+    """The block indices each aligned task of a session touched, in every array it used
+    (a session part: ``session.part(TaskChunks)``). Weak: a future that is no longer held
+    by any array's pending lists needs no entry."""
 
-def record(futures, indices, aligned: bool) -> None:
-    """Note that each task of ``futures`` (one per entry of ``indices``) touched only its
-    chunks ``indices[i]`` of every array, if ``aligned``; else nothing is noted."""
-    if aligned:
-        for f, idx in zip(futures, indices):
-            _touched[f] = frozenset(idx)
+    def __init__(self, session=None):
+        self._touched: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
+    def record(self, futures, indices, aligned: bool) -> None:
+        """Note that each task of ``futures`` (one per entry of ``indices``) touched only
+        its chunks ``indices[i]`` of every array, if ``aligned``; else nothing is noted."""
+        if aligned:
+            for f, idx in zip(futures, indices):
+                self._touched[f] = frozenset(idx)
 
-def _may_touch(f, indices: frozenset) -> bool:
-    touched = _touched.get(f)
-    return touched is None or not touched.isdisjoint(indices)
+    def _may_touch(self, f, indices: frozenset) -> bool:
+        touched = self._touched.get(f)
+        return touched is None or not touched.isdisjoint(indices)
 
+    def after(self, indices, aligned: bool, out_tasks, input_writers) -> list:
+        """The futures a task must follow that writes chunks ``indices`` of an output
+        (and, if ``aligned``, reads only chunks ``indices`` of inputs of the output's
+        grid).
 
-def after(indices, aligned: bool, out_tasks, input_writers) -> list:
-    """The futures a task must follow that writes chunks ``indices`` of an output (and,
-    if ``aligned``, reads only chunks ``indices`` of inputs of the output's grid).
-
-    ``out_tasks``: the output's earlier writers and the readers since; ``input_writers``:
-    the writers of the inputs. A writer of the output wrote, and a reader read, only the
-    chunks it touched; an input's writer matters to an aligned task only where it wrote
-    the chunks the task reads."""
-    idx = frozenset(indices)
-    keep = [f for f in out_tasks if _may_touch(f, idx)]
-    if aligned:
-        keep += [f for f in input_writers if _may_touch(f, idx)]
-    else:
-        keep += list(input_writers)
-    return keep
+        ``out_tasks``: the output's earlier writers and the readers since;
+        ``input_writers``: the writers of the inputs. A writer of the output wrote, and a
+        reader read, only the chunks it touched; an input's writer matters to an aligned
+        task only where it wrote the chunks the task reads."""
+        idx = frozenset(indices)
+        keep = [f for f in out_tasks if self._may_touch(f, idx)]
+        if aligned:
+            keep += [f for f in input_writers if self._may_touch(f, idx)]
+        else:
+            keep += list(input_writers)
+        return keep

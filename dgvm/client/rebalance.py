@@ -7,6 +7,7 @@ from distributed import wait as dask_wait
 
 from dgvm.client.allocation import live_allocations
 from dgvm.client.session import call_scheduler, current_client
+from dgvm.protocol import messages
 
 
 def rebalance(client: Client | None = None) -> dict:
@@ -17,7 +18,7 @@ def rebalance(client: Client | None = None) -> dict:
     client = client or current_client()
     mine = live_allocations(client)
     dask_wait([f for a in mine for f in a.pending.all()])  # their errors are their callers'
-    moved = call_scheduler("dgvm_rebalance", client, owner=client.id)
+    moved = call_scheduler(messages.REBALANCE, client, owner=client.id)
     for alloc in mine:
-        alloc.stale = True  # the "dgvm-moved" events may still be on their way
+        alloc.stale = True  # the MOVED_TOPIC events may still be on their way
     return moved

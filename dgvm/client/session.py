@@ -13,9 +13,13 @@ import weakref
 
 from distributed import Client, default_client
 
-from dgvm import config, streams
+from dgvm import config, dask_compat, streams
 from dgvm.client import thread_switch
-from dgvm.protocol.errors import DgvmError, NotConnected, raise_if_invalid
+from dgvm.deploy.cluster import LocalCluster
+from dgvm.protocol import messages
+from dgvm.protocol.errors import DgvmError, NotConnected
+from dgvm.scheduler.plugin import GVATPlugin
+from dgvm.worker.plugin import ChunkStorePlugin
 
 
 def connect(address=None, **cluster_kwargs) -> Client:
@@ -30,12 +34,10 @@ def connect(address=None, **cluster_kwargs) -> Client:
     (``dgvm.client.thread_switch``).
     """
     if address is None:
-        from dgvm.deploy.cluster import LocalCluster
-
         cluster = LocalCluster(**cluster_kwargs)  # checks the configuration first
         client = Client(cluster, set_as_default=True)
         # Close the cluster with the client, as Client() does for a cluster it started.
-        client._start_arg = None
+        dask_compat.close_cluster_with_client(client)
     else:
         config.validate()
         client = Client(address, set_as_default=True)
@@ -47,17 +49,16 @@ def connect(address=None, **cluster_kwargs) -> Client:
 
 def ensure_plugins(client: Client, timeout: float = 30) -> None:
     """Install the GVAT and chunk-store plugins where the cluster lacks them."""
-    from dgvm.scheduler.plugin import PLUGIN_NAME, GVATPlugin
-    from dgvm.worker.plugin import ChunkStorePlugin
+    gvat, store = messages.GVAT_PLUGIN, messages.EXTENSION  # travel with the functions
 
     def has_gvat(dask_scheduler=None):
-        return PLUGIN_NAME in dask_scheduler.plugins
+        return gvat in dask_scheduler.plugins
 
     if not client.run_on_scheduler(has_gvat):
         client.register_plugin(GVATPlugin())
 
     def has_store(dask_worker=None):
-        return "dgvm" in dask_worker.extensions
+        return store in dask_worker.extensions
 
     missing = [w for w, ok in client.run(has_store).items() if not ok]
     if missing:
@@ -65,7 +66,7 @@ def ensure_plugins(client: Client, timeout: float = 30) -> None:
         # The GVAT learns of new stores from worker heartbeats: wait for the next ones.
         deadline = time.monotonic() + timeout
         while True:
-            known = {w["address"] for w in call_scheduler("dgvm_workers", client)}
+            known = {w.address for w in call_scheduler(messages.WORKERS, client)}
             if known >= set(missing):
                 break
             if time.monotonic() > deadline:
@@ -79,15 +80,24 @@ def ensure_plugins(client: Client, timeout: float = 30) -> None:
 class Session:
     """What dgvm keeps in the user's process for one connection (one ``distributed.Client``).
 
-    State a layer above keeps per connection (arrays' releases, allocations kept for
-    reuse, ...) lives in a part of the session, one instance of the part's class per
-    session (``part``), so two clients in one process share none of it and a test gets a
-    fresh one with a fresh client."""
+    State a layer above keeps per connection (live allocation handles, the chunks tasks
+    touched, arrays' releases, allocations kept for reuse, ...) lives in a part of the
+    session, one instance of the part's class per session (``part``), so two clients in
+    one process share none of it and a test gets a fresh one with a fresh client. The
+    session holds its client weakly: it goes with it."""
 
     def __init__(self, client: Client):
-        self.client = client
+        self._client = weakref.ref(client)
+        self.client_id = client.id
         self._parts: dict[type, object] = {}
         self._lock = threading.Lock()
+
+    @property
+    def client(self) -> Client:
+        client = self._client()
+        if client is None:
+            raise NotConnected(f"the client {self.client_id} of this dgvm session is gone")
+        return client
 
     def part(self, cls):
         """This session's one instance of ``cls`` (``cls(session)``, made on first use)."""
@@ -102,7 +112,7 @@ class Session:
             return list(self._parts.values())
 
 
-# One session per client of this process, gone with its client.
+# This process's sessions, one per client, each gone with its client.
 _sessions: "weakref.WeakKeyDictionary[Client, Session]" = weakref.WeakKeyDictionary()
 _sessions_lock = threading.Lock()
 
@@ -127,20 +137,22 @@ def current_client() -> Client:
         ) from None
 
 
-def call_scheduler(op: str, client: Client | None = None, **kwargs):
-    """Call the GVAT handler ``op`` and return its answer (blocking). An allocation that
-    is gone comes back as data (``scheduler._invalid_as_data``) and is raised here."""
+def call_scheduler(handler: str, client: Client | None = None, **kwargs):
+    """Call the GVAT's ``handler`` (a name of ``dgvm.protocol.messages``) and return its
+    answer (blocking), decoded: a structured answer as its record, a refusal raised as
+    its error (``messages.call``)."""
     client = client or current_client()
-    return raise_if_invalid(client.sync(getattr(client.scheduler, op), **kwargs))
+    return client.sync(messages.call, client.scheduler, handler, **kwargs)
 
 
-def call_workers(op: str, requests: dict[str, dict], client: Client | None = None) -> dict:
-    """Call handler ``op`` on several workers at once: {address: kwargs} -> {address: answer}."""
+def call_workers(handler: str, requests: dict[str, dict], client: Client | None = None) -> dict:
+    """Call ``handler`` on several workers at once: {address: kwargs} -> {address: answer},
+    decoded as ``call_scheduler`` does; the first refusal is raised."""
     client = client or current_client()
 
     async def _all():
         answers = await asyncio.gather(
-            *(getattr(client.rpc(addr), op)(**kw) for addr, kw in requests.items())
+            *(messages.call(client.rpc(addr), handler, **kw) for addr, kw in requests.items())
         )
         return dict(zip(requests, answers))
 

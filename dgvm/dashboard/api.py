@@ -14,10 +14,9 @@ from distributed.http.utils import RequestHandler
 
 from dgvm.dashboard.snapshot import Snapshot
 from dgvm.dashboard.source import DashboardSource
+from dgvm.dashboard.urls import API_PREFIX as PREFIX
+from dgvm.dashboard.urls import API_VERSION as VERSION
 from dgvm.protocol.errors import InvalidAddress
-
-VERSION = 1
-PREFIX = "dgvm/api/v1/"
 
 
 def _flag(value: str | None) -> bool:

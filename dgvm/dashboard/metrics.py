@@ -1,8 +1,9 @@
 """dgvm's Prometheus metrics, served on the scheduler's existing ``/metrics``.
 
 distributed's ``/metrics`` handler writes out ``prometheus_client``'s global registry;
-``register`` adds one collector to it (once per process). Each scrape takes a fresh
-snapshot of the running scheduler's GVAT. Labels stay bounded: worker addresses, device
+``register`` adds one collector to it (once per process: the registry is the process's,
+and so is what every ``/metrics`` of the process serves). Each scrape takes a fresh
+snapshot of the newest running scheduler's GVAT. Labels stay bounded: worker addresses, device
 names, four memory states and the transfer paths. Counters are cluster totals that never
 go down, also when workers leave (``counters.Totals``).
 """
@@ -10,20 +11,19 @@ go down, also when workers leave (``counters.Totals``).
 from __future__ import annotations
 
 import threading
+import weakref
+
+import prometheus_client
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from dgvm.dashboard.source import DashboardSource
 
 #: the parts of a device's dgvm capacity; they add up to it
 STATES = ("home", "replica", "other", "free")
 
-_lock = threading.Lock()
-_registered = False
-
 
 def families(source: DashboardSource):
     """The metric families of one snapshot of ``source``."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
     snap = source.snapshot()
     device = GaugeMetricFamily(
         "dgvm_device_bytes",
@@ -79,20 +79,41 @@ def families(source: DashboardSource):
 
 
 class DgvmCollector:
-    """A ``prometheus_client`` collector over the newest running scheduler's GVAT."""
+    """A ``prometheus_client`` collector over the newest running scheduler's GVAT of the
+    sources added (a process serves one scheduler, except in tests, which run their
+    clusters one at a time)."""
+
+    def __init__(self):
+        self._sources: list[weakref.ref] = []  # newest last
+
+    def add(self, source: DashboardSource) -> None:
+        self._sources = [r for r in self._sources if r() is not None] + [weakref.ref(source)]
+
+    def current(self) -> DashboardSource | None:
+        for ref in reversed(self._sources):
+            s = ref()
+            if s is not None and s.running:
+                return s
+        return None
 
     def collect(self):
-        source = DashboardSource.current()
+        source = self.current()
         if source is not None:
             yield from families(source)
 
 
-def register() -> None:
-    """Add the collector to ``prometheus_client.REGISTRY`` (once)."""
-    global _registered
-    import prometheus_client
+# The collector in prometheus_client.REGISTRY, made by the first scheduler of the process
+# to serve dgvm (the registry is the process's: the collector is too).
+_collector: DgvmCollector | None = None
+_lock = threading.Lock()
 
+
+def register(source: DashboardSource) -> None:
+    """Serve ``source`` on ``/metrics``: add it to this process's collector, which is
+    added to ``prometheus_client.REGISTRY`` once."""
+    global _collector
     with _lock:
-        if not _registered:
-            prometheus_client.REGISTRY.register(DgvmCollector())
-            _registered = True
+        if _collector is None:
+            _collector = DgvmCollector()
+            prometheus_client.REGISTRY.register(_collector)
+        _collector.add(source)

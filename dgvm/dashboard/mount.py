@@ -20,6 +20,11 @@ import logging
 import sys
 
 import dask.config
+from tornado.httputil import HTTPHeaders, HTTPServerRequest
+from tornado.ioloop import IOLoop
+
+from dgvm.dashboard import api, metrics
+from dgvm.dashboard.source import EXTENSION, DashboardSource
 
 logger = logging.getLogger("dgvm.dashboard")
 
@@ -35,19 +40,16 @@ def register() -> None:
     if ROUTES_MODULE not in routes:
         dask.config.set({ROUTES_KEY: [*routes, ROUTES_MODULE]})
     if "distributed.dashboard.scheduler" in sys.modules:
-        from dgvm.dashboard import pages
+        from dgvm.dashboard import pages  # Bokeh: optional, as for distributed's dashboard
 
         pages.add_to_distributed()
 
 
 def install(scheduler, plugin):
     """Serve ``plugin``'s GVAT on ``scheduler``'s dashboard, JSON API and ``/metrics``."""
-    from dgvm.dashboard import metrics
-    from dgvm.dashboard.source import EXTENSION, DashboardSource
-
     source = DashboardSource(scheduler, plugin)
     scheduler.extensions[EXTENSION] = source
-    metrics.register()
+    metrics.register(source)
     register()  # again, for schedulers this process starts later (a config reset drops it)
     http = getattr(scheduler, "http_application", None)
     if http is not None:
@@ -61,7 +63,7 @@ def install(scheduler, plugin):
 
 def _bokeh_apps(http) -> list:
     try:
-        from bokeh.server.tornado import BokehTornado
+        from bokeh.server.tornado import BokehTornado  # optional, as for distributed's dashboard
     except ImportError:
         return []
     return [a for a in http.applications if isinstance(a, BokehTornado)]
@@ -81,15 +83,11 @@ def _prefix(http) -> str:
 
 def _routed(http, path: str, handler_class) -> bool:
     """Whether a GET of ``path`` reaches ``handler_class``."""
-    from tornado.httputil import HTTPHeaders, HTTPServerRequest
-
     request = HTTPServerRequest(method="GET", uri=path, headers=HTTPHeaders({"Host": "localhost"}))
     return getattr(http.find_handler(request), "handler_class", None) is handler_class
 
 
 def _add_routes(scheduler, http) -> None:
-    from dgvm.dashboard import api
-
     prefix = _prefix(http)
     url, cls, _ = api.routes[0]
     if _routed(http, prefix + url, cls):
@@ -103,13 +101,14 @@ def _add_pages(scheduler, http) -> None:
     apps = _bokeh_apps(http)
     if not apps:
         return  # the scheduler serves no dashboard
+    # Bokeh is there (apps): the pages and distributed's dashboard can be loaded.
+    from distributed.dashboard.core import BokehApplication
+    from distributed.dashboard.scheduler import template_variables
+
     from dgvm.dashboard import pages
 
     if any(set(pages.APPLICATIONS) & a.app_paths for a in apps):
         return  # distributed built them (register ran before this scheduler started)
-    from distributed.dashboard.core import BokehApplication
-    from distributed.dashboard.scheduler import template_variables
-    from tornado.ioloop import IOLoop
 
     variables = template_variables(scheduler)  # memoized: the dict the pages render with
     app = BokehApplication(pages.APPLICATIONS, scheduler, prefix=apps[0].prefix,

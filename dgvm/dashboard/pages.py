@@ -14,6 +14,7 @@ import weakref
 from bokeh.layouts import column, row
 from bokeh.models import Div
 
+from dgvm.dashboard import urls
 from dgvm.dashboard.panels import ChunkMapPanel, DevicesPanel, GVATPanel, MemoryPanel, MigrationPanel
 from dgvm.dashboard.source import DashboardSource
 
@@ -59,7 +60,7 @@ def _start(doc, page: Page) -> None:
 
 
 def _style(doc, title: str, extra: dict | None = None) -> None:
-    from distributed.dashboard.components.scheduler import BOKEH_THEME, env
+    from distributed.dashboard.components.scheduler import BOKEH_THEME, env  # needs Bokeh (optional)
 
     doc.title = f"Dask: {title}"
     doc.theme = BOKEH_THEME
@@ -123,13 +124,13 @@ def one_panel_doc(title: str, make):
 
 #: url -> page function (scheduler, extra, doc), as in distributed.dashboard.scheduler
 APPLICATIONS = {
-    "/individual-dgvm": dgvm_doc,
-    "/individual-dgvm-memory": one_panel_doc(
+    urls.PAGE: dgvm_doc,
+    urls.MEMORY_PAGE: one_panel_doc(
         "dgvm memory", lambda source, doc: MemoryPanel(sizing_mode="stretch_both")),
-    "/individual-dgvm-migration": one_panel_doc(
+    urls.MIGRATION_PAGE: one_panel_doc(
         "dgvm migration",
         lambda source, doc: MigrationPanel(source.rates, source.refresh, sizing_mode="stretch_width")),
-    "/individual-dgvm-chunks": one_panel_doc(
+    urls.CHUNKS_PAGE: one_panel_doc(
         "dgvm chunks",
         lambda source, doc: ChunkMapPanel(source.plugin.gvat, _alloc_arg(doc), sizing_mode="stretch_both")),
 }
@@ -146,7 +147,7 @@ def add_to_distributed() -> bool:
     into its Bokeh server (and "More..." menu, and JupyterLab's list) when it starts.
     False when distributed's dashboard cannot be imported (no suitable Bokeh)."""
     try:
-        from distributed.dashboard import scheduler as dashboard
+        from distributed.dashboard import scheduler as dashboard  # needs a suitable Bokeh (optional)
     except ImportError:
         return False
     for url, fn in APPLICATIONS.items():

@@ -18,6 +18,7 @@ import numpy as np
 
 from dgvm import transfer
 from dgvm.dashboard.counters import Totals, latest, nest
+from dgvm.protocol import messages
 
 #: the only tier with chunks until memory tiering lands (``records.TIERS``)
 DEVICE_TIER = "device"
@@ -108,7 +109,7 @@ def build(plugin, spread: Spread, totals: Totals) -> Snapshot:
     for w in workers:
         rec = inv.by_address[w["address"]]
         ws = scheduler.workers.get(rec.address)
-        m = (ws.metrics.get("dgvm") if ws is not None else None) or {}
+        m = (ws.metrics.get(messages.HEARTBEAT) if ws is not None else None) or {}
         _worker_row(w, rec, m)
         live[rec.uid] = w
         if "stats" in m:
@@ -152,5 +153,5 @@ def build(plugin, spread: Spread, totals: Totals) -> Snapshot:
         allocations=allocations,
         workers=workers,
         stats={"workers": per_worker, "allocations": alloc_stats},
-        totals=nest(totals.update(current), paths=transfer.PATHS),
+        totals=nest(totals.update(current), paths=transfer.NAMES),
     )

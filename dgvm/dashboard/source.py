@@ -9,7 +9,6 @@ Many open pages share one snapshot per refresh period; nobody watching costs not
 from __future__ import annotations
 
 import time
-import weakref
 
 from dgvm import config
 from dgvm.dashboard.counters import Rates, Totals
@@ -26,8 +25,6 @@ def refresh_seconds() -> float:
 
 
 class DashboardSource:
-    _live: list[weakref.ref] = []  # every source made in this process, newest last
-
     def __init__(self, scheduler, plugin):
         self.scheduler = scheduler
         self.plugin = plugin
@@ -37,8 +34,6 @@ class DashboardSource:
         self._last: Snapshot | None = None
         # rates between the totals of snapshots at least half a refresh period apart
         self.rates = Rates(HISTORY, every=self.refresh / 2)
-        DashboardSource._live = [r for r in DashboardSource._live if r() is not None]
-        DashboardSource._live.append(weakref.ref(self))
 
     def snapshot(self, max_age: float = 0.0) -> Snapshot:
         """A snapshot no older than ``max_age`` seconds (0: a fresh one)."""
@@ -59,13 +54,3 @@ class DashboardSource:
     @classmethod
     def of(cls, scheduler) -> DashboardSource | None:
         return scheduler.extensions.get(EXTENSION)
-
-    @classmethod
-    def current(cls) -> DashboardSource | None:
-        """The newest source of a running scheduler in this process (a process serves
-        one scheduler, except in tests, which run their clusters one at a time)."""
-        for ref in reversed(cls._live):
-            s = ref()
-            if s is not None and s.running:
-                return s
-        return None

@@ -23,12 +23,13 @@ from abc import ABCMeta
 import distributed
 from distributed.core import Status
 
-from dgvm import backends, config
-from dgvm.deploy import commands as deploy
+from dgvm import backends, config, dask_compat
 from dgvm.backends.cuda import gpu_count
+from dgvm.deploy import commands as deploy
 from dgvm.deploy.commands import SCHEDULER_PRELOAD, WORKER_PRELOAD
-from dgvm.protocol.errors import DgvmError
 from dgvm.deploy.scheduler_process import spec as own_process_spec
+from dgvm.protocol import messages
+from dgvm.protocol.errors import DgvmError
 
 
 def _per_worker(value, n: int, what: str) -> list:
@@ -130,7 +131,7 @@ def _scheduler_kwargs(kwargs: dict) -> dict:
     return options
 
 
-class _DgvmCluster:
+class _DgvmCluster(dask_compat.SpecClusterHooks):
     """What both ``dgvm.LocalCluster`` classes add to their Dask cluster: each worker's
     preload arguments, and a close that frees every allocation before the workers go
     (their chunks would go with them anyway, and a worker that leaves holding chunks is
@@ -147,32 +148,30 @@ class _DgvmCluster:
         self._scheduler_process = scheduler_process
         self._log_level = silence_logs if isinstance(silence_logs, int) and silence_logs else None
 
-    async def _start(self):
+    async def starting(self):
         if self._scheduler_process and self.scheduler is None:  # not yet started
             try:  # the options as Dask made them (checked on the caller's before)
                 self.scheduler_spec = own_process_spec(self.scheduler_spec["options"], self._log_level)
             except Exception:
                 self.status = Status.failed
-                await self._close()  # nothing half-started left behind (its loop thread)
+                await self.close_now()  # nothing half-started left behind (its loop thread)
                 raise
-        await super()._start()
 
-    async def _correct_state_internal(self):
+    async def correcting_state(self):
         # Workers need the scheduler's address: a scheduler in a process of its own has one
         # only once started (an asynchronous cluster's scale() comes here first).
         if self.scheduler is not None:
             await self.scheduler
-        await super()._correct_state_internal()
 
     def _preload_argv_of(self, i: int) -> list[str]:
         """Worker ``i``'s preload arguments (a worker beyond those asked for: defaults)."""
         return self._argvs[i] if i < len(self._argvs) else _preload_argv(self.backend)
 
-    async def _close(self):
+    async def closing(self):
         if self.status == Status.running and self.scheduler_comm is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.scheduler_comm.dgvm_free_all(), self.FREE_TIMEOUT)
-        await super()._close()
+                await asyncio.wait_for(messages.call(self.scheduler_comm, messages.FREE_ALL),
+                                       self.FREE_TIMEOUT)
 
 
 class CPUCluster(_DgvmCluster, distributed.LocalCluster):
@@ -198,7 +197,7 @@ class CPUCluster(_DgvmCluster, distributed.LocalCluster):
         while len(self.worker_spec) < n_workers:
             self.worker_spec.update(self.new_worker_spec())
         if not self.asynchronous:
-            self.sync(self._correct_state)
+            self.start_workers_now()
 
     def new_worker_spec(self):
         # Worker i gets the i-th device_memory / device_speed (the first free index, so a
@@ -213,7 +212,7 @@ class CPUCluster(_DgvmCluster, distributed.LocalCluster):
 
 def _local_cuda_cluster():
     try:
-        from dask_cuda import LocalCUDACluster
+        from dask_cuda import LocalCUDACluster  # optional (dgvm[cuda])
     except ImportError as e:
         raise DgvmError(
             "dgvm.LocalCluster on cuda runs dask-cuda's LocalCUDACluster, which is not "

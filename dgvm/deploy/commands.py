@@ -11,10 +11,13 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
+import subprocess
 import sys
 from dataclasses import dataclass, field
 
 from dgvm import config
+from dgvm.backends.cuda import gpu_count
+from dgvm.dashboard import urls
 from dgvm.protocol.errors import DgvmError
 
 SCHEDULER_PORT = 8786
@@ -51,8 +54,6 @@ class Command:
         sys.stdout.flush()
         sys.stderr.flush()
         if os.name == "nt":  # no exec that keeps the process on Windows
-            import subprocess
-
             sys.exit(subprocess.call(self.argv, env=env))
         os.execve(self.argv[0], self.argv, env)
 
@@ -86,10 +87,8 @@ def scheduler_command(port=SCHEDULER_PORT, dashboard_address=DASHBOARD_ADDRESS, 
 
 def dashboard_urls() -> str:
     """dgvm's pages and JSON API on the scheduler's dashboard, as dgvm.dashboard lists them."""
-    from dgvm.dashboard import api, pages
-
-    json_urls = ["/" + url.lstrip("/") for url, *_ in api.routes]
-    return f"pages {', '.join(pages.APPLICATIONS)}; JSON {', '.join(json_urls)}; Prometheus /metrics"
+    json_urls = ["/" + urls.API_PREFIX + name for name in urls.API_RESOURCES]
+    return f"pages {', '.join(urls.PAGES)}; JSON {', '.join(json_urls)}; Prometheus /metrics"
 
 
 def worker_command(
@@ -115,8 +114,6 @@ def worker_command(
     notes = []
     if backend in ("auto", "cuda"):
         if gpus is None:
-            from dgvm.backends.cuda import gpu_count
-
             gpus = gpu_count()
         dask_cuda = has_dask_cuda()
         if backend == "cuda" and gpus == 0:

@@ -24,10 +24,10 @@ import sys
 import tempfile
 import time
 
-import dask
 from distributed.deploy.spec import ProcessInterface
+from tornado.ioloop import PeriodicCallback
 
-from dgvm import gc_pauses
+from dgvm import dask_compat, gc_pauses
 from dgvm.protocol.errors import DgvmError
 
 # Scheduler options of Dask's local clusters that a process of its own cannot take (Python
@@ -100,7 +100,7 @@ class SchedulerProcess(ProcessInterface):
         self._log = tempfile.TemporaryFile()
         env = {
             **os.environ,
-            "DASK_INTERNAL_INHERIT_CONFIG": dask.config.serialize(dask.config.global_config),
+            **dask_compat.inherited_config_env(),
             # Preloads and functions run on the scheduler import as they do here.
             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
             PARENT: str(os.getpid()),
@@ -159,7 +159,6 @@ def dask_setup(scheduler) -> None:
     parent = int(os.environ.get(PARENT, "0"))
     if not parent:
         return
-    from tornado.ioloop import PeriodicCallback
 
     def look():
         if os.getppid() != parent:  # re-parented: the parent has exited

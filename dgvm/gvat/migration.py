@@ -13,6 +13,7 @@ import numpy as np
 
 from dgvm.gvat.inventory import WorkerRecord
 from dgvm.gvat.table import GVAT, Allocation
+from dgvm.protocol.messages import PullChunk
 
 
 def note_reads(alloc: Allocation, uid: int, home_used, remote, threshold: int) -> list[int]:
@@ -35,7 +36,7 @@ def note_reads(alloc: Allocation, uid: int, home_used, remote, threshold: int) -
     return due
 
 
-def plan_move(gvat: GVAT, alloc: Allocation, indices, target: WorkerRecord, choose_path) -> list[dict]:
+def plan_move(gvat: GVAT, alloc: Allocation, indices, target: WorkerRecord, choose_path) -> list[PullChunk]:
     """What ``target`` must pull to become the home of ``indices``: chunks not homed there
     already and not moving; each with its current home, the path ``choose_path(home
     profile, target profile)`` names, and version. Marks them as moving (``finish_move``
@@ -46,17 +47,17 @@ def plan_move(gvat: GVAT, alloc: Allocation, indices, target: WorkerRecord, choo
         if home.uid == target.uid or i in alloc.moving or not home.alive:
             continue
         alloc.moving.add(i)
-        plan.append({
-            "index": i,
-            "home": home.address,
-            "path": choose_path(home.profile, target.profile),
-            "version": int(alloc.versions[i]),
-        })
+        plan.append(PullChunk(
+            index=i,
+            home=home.address,
+            path=choose_path(home.profile, target.profile),
+            version=int(alloc.versions[i]),
+        ))
     return plan
 
 
-def finish_move(alloc: Allocation, plan: list[dict]) -> None:
-    alloc.moving.difference_update(c["index"] for c in plan)
+def finish_move(alloc: Allocation, plan: list[PullChunk]) -> None:
+    alloc.moving.difference_update(c.index for c in plan)
 
 
 def set_home(gvat: GVAT, alloc: Allocation, indices, versions, target: WorkerRecord,

@@ -13,18 +13,23 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from dask.utils import format_bytes
 
-from dgvm.protocol.errors import AccessDenied, InvalidAddress, OutOfDeviceMemory
 from dgvm.gvat import placement as policies
 from dgvm.gvat.inventory import Inventory, WorkerRecord
 from dgvm.gvat.ranges import RangeAllocator
-from dgvm.protocol.records import AllocationInfo, ChunkInfo, Location
+from dgvm.protocol.errors import AccessDenied, InvalidAddress, OutOfDeviceMemory
+from dgvm.protocol.messages import GONE, KEPT, STALE, ChunkMap, Translation
+from dgvm.protocol.records import AllocationInfo, AllocId, ChunkInfo, ClientId, Location
 
 
 @dataclass
 class Allocation:
-    alloc_id: int
-    owner: str
+    """The GVAT's record of one allocation (the user's process holds an
+    ``AllocationHandle`` of it)."""
+
+    alloc_id: AllocId
+    owner: ClientId
     vaddr: int
     nbytes: int
     chunk_bytes: int  # nominal chunk size (the largest chunk)
@@ -66,8 +71,6 @@ class Allocation:
 
 
 def _fmt(n: int) -> str:
-    from dask.utils import format_bytes
-
     return format_bytes(n)
 
 
@@ -231,18 +234,18 @@ class GVAT:
     # -- coherence: versions and replicas -------------------------------------------------
     def add_replica(self, alloc_id: int, index: int, address: str, nbytes: int,
                     path: str, seconds: float, source: str, version: int) -> str:
-        """Record that ``address`` now holds a replica of a chunk (after a miss): "kept".
-        "gone" when the allocation is gone or the worker unknown; "stale" when the chunk
+        """Record that ``address`` now holds a replica of a chunk (after a miss): KEPT.
+        GONE when the allocation is gone or the worker unknown; STALE when the chunk
         is no longer homed at ``source`` or no longer at ``version`` (it moved, or was
         written, while it was copied: the buffer read may hold something else by now).
         Unless kept, the worker drops its copy."""
         alloc = self.allocations.get(alloc_id)
         rec = self.inventory.by_address.get(address)
         if alloc is None or rec is None:
-            return "gone"
+            return GONE
         home = self.inventory.by_uid.get(int(alloc.homes[index]))
         if home is None or home.address != source or int(alloc.versions[index]) != int(version):
-            return "stale"
+            return STALE
         holders = alloc.replicas.setdefault(index, set())
         if rec.uid not in holders:
             holders.add(rec.uid)
@@ -251,7 +254,7 @@ class GVAT:
         p["count"] += 1
         p["bytes"] += nbytes
         p["seconds"] += seconds
-        return "kept"
+        return KEPT
 
     def wrote(self, alloc_id: int, indices) -> dict[str, list[int]]:
         """Chunks were written at their home: bump their versions and forget their
@@ -308,7 +311,7 @@ class GVAT:
             tier="device" if rec.alive else "lost",
         )
 
-    def translate_many(self, vaddrs) -> dict:
+    def translate_many(self, vaddrs) -> Translation:
         """Translate many addresses at once; a columnar answer (lists of equal length:
         alloc_id, chunk_index, offset, and an index into ``workers``/``devices``/``tiers``).
         Raises InvalidAddress naming the first address that is in no allocation."""
@@ -335,31 +338,31 @@ class GVAT:
             raise InvalidAddress(f"address {first:#x} is not inside any live allocation")
         uids, inverse = np.unique(home, return_inverse=True)
         recs = [self.inventory.by_uid[u] for u in uids.tolist()]
-        return {
-            "alloc_id": ids.tolist(),
-            "chunk_index": chunk.tolist(),
-            "offset": offset.tolist(),
-            "home": inverse.tolist(),
-            "workers": [r.address for r in recs],
-            "devices": [r.profile.device for r in recs],
-            "tiers": ["device" if r.alive else "lost" for r in recs],
-        }
+        return Translation(
+            alloc_id=ids.tolist(),
+            chunk_index=chunk.tolist(),
+            offset=offset.tolist(),
+            home=inverse.tolist(),
+            workers=[r.address for r in recs],
+            devices=[r.profile.device for r in recs],
+            tiers=["device" if r.alive else "lost" for r in recs],
+        )
 
-    def chunk_map(self, alloc: Allocation) -> dict:
+    def chunk_map(self, alloc: Allocation) -> ChunkMap:
         """A compact, columnar view of an allocation's chunks for clients."""
         uids, inverse = np.unique(alloc.homes, return_inverse=True)
         recs = [self.inventory.by_uid[u] for u in uids.tolist()]
-        return {
-            "alloc_id": alloc.alloc_id,
-            "vaddr": alloc.vaddr,
-            "nbytes": alloc.nbytes,
-            "offsets": alloc.offsets.tolist(),
-            "home": inverse.astype(np.int64).tolist(),
-            "workers": [r.address for r in recs],
-            "devices": [r.profile.device for r in recs],
-            "tiers": ["device" if r.alive else "lost" for r in recs],
-            "versions": alloc.versions.tolist(),
-        }
+        return ChunkMap(
+            alloc_id=alloc.alloc_id,
+            vaddr=alloc.vaddr,
+            nbytes=alloc.nbytes,
+            offsets=alloc.offsets.tolist(),
+            home=inverse.astype(np.int64).tolist(),
+            workers=[r.address for r in recs],
+            devices=[r.profile.device for r in recs],
+            tiers=["device" if r.alive else "lost" for r in recs],
+            versions=alloc.versions.tolist(),
+        )
 
     def info(self, alloc: Allocation, with_chunks: bool = False) -> AllocationInfo:
         chunks = ()
@@ -368,14 +371,14 @@ class GVAT:
             chunks = tuple(
                 ChunkInfo(
                     index=i,
-                    vaddr=alloc.vaddr + m["offsets"][i],
-                    nbytes=m["offsets"][i + 1] - m["offsets"][i],
-                    worker=m["workers"][h],
-                    device=m["devices"][h],
-                    tier=m["tiers"][h],
-                    version=m["versions"][i],
+                    vaddr=alloc.vaddr + m.offsets[i],
+                    nbytes=m.offsets[i + 1] - m.offsets[i],
+                    worker=m.workers[h],
+                    device=m.devices[h],
+                    tier=m.tiers[h],
+                    version=m.versions[i],
                 )
-                for i, h in enumerate(m["home"])
+                for i, h in enumerate(m.home)
             )
         return AllocationInfo(
             alloc_id=alloc.alloc_id,

@@ -1,2 +1,3 @@
-"""What crosses process boundaries: ids and records, the error hierarchy, the chunk grid
-every side agrees on, and the messages. Imports no other dgvm module."""
+"""What crosses process boundaries: typed ids and records (``records``), the error
+hierarchy (``errors``), the chunk grid every side agrees on (``chunk_grid``), and the
+messages with their one codec (``messages``). Imports no other dgvm module."""

@@ -1,7 +1,8 @@
 """The exceptions dgvm raises.
 
 Every message says what was asked and what was available, so that the caller can act on
-it without reading dgvm's source.
+it without reading dgvm's source. Handlers answer most of them as data
+(``dgvm.protocol.messages``: ``REFUSALS``), and the caller raises them again.
 """
 
 from __future__ import annotations
@@ -24,14 +25,6 @@ class InvalidAddress(ValueError, DgvmError):
     Raised for unknown addresses, ranges running past an allocation, use after free and
     double free.
     """
-
-
-def raise_if_invalid(answer):
-    """A GVAT handler's answer, or its "allocation gone" as the ``InvalidAddress`` it is
-    (the scheduler answers it as data: ``scheduler._invalid_as_data``)."""
-    if isinstance(answer, dict) and "invalid" in answer:
-        raise InvalidAddress(answer["invalid"])
-    return answer
 
 
 class ConfigError(ValueError, DgvmError):

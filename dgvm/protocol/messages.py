@@ -1,11 +1,90 @@
-"""The names that the three processes use to talk to each other.
+"""What the three processes say to each other: the names, the shapes, and one codec.
 
-Stream messages travel on Dask's batched streams (``{"op": NAME, ...}``); task keys of
-dgvm's work start with ``TASK_PREFIX``, so a worker can tell them from other Dask tasks.
+- RPC handlers, by name: the scheduler's (``SCHEDULER_HANDLERS``, served by
+  ``dgvm.scheduler.plugin.GVATPlugin``) and each worker's (``WORKER_HANDLERS``, served by
+  ``dgvm.worker.plugin.ChunkStorePlugin``). Every call goes through ``call``, every
+  handler table through ``serve``.
+- Structured answers and requests travel as dicts of the records below (``ChunkMap``,
+  ``Translation``, ``Where``, ``PullChunk``, ``Pulled``, ``Migrated``); ``call`` gives
+  the caller the record.
+- Refusals travel as data: a handler that raises one of the errors in ``REFUSALS``
+  answers ``{SPECIAL: kind, "message": text}`` (the scheduler does not deserialize a
+  worker's exceptions, and Dask logs every exception a handler raises as a failure), and
+  ``call`` raises the same error type with the same message on the caller's side. A chunk
+  its holder no longer has comes back as ``MOVED`` (a value: ask the GVAT again).
+- Stream messages travel on Dask's batched streams (``{"op": NAME, ...}``); task keys of
+  dgvm's work start with ``TASK_PREFIX``, so a worker can tell them from other Dask tasks.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from dgvm.protocol.errors import (
+    AccessDenied,
+    ChunkLost,
+    DgvmError,
+    InvalidAddress,
+    KernelError,
+    OutOfDeviceMemory,
+)
+from dgvm.protocol.records import (
+    AllocationInfo,
+    AllocId,
+    ChunkIndex,
+    FlatRecord,
+    Record,
+    WorkerAddress,
+    WorkerInfo,
+)
+
+# -- RPC handlers of the scheduler (GVATPlugin) -------------------------------------------
+ALLOCATE = "dgvm_allocate"  # place, book and create chunks on workers -> ChunkMap
+FREE = "dgvm_free"  # owner check, forget, free the chunks on live homes -> bytes
+FREE_ALL = "dgvm_free_all"  # every allocation (a local cluster closing) -> count
+TRANSLATE = "dgvm_translate"  # virtual addresses -> Translation
+TABLE = "dgvm_table"  # -> [AllocationInfo]
+WORKERS = "dgvm_workers"  # -> [WorkerInfo]
+CHUNK_MAP = "dgvm_chunk_map"  # -> ChunkMap
+LOCATE = "dgvm_locate"  # where a worker that misses a chunk fetches it -> Where
+REPLICA_ADDED = "dgvm_replica_added"  # -> KEPT, STALE or GONE
+LAUNCHED = "dgvm_launched"  # a task's writes and reads (also as the stream message REPORT)
+STATS = "dgvm_stats"  # counters per worker and allocation -> dict
+MIGRATE = "dgvm_migrate"  # move chunk homes -> Migrated
+REBALANCE = "dgvm_rebalance"  # even out device memory -> {"chunks", "bytes"}
+REPLICAS_DROPPED = "dgvm_replicas_dropped"  # a worker evicted replicas
+
+SCHEDULER_HANDLERS = frozenset({
+    ALLOCATE, FREE, FREE_ALL, TRANSLATE, TABLE, WORKERS, CHUNK_MAP, LOCATE, REPLICA_ADDED,
+    LAUNCHED, STATS, MIGRATE, REBALANCE, REPLICAS_DROPPED,
+})
+
+# -- RPC handlers of each worker (ChunkStorePlugin) -----------------------------------------
+STORE_ALLOCATE = "dgvm_store_allocate"  # create chunks, all or nothing -> bytes
+STORE_FREE = "dgvm_store_free"  # release every chunk of an allocation held here -> bytes
+WRITE = "dgvm_write"  # pieces (chunk, offset, bytes) -> bytes written
+READ = "dgvm_read"  # pieces (chunk, offset, length) -> [host arrays]
+STORE_INFO = "dgvm_store_info"  # address and heartbeat metrics -> dict
+EXPORT = "dgvm_export"  # descriptors of chunks for a transfer path -> [dict or MOVED]
+DROP_REPLICAS = "dgvm_drop_replicas"  # -> bytes
+PULL = "dgvm_pull"  # become the home of chunks -> Pulled
+IPC_FORGET = "dgvm_ipc_forget"  # close mappings of a peer's buffers -> count
+
+WORKER_HANDLERS = frozenset({
+    STORE_ALLOCATE, STORE_FREE, WRITE, READ, STORE_INFO, EXPORT, DROP_REPLICAS, PULL, IPC_FORGET,
+})
+
+# -- plugins, events, streams, tasks ----------------------------------------------------
+GVAT_PLUGIN = "dgvm-gvat"  # the scheduler plugin's name
+STORE_PLUGIN = "dgvm-store"  # the worker plugin's name
+EXTENSION = "dgvm"  # scheduler.extensions: the plugin; worker.extensions: the chunk store
+HEARTBEAT = "dgvm"  # worker.metrics: the chunk store's figures in each heartbeat
+
+# Chunks of an allocation got a new home: scheduler -> clients (Dask event topic).
+MOVED_TOPIC = "dgvm-moved"
 # A task's report to the GVAT of what it wrote and read: worker -> scheduler.
 REPORT = "dgvm-launched"
 # An old home's release of moved chunks (dgvm.scheduler.releases): scheduler -> worker.
@@ -15,3 +94,199 @@ PEER_LEFT = "dgvm-peer-left"
 
 # Every task dgvm submits has a key that starts so (dgvm.client.dispatch).
 TASK_PREFIX = "dgvm-"
+
+# The GVAT's answers to REPLICA_ADDED.
+KEPT = "kept"  # the replica counts
+STALE = "stale"  # the chunk moved or was written while it was copied: drop it, ask again
+GONE = "gone"  # the allocation was freed, or the worker is unknown: drop it
+
+
+def report(alloc_id: AllocId, wrote: list, reads: dict, stats: dict) -> dict:
+    """The stream message REPORT (``GVATPlugin.launched``): the chunks a task wrote, what
+    it read, and its store's counters as of then (``stats``)."""
+    return {"op": REPORT, "alloc_id": alloc_id, "wrote": wrote, "reads": reads, "stats": stats}
+
+
+def release(alloc_id: AllocId, indices: list, ticket: int) -> dict:
+    """The stream message RELEASE (``ChunkStorePlugin.release``)."""
+    return {"op": RELEASE, "alloc_id": alloc_id, "indices": indices, "ticket": ticket}
+
+
+def peer_left(worker: WorkerAddress) -> dict:
+    """The stream message PEER_LEFT (``ChunkStorePlugin.peer_left``)."""
+    return {"op": PEER_LEFT, "worker": worker}
+
+
+# -- structured requests and answers ----------------------------------------------------
+@dataclass(frozen=True)
+class ChunkMap(FlatRecord):
+    """An allocation's chunks, columnar: ``offsets`` (nchunks + 1 byte offsets), and per
+    chunk an index into ``workers``/``devices``/``tiers`` (``home``) and a version.
+    The answer of ALLOCATE and CHUNK_MAP, and part of ``Migrated``."""
+
+    alloc_id: AllocId
+    vaddr: int
+    nbytes: int
+    offsets: list
+    home: list
+    workers: list
+    devices: list
+    tiers: list
+    versions: list
+
+
+@dataclass(frozen=True)
+class Translation(FlatRecord):
+    """Many virtual addresses translated (TRANSLATE), columnar: per address its
+    allocation, chunk, offset in the chunk and an index into ``workers``/``devices``/
+    ``tiers``."""
+
+    alloc_id: list
+    chunk_index: list
+    offset: list
+    home: list
+    workers: list
+    devices: list
+    tiers: list
+
+
+@dataclass(frozen=True)
+class Where(FlatRecord):
+    """Where a worker that misses a chunk fetches it from (LOCATE): the home, the
+    transfer path, and the version the copy must have."""
+
+    home: WorkerAddress
+    path: str
+    version: int
+
+
+@dataclass(frozen=True)
+class PullChunk(FlatRecord):
+    """A chunk a new home pulls (PULL's ``chunks``): its index, current home, path and
+    version."""
+
+    index: ChunkIndex
+    home: WorkerAddress
+    path: str
+    version: int
+
+
+@dataclass(frozen=True)
+class Pulled(FlatRecord):
+    """The chunks a PULL made homes here, with the versions they have."""
+
+    moved: list
+    versions: list
+
+
+@dataclass(frozen=True)
+class Migrated(Record):
+    """The answer of MIGRATE: the chunks moved and the new chunk map."""
+
+    moved: list
+    map: ChunkMap
+
+    def to_dict(self) -> dict:
+        return {"moved": self.moved, "map": self.map.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Migrated":
+        return cls(list(d["moved"]), ChunkMap.from_dict(d["map"]))
+
+
+# -- the codec ---------------------------------------------------------------------------
+SPECIAL = "dgvm-special"  # the key that marks a special answer
+
+#: errors a handler answers as data, by kind
+REFUSALS: dict[str, type[DgvmError]] = {
+    "oom": OutOfDeviceMemory,  # a device (or the cluster) is full
+    "invalid": InvalidAddress,  # the allocation, chunk or address is gone or never was
+    "denied": AccessDenied,  # another client's allocation
+    "lost": ChunkLost,  # the chunk's home left the cluster
+    "kernel": KernelError,
+    "error": DgvmError,  # anything else dgvm refuses, e.g. a worker busy with releases
+}
+_KINDS = {cls: kind for kind, cls in REFUSALS.items()}
+
+
+class _Moved:
+    """The answer for a chunk its holder no longer has (it moved, or was freed)."""
+
+    def __repr__(self):
+        return "MOVED"
+
+
+MOVED = _Moved()
+_MOVED_ANSWER = {SPECIAL: "moved"}
+
+
+def refusal(error: DgvmError) -> dict:
+    """``error`` as a handler's answer (its type must be one of ``REFUSALS``)."""
+    return {SPECIAL: _KINDS[type(error)], "message": str(error)}
+
+
+def moved() -> dict:
+    """The answer for a chunk the holder no longer has; decoded as ``MOVED``."""
+    return dict(_MOVED_ANSWER)
+
+
+def decode(answer):
+    """A handler's answer as the caller sees it: a refusal raised as its error, a moved
+    chunk as ``MOVED``, anything else as it came."""
+    if type(answer) is dict and SPECIAL in answer:
+        kind = answer[SPECIAL]
+        if kind == "moved":
+            return MOVED
+        raise REFUSALS[kind](answer["message"])
+    return answer
+
+
+def _descriptors(answer: list) -> list:
+    return [decode(d) for d in answer]
+
+
+#: how ``call`` turns the answer of a handler into what its caller gets
+ANSWERS: dict[str, Callable[[Any], Any]] = {
+    ALLOCATE: ChunkMap.from_dict,
+    CHUNK_MAP: ChunkMap.from_dict,
+    MIGRATE: Migrated.from_dict,
+    TRANSLATE: Translation.from_dict,
+    LOCATE: Where.from_dict,
+    PULL: Pulled.from_dict,
+    TABLE: lambda rows: [AllocationInfo.from_dict(r) for r in rows],
+    WORKERS: lambda rows: [WorkerInfo.from_dict(r) for r in rows],
+    EXPORT: _descriptors,
+}
+
+
+async def call(rpc, handler: str, **kwargs):
+    """Call ``handler`` through ``rpc`` (``client.scheduler``, ``scheduler.rpc(address)``,
+    ``worker.rpc(address)``, ``worker.scheduler``) and decode its answer: a refusal is
+    raised, a structured answer comes back as its record."""
+    answer = decode(await getattr(rpc, handler)(**kwargs))
+    as_record = ANSWERS.get(handler)
+    return answer if as_record is None else as_record(answer)
+
+
+def served(handler: Callable) -> Callable:
+    """``handler`` as it is installed: a refusal it raises is answered as data, and a
+    record it returns travels as its dict."""
+
+    @functools.wraps(handler)
+    async def answer(*args, **kwargs):
+        try:
+            result = handler(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+        except DgvmError as e:
+            if type(e) not in _KINDS:
+                raise
+            return refusal(e)
+        return result.to_dict() if isinstance(result, Record) else result
+
+    return answer
+
+
+def serve(handlers: dict[str, Callable]) -> dict[str, Callable]:
+    """A plugin's handler table ({name: method}) as the server installs it."""
+    return {name: served(fn) for name, fn in handlers.items()}

@@ -9,43 +9,24 @@ touches device memory, so the scheduler's event loop is never blocked.
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 import logging
 
 import numpy as np
 from distributed import SchedulerPlugin
 
-from dgvm import config, dashboard, streams, transfer
+from dgvm import config, dashboard, dask_compat, streams, transfer
 from dgvm.dashboard.counters import latest
-from dgvm.protocol.chunk_grid import block_nbytes
-from dgvm.protocol.errors import DgvmError, InvalidAddress, OutOfDeviceMemory
 from dgvm.gvat import GVAT, migration
-from dgvm.scheduler.releases import PendingReleases
 from dgvm.protocol import messages
-from dgvm.protocol.records import DeviceProfile
+from dgvm.protocol.chunk_grid import block_nbytes
+from dgvm.protocol.errors import ChunkLost, InvalidAddress, OutOfDeviceMemory
+from dgvm.protocol.messages import ChunkMap, Migrated, Pulled, Translation, Where
+from dgvm.protocol.records import AllocId, ClientId, DeviceProfile, WorkerAddress
+from dgvm.scheduler.releases import PendingReleases
 
 logger = logging.getLogger("dgvm.scheduler")
 
-PLUGIN_NAME = "dgvm-gvat"
-
-
-def _invalid_as_data(handler):
-    """A handler that looks an allocation up by id, answering an id that is gone as data,
-    ``{"invalid": message}``, which its callers raise as ``InvalidAddress``
-    (``session.call_scheduler``, ``Access``). It happens in running programs: a task or
-    a release outlives its array, arrays are released while their cluster closes; Dask
-    would log each as a handler failure."""
-
-    @functools.wraps(handler)
-    async def answer(*args, **kwargs):
-        try:
-            result = handler(*args, **kwargs)
-            return await result if inspect.isawaitable(result) else result
-        except InvalidAddress as e:
-            return {"invalid": str(e)}
-
-    return answer
+PLUGIN_NAME = messages.GVAT_PLUGIN
 
 
 def measured_load(scheduler, ws) -> float:
@@ -57,15 +38,16 @@ def measured_load(scheduler, ws) -> float:
     also adds the bytes its tasks still have to fetch; dgvm's tasks fetch nothing through
     Dask.) O(task kinds queued on the worker)."""
     total = 0.0
-    for name, count in ws.task_prefix_count.items():
-        prefix = scheduler.task_prefixes.get(name)
-        if prefix is not None and (prefix.duration_average >= 0 or prefix.max_exec_time > 0):
-            total += scheduler._get_prefix_duration(prefix) * count
+    for name, count in dask_compat.queued_prefixes(ws).items():
+        seconds = dask_compat.prefix_duration(scheduler, name)
+        if seconds is not None:
+            total += seconds * count
     return total
 
 
 class GVATPlugin(SchedulerPlugin):
-    """Owns the GVAT and serves it over the scheduler's comm."""
+    """Owns the GVAT and serves it over the scheduler's comm: the scheduler's state of
+    dgvm, one per scheduler."""
 
     name = PLUGIN_NAME
     idempotent = True
@@ -84,30 +66,33 @@ class GVATPlugin(SchedulerPlugin):
         # largest of each): newer than its last heartbeat's once a task reported since
         self._reported: dict[str, tuple[int, dict]] = {}
 
-    # Handlers the scheduler serves; one visible place (a test checks they are installed).
+    # Handlers the scheduler serves (messages.SCHEDULER_HANDLERS; a test checks both).
     def handlers(self) -> dict:
         return {
-            "dgvm_allocate": self.allocate,
-            "dgvm_free": _invalid_as_data(self.free),
-            "dgvm_free_all": self.free_all,
-            "dgvm_translate": self.translate,
-            "dgvm_table": _invalid_as_data(self.table),
-            "dgvm_workers": self.workers,
-            "dgvm_chunk_map": _invalid_as_data(self.chunk_map),
-            "dgvm_locate": _invalid_as_data(self.locate),
-            "dgvm_replica_added": self.replica_added,
-            "dgvm_launched": self.launched,
-            "dgvm_stats": self.stats,
-            "dgvm_migrate": _invalid_as_data(self.migrate),
-            "dgvm_rebalance": self.rebalance,
-            "dgvm_replicas_dropped": self.replicas_dropped,
+            messages.ALLOCATE: self.allocate,
+            messages.FREE: self.free,
+            messages.FREE_ALL: self.free_all,
+            messages.TRANSLATE: self.translate,
+            messages.TABLE: self.table,
+            messages.WORKERS: self.workers,
+            messages.CHUNK_MAP: self.chunk_map,
+            messages.LOCATE: self.locate,
+            messages.REPLICA_ADDED: self.replica_added,
+            messages.LAUNCHED: self.launched,
+            messages.STATS: self.stats,
+            messages.MIGRATE: self.migrate,
+            messages.REBALANCE: self.rebalance,
+            messages.REPLICAS_DROPPED: self.replicas_dropped,
         }
 
     async def start(self, scheduler):
         self.scheduler = scheduler
-        scheduler.handlers.update(self.handlers())
+        # Refusals (an allocation gone, a device full, ...) are answered as data: they
+        # happen in running programs (a task or a release outlives its array, arrays are
+        # released while their cluster closes), and Dask would log each as a failure.
+        scheduler.handlers.update(messages.serve(self.handlers()))
         scheduler.stream_handlers[messages.REPORT] = self._launched_stream
-        scheduler.extensions["dgvm"] = self
+        scheduler.extensions[messages.EXTENSION] = self
         for address in scheduler.workers:
             self.add_worker(scheduler, address)
         for stream in scheduler.client_comms.values():  # workers: by add_worker above
@@ -142,8 +127,7 @@ class GVATPlugin(SchedulerPlugin):
         # dgvm workers only: an unknown stream message closes a plain Dask worker. The one
         # that left is out of the inventory already.
         for rec in self.gvat.inventory.live():
-            streams.tell(self.scheduler.stream_comms.get(rec.address),
-                         {"op": messages.PEER_LEFT, "worker": worker})
+            streams.tell(self.scheduler.stream_comms.get(rec.address), messages.peer_left(worker))
 
     def remove_client(self, scheduler, client: str):
         # A client that goes away frees what it allocated, as a process exit frees its
@@ -188,7 +172,7 @@ class GVATPlugin(SchedulerPlugin):
     # -- inventory -----------------------------------------------------------------------
     def _sync_worker(self, address: str):
         ws = self.scheduler.workers.get(address) if self.scheduler else None
-        m = ws.metrics.get("dgvm") if ws is not None else None
+        m = ws.metrics.get(messages.HEARTBEAT) if ws is not None else None
         if not m:
             return None
         rec = self.gvat.inventory.by_address.get(address)
@@ -204,10 +188,15 @@ class GVATPlugin(SchedulerPlugin):
         for address in self.scheduler.workers:
             self._sync_worker(address)
 
+    async def _ask(self, worker: WorkerAddress, handler: str, **kwargs):
+        """Call ``handler`` on ``worker``'s chunk store; its answer decoded
+        (``messages.call``: a refusal raised)."""
+        return await messages.call(self.scheduler.rpc(worker), handler, **kwargs)
+
     # -- handlers ------------------------------------------------------------------------
     async def allocate(
         self,
-        owner: str,
+        owner: ClientId,
         nbytes: int | None = None,
         chunk_bytes: int | None = None,
         shape=None,
@@ -216,7 +205,7 @@ class GVATPlugin(SchedulerPlugin):
         placement: str = "balanced",
         colocate: int | None = None,
         zero: bool = True,
-    ):
+    ) -> ChunkMap:
         """Reserve, place and create an allocation; all or nothing. ``zero=False``: the
         chunks are not zero-filled (the caller's next task writes all of them)."""
         self._sync_inventory()
@@ -237,9 +226,9 @@ class GVATPlugin(SchedulerPlugin):
         per_worker = self.gvat.by_worker(alloc)
         results = await asyncio.gather(
             *(
-                self.scheduler.rpc(addr).dgvm_store_allocate(
-                    alloc_id=alloc.alloc_id, owner=owner, indices=idx,
-                    sizes=sizes[idx].tolist(), zero=zero,
+                self._ask(
+                    addr, messages.STORE_ALLOCATE, alloc_id=alloc.alloc_id, owner=owner,
+                    indices=idx, sizes=sizes[idx].tolist(), zero=zero,
                     # the GVAT counted the memory of releases sent there free already
                     after_release=self.releases.last_sent(addr),
                 )
@@ -247,36 +236,34 @@ class GVATPlugin(SchedulerPlugin):
             ),
             return_exceptions=True,
         )
-        # The worker answers {"oom": message} for a full device (the scheduler's comms do
-        # not deserialize exceptions, so expected failures travel as data).
-        failed = [
-            (a, r) for a, r in zip(per_worker, results)
-            if isinstance(r, BaseException) or (isinstance(r, dict) and "oom" in r)
-        ]
+        # A full device is refused as OutOfDeviceMemory (messages.REFUSALS).
+        failed = [(a, r) for a, r in zip(per_worker, results) if isinstance(r, BaseException)]
         if failed:
             ok = [a for a in per_worker if a not in dict(failed)]
             await self._free_on(alloc.alloc_id, ok)
             if alloc.alloc_id in self.gvat.allocations:  # unless freed meanwhile
                 self.gvat.free(alloc.alloc_id)
-            reasons = "; ".join(r["oom"] if isinstance(r, dict) else f"{a}: {r}" for a, r in failed)
-            if all(isinstance(r, dict) for _, r in failed):
+            reasons = "; ".join(
+                str(r) if isinstance(r, OutOfDeviceMemory) else f"{a}: {r}" for a, r in failed
+            )
+            if all(isinstance(r, OutOfDeviceMemory) for _, r in failed):
                 raise OutOfDeviceMemory(
                     f"allocation of {alloc.nbytes} bytes rolled back on every worker: {reasons}"
                 )
             raise failed[0][1]
         return self.gvat.chunk_map(alloc)
 
-    async def _free_on(self, alloc_id: int, addresses):
+    async def _free_on(self, alloc_id: AllocId, addresses):
         addresses = list(addresses)
         results = await asyncio.gather(
-            *(self.scheduler.rpc(a).dgvm_store_free(alloc_id=alloc_id) for a in addresses),
+            *(self._ask(a, messages.STORE_FREE, alloc_id=alloc_id) for a in addresses),
             return_exceptions=True,
         )
         for a, r in zip(addresses, results):
             if isinstance(r, BaseException):  # the worker is gone or broken: say so
                 logger.warning("freeing allocation %s on %s failed: %s", alloc_id, a, r)
 
-    async def free(self, alloc_id: int, owner: str | None = None):
+    async def free(self, alloc_id: AllocId, owner: ClientId | None = None) -> int:
         alloc = self.gvat.get(alloc_id, owner)
         # Old homes too: a release still on its way there frees nothing once this has.
         live = self.gvat.inventory.by_address
@@ -287,21 +274,21 @@ class GVATPlugin(SchedulerPlugin):
         return alloc.nbytes
 
     # -- migration -----------------------------------------------------------------------
-    def locate(self, alloc_id: int, index: int, worker: str):
+    def locate(self, alloc_id: AllocId, index: int, worker: WorkerAddress) -> Where:
         """Where a worker that misses a chunk fetches it from, and by which path."""
         alloc = self.gvat.get(alloc_id)
         home = self.gvat.inventory.by_uid[int(alloc.homes[index])]
         if not home.alive:
-            return {"lost": home.address}
+            raise ChunkLost(f"chunk {index} of allocation {alloc_id} was on {home.address}, which left")
         me = self.gvat.inventory.by_address.get(worker)
         path = transfer.choose(home.profile, me.profile) if me is not None else "comm"
-        return {"home": home.address, "path": path, "version": int(alloc.versions[index])}
+        return Where(home.address, path, int(alloc.versions[index]))
 
-    def replica_added(self, alloc_id: int, index: int, worker: str, nbytes: int,
-                      path: str, seconds: float, source: str, version: int):
+    def replica_added(self, alloc_id: AllocId, index: int, worker: WorkerAddress, nbytes: int,
+                      path: str, seconds: float, source: WorkerAddress, version: int) -> str:
         return self.gvat.add_replica(alloc_id, index, worker, nbytes, path, seconds, source, version)
 
-    async def launched(self, alloc_id: int, wrote: list, reads: dict, worker: str | None = None):
+    async def launched(self, alloc_id: AllocId, wrote: list, reads: dict, worker: WorkerAddress | None = None):
         """A launch on ``worker`` wrote ``wrote`` chunks of ``alloc_id`` and read others
         (``reads``: alloc id -> hits, misses, chunks used at home, chunks read remotely):
         count, bump versions, drop every stale replica before answering (no later reader
@@ -325,7 +312,7 @@ class GVATPlugin(SchedulerPlugin):
                     logger.info("re-homing chunks %s of allocation %s to %s failed: %s",
                                 due, read_id, worker, e)
 
-    async def _launched_stream(self, worker: str, alloc_id: int, wrote: list, reads: dict,
+    async def _launched_stream(self, worker: WorkerAddress, alloc_id: AllocId, wrote: list, reads: dict,
                                stats: dict | None = None):
         """``launched``, told on the worker's batched stream (``dgvm.worker.tasks.report``).
         Dask awaits a stream handler before the next message of that stream, so this is
@@ -339,47 +326,45 @@ class GVATPlugin(SchedulerPlugin):
         except Exception:  # noqa: BLE001
             logger.exception("dgvm: the report of a task on %s (allocation %s) failed", worker, alloc_id)
 
-    async def invalidate(self, alloc_id: int, indices):
+    async def invalidate(self, alloc_id: AllocId, indices):
         drop = self.gvat.wrote(alloc_id, indices)
         await asyncio.gather(*(
-            self.scheduler.rpc(a).dgvm_drop_replicas(alloc_id=alloc_id, indices=idx)
+            self._ask(a, messages.DROP_REPLICAS, alloc_id=alloc_id, indices=idx)
             for a, idx in drop.items()
         ))
 
     async def move(self, alloc, indices, target, reason: str) -> list[int]:
         """Make ``target`` the home of chunks ``indices`` of ``alloc``: it pulls them (or
         promotes its replicas), the GVAT records the new homes, the old homes are told to
-        release their copies (in the background: ``gvat.releases``), and the owner's
-        client hears of it (event ``dgvm-moved``)."""
+        release their copies (in the background: ``scheduler.releases``), and the owner's
+        client hears of it (event ``messages.MOVED_TOPIC``)."""
         plan = migration.plan_move(self.gvat, alloc, indices, target, transfer.choose)
         if not plan:
             return []
         try:
             # The target does the releases sent to it first: one still on its way could
-            # drop the chunk this pull brings back (gvat.releases).
-            answer = await self.scheduler.rpc(target.address).dgvm_pull(
-                alloc_id=alloc.alloc_id, owner=alloc.owner, chunks=plan,
+            # drop the chunk this pull brings back (scheduler.releases).
+            # A full device or a worker still busy with releases is raised here.
+            pulled: Pulled = await self._ask(
+                target.address, messages.PULL, alloc_id=alloc.alloc_id, owner=alloc.owner,
+                chunks=[c.to_dict() for c in plan],
                 after_release=self.releases.last_sent(target.address),
             )
         finally:
             migration.finish_move(alloc, plan)
-        if "oom" in answer:
-            raise OutOfDeviceMemory(answer["oom"])
-        if "busy" in answer:
-            raise DgvmError(answer["busy"])
         if alloc.alloc_id not in self.gvat.allocations:  # freed meanwhile
-            await self.scheduler.rpc(target.address).dgvm_store_free(alloc_id=alloc.alloc_id)
+            await self._ask(target.address, messages.STORE_FREE, alloc_id=alloc.alloc_id)
             return []
         moved, release = migration.set_home(
-            self.gvat, alloc, answer["moved"], answer["versions"], target, reason
+            self.gvat, alloc, pulled.moved, pulled.versions, target, reason
         )
-        stale = sorted(set(answer["moved"]) - set(moved))  # written meanwhile: not moved
+        stale = sorted(set(pulled.moved) - set(moved))  # written meanwhile: not moved
         if stale:
             release.setdefault(target.address, []).extend(stale)
         for a, idx in release.items():
             self.releases.send(self.scheduler.stream_comms.get(a), a, alloc.alloc_id, idx)
         if moved:
-            self.scheduler.log_event("dgvm-moved", {
+            self.scheduler.log_event(messages.MOVED_TOPIC, {
                 "alloc_id": alloc.alloc_id, "owner": alloc.owner, "indices": moved,
                 "worker": target.address, "reason": reason,
             })
@@ -393,7 +378,8 @@ class GVATPlugin(SchedulerPlugin):
             )
         return rec
 
-    async def migrate(self, alloc_id: int, indices: list, worker: str, owner: str | None = None):
+    async def migrate(self, alloc_id: AllocId, indices: list, worker: WorkerAddress,
+                      owner: ClientId | None = None) -> Migrated:
         """Move the home of chunks ``indices`` of an allocation to ``worker``; answers the
         chunks moved and the new chunk map."""
         alloc = self.gvat.get(alloc_id, owner)
@@ -403,9 +389,9 @@ class GVATPlugin(SchedulerPlugin):
                 f"allocation {alloc_id} has chunks 0..{alloc.nchunks - 1}; asked for {bad[:8]}"
             )
         moved = await self.move(alloc, indices, self._live_record(worker), reason="migrate")
-        return {"moved": moved, "map": self.gvat.chunk_map(alloc)}
+        return Migrated(moved, self.gvat.chunk_map(alloc))
 
-    async def rebalance(self, owner: str | None = None):
+    async def rebalance(self, owner: ClientId | None = None):
         """Even out device memory by moving homes of ``owner``'s chunks (all chunks when
         no owner is given); returns {"chunks": moved, "bytes": moved}."""
         allocs = [
@@ -428,14 +414,14 @@ class GVATPlugin(SchedulerPlugin):
             nbytes += int(alloc.sizes()[r].sum()) if r else 0
         return {"chunks": chunks, "bytes": nbytes}
 
-    def replicas_dropped(self, worker: str, dropped: dict):
+    def replicas_dropped(self, worker: WorkerAddress, dropped: dict):
         migration.replicas_dropped(self.gvat, worker, dropped)
 
     async def stats(self):
         """Counters per worker (asked of the live stores) and per allocation."""
         live = [r.address for r in self.gvat.inventory.live()]
         answers = await asyncio.gather(  # the stores' figures after every move so far
-            *(self.scheduler.rpc(a).dgvm_store_info(after_release=self.releases.last_sent(a))
+            *(self._ask(a, messages.STORE_INFO, after_release=self.releases.last_sent(a))
               for a in live),
             return_exceptions=True,
         )
@@ -449,13 +435,13 @@ class GVATPlugin(SchedulerPlugin):
         }
         return {"workers": workers, "allocations": allocations}
 
-    def translate(self, vaddrs: list[int]):
+    def translate(self, vaddrs: list[int]) -> Translation:
         return self.gvat.translate_many(vaddrs)
 
-    def chunk_map(self, alloc_id: int):
+    def chunk_map(self, alloc_id: AllocId) -> ChunkMap:
         return self.gvat.chunk_map(self.gvat.get(alloc_id))
 
-    def table(self, alloc_id: int | None = None, chunks: bool = False):
+    def table(self, alloc_id: AllocId | None = None, chunks: bool = False):
         allocs = (
             [self.gvat.get(alloc_id)] if alloc_id is not None
             else list(self.gvat.allocations.values())

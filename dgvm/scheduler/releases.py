@@ -11,7 +11,7 @@ migration). Nothing can read the old copy meanwhile:
   the worker finishes the release before it reads the next message.
 
 Requests that must not overtake a release name the last one sent to their worker
-(``last_sent``), and the worker does that one first (``ChunkStorePlugin._settle``):
+(``last_sent``), and the worker does that one first (``ChunkStorePlugin._after_releases``):
 a pull there (it could make the chunk its home again before the old copy goes), an
 allocation there (the GVAT counted that memory as free already) and ``dgvm.stats()``
 (the stores' figures after every move). The worker waits, not the scheduler: a re-home
@@ -28,7 +28,8 @@ from __future__ import annotations
 import itertools
 import logging
 
-from dgvm.protocol.messages import RELEASE
+from dgvm.protocol import messages
+from dgvm.protocol.records import AllocId, ReleaseTicket, WorkerAddress
 from dgvm.streams import tell
 
 logger = logging.getLogger("dgvm.scheduler")
@@ -39,28 +40,27 @@ class PendingReleases:
 
     def __init__(self):
         self._tickets = itertools.count()
-        self._last_sent: dict[str, int] = {}
-        self._old_homes: dict[int, set[str]] = {}
+        self._last_sent: dict[WorkerAddress, ReleaseTicket] = {}
+        self._old_homes: dict[AllocId, set[WorkerAddress]] = {}
 
-    def send(self, stream, address: str, alloc_id: int, indices: list) -> None:
+    def send(self, stream, address: WorkerAddress, alloc_id: AllocId, indices: list) -> None:
         """Tell ``address`` (on its scheduler stream) to release ``indices``."""
         ticket = next(self._tickets)
-        message = {"op": RELEASE, "alloc_id": alloc_id, "indices": indices, "ticket": ticket}
-        if not tell(stream, message):  # the worker is leaving, and its chunks with it
+        if not tell(stream, messages.release(alloc_id, indices, ticket)):  # the worker is leaving, and its chunks with it
             logger.info("dgvm: %s is gone; its chunks of allocation %s go with it", address, alloc_id)
             return
         self._last_sent[address] = ticket
         self._old_homes.setdefault(alloc_id, set()).add(address)
 
-    def last_sent(self, address: str) -> int | None:
+    def last_sent(self, address: WorkerAddress) -> ReleaseTicket | None:
         """The ticket of the last release sent to ``address`` (None: none since it joined).
         Tickets only grow, and a worker does its releases in order."""
         return self._last_sent.get(address)
 
-    def old_homes(self, alloc_id: int) -> set[str]:
+    def old_homes(self, alloc_id: AllocId) -> set[WorkerAddress]:
         """The workers told to release chunks of ``alloc_id`` (forgotten: it is freed)."""
         return self._old_homes.pop(alloc_id, set())
 
-    def worker_left(self, address: str) -> None:
+    def worker_left(self, address: WorkerAddress) -> None:
         """Its releases are moot: its memory went with it."""
         self._last_sent.pop(address, None)

@@ -1,4 +1,5 @@
-"""Transfer paths between workers, and the choice of one for a pair of workers."""
+"""Transfer paths between workers, the choice of one for a pair of workers, and a
+worker's own set of them (``Transfers``)."""
 
 from __future__ import annotations
 
@@ -6,21 +7,46 @@ from dgvm import config
 from dgvm.protocol.records import DeviceProfile
 from dgvm.transfer.base import TransferPath
 from dgvm.transfer.comm import CommPath
-from dgvm.transfer.cuda_ipc import CudaIpcPath
-from dgvm.transfer.shm import SharedMemoryPath
+from dgvm.transfer.cuda_ipc import CudaIpcPath, peer_mappings
+from dgvm.transfer.ipc_mappings import ImportedMappings
+from dgvm.transfer.shm import PeerArenas, SharedMemoryPath
 
-PATHS: dict[str, TransferPath] = {p.name: p for p in (CudaIpcPath(), SharedMemoryPath(), CommPath())}
+#: the kinds of path, fastest first: ``choose`` takes the first usable one
+KINDS: tuple[type[TransferPath], ...] = (CudaIpcPath, SharedMemoryPath, CommPath)
+#: their names, as the GVAT names a path and the stats and dashboard count them
+NAMES: tuple[str, ...] = tuple(k.name for k in KINDS)
 
 
 def choose(src: DeviceProfile, dst: DeviceProfile) -> str:
     """The fastest usable path: same-host paths first unless turned off in config."""
     same_host = config.get("transfer.same-host")
-    for name, path in PATHS.items():
-        if name != "comm" and not same_host:
+    for kind in KINDS:
+        if kind.name != "comm" and not same_host:
             continue
-        if path.usable(src, dst):
-            return name
+        if kind.usable(src, dst):
+            return kind.name
     return "comm"
 
 
-__all__ = ["PATHS", "TransferPath", "choose"]
+class Transfers:
+    """One worker's transfer paths, by name, and what they keep between copies: its
+    mappings of peers' CUDA buffers (``mappings``) and of peers' shared-memory arenas
+    (``arenas``). The worker's plugin makes it; a process that runs no worker has none."""
+
+    def __init__(self):
+        self.mappings: ImportedMappings = peer_mappings()
+        self.arenas = PeerArenas()
+        self.paths: dict[str, TransferPath] = {
+            p.name: p for p in (CudaIpcPath(self.mappings), SharedMemoryPath(self.arenas), CommPath())
+        }
+
+    def __getitem__(self, name: str) -> TransferPath:
+        return self.paths[name]
+
+    def close(self) -> None:
+        """The worker closes: unmap the peers' arenas. (Mappings of peers' CUDA buffers
+        stay until the peers ask to forget them: they may still ask.)"""
+        self.arenas.close()
+
+
+__all__ = ["KINDS", "NAMES", "TransferPath", "Transfers", "choose"]

@@ -4,7 +4,8 @@ A path has two halves. ``export`` runs on the holder and returns a small, msgpac
 descriptor (or the bytes themselves, for the comm path); ``fetch_into`` runs on the receiver
 and copies the chunk into a device array of the receiver's backend: a new buffer of its store
 (``fetch``, a replica or a new home) or a transient one (a read that keeps no replica). The GVAT picks the path for each
-pair of workers (``choose``); adding a path is a new class in ``PATHS``.
+pair of workers (``choose``); adding a path is a new class in ``KINDS``. A worker holds one
+instance of each (``Transfers``), with what it keeps between copies.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ class TransferPath(abc.ABC):
     #: describes where they are, and the holder answers at once
     export_reads = False
 
+    @staticmethod
     @abc.abstractmethod
-    def usable(self, src: DeviceProfile, dst: DeviceProfile) -> bool:
+    def usable(src: DeviceProfile, dst: DeviceProfile) -> bool:
         """Can this path move a chunk from a worker like ``src`` to one like ``dst``?"""
 
     @abc.abstractmethod

@@ -29,7 +29,7 @@ Key = tuple  # (holder address, handle bytes)
 
 class BufferGone(Exception):
     """The holder freed (or is freeing) the buffer a descriptor names: the chunk moved or
-    was freed after it was exported. Ask the GVAT again, as for ``{"moved": True}``."""
+    was freed after it was exported. Ask the GVAT again, as for ``messages.MOVED``."""
 
 
 @dataclass

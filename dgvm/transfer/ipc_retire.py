@@ -1,16 +1,18 @@
 """A worker's side of giving back buffers that peers keep mapped (``ipc_exports``).
 
 The backend marks an exported buffer *retiring* when it gives it up; this asks every
-importer to forget it (``dgvm_ipc_forget``, which waits for a copy in progress) and then
+importer to forget it (``messages.IPC_FORGET``, which waits for a copy in progress) and then
 drops the buffer, off the event loop (cudaFree waits for the device). An importer that
 does not answer is asked again a second later; one that left the cluster (the scheduler
-says so with ``dgvm-peer-left``) is not asked any more: its mappings went with it.
+says so with ``messages.PEER_LEFT``) is not asked any more: its mappings went with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+
+from dgvm.protocol import messages
 
 logger = logging.getLogger("dgvm.worker")
 
@@ -19,9 +21,13 @@ RETRY_AFTER = 1.0
 
 
 class IpcRetirement:
-    def __init__(self, worker, exports):
+    """One worker's retirement of its exported buffers (``exports``, its backend's);
+    ``mappings`` are the worker's own mappings of its peers' buffers."""
+
+    def __init__(self, worker, exports, mappings):
         self.worker = worker
         self.exports = exports
+        self.mappings = mappings
         self._lock = asyncio.Lock()
         exports.on_retire = self.soon
 
@@ -55,7 +61,8 @@ class IpcRetirement:
         me = self.worker.address
         return await asyncio.gather(*(
             asyncio.wait_for(
-                self.worker.rpc(peer).dgvm_ipc_forget(holder=me, handles=handles, timeout=FORGET_TIMEOUT),
+                messages.call(self.worker.rpc(peer), messages.IPC_FORGET,
+                              holder=me, handles=handles, timeout=FORGET_TIMEOUT),
                 FORGET_TIMEOUT + 1,
             )
             for peer, handles in ask.items()
@@ -69,8 +76,6 @@ class IpcRetirement:
 
     def peer_left(self, address: str) -> None:
         """``address`` left: no importer to ask any more, and its buffers are gone."""
-        from dgvm.transfer import cuda_ipc
-
         self.exports.peer_gone(address)
-        self.worker.loop.run_in_executor(None, cuda_ipc.mappings().forget_now, address, None, FORGET_TIMEOUT)
+        self.worker.loop.run_in_executor(None, self.mappings.forget_now, address, None, FORGET_TIMEOUT)
         self.soon()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 import time
 
 import _posixshmem
@@ -11,33 +12,49 @@ import numpy as np
 
 from dgvm.transfer.base import TransferPath
 
-_open: dict[str, np.ndarray] = {}  # arenas of peers, mapped once
 
+class PeerArenas:
+    """The shared-memory arenas of peers one worker has mapped, by name (one per worker,
+    ``Transfers.arenas``). A content-keyed cache: an arena is mapped at its first copy and
+    kept until the worker closes (``close``); names are never reused."""
 
-def _peer_arena(name: str) -> np.ndarray:
-    from dgvm.backends.cpu import own_arenas
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._arenas: dict[str, np.ndarray] = {}
 
-    own = own_arenas.get(name)
-    if own is not None:
-        return np.ndarray((own.size,), dtype=np.uint8, buffer=own.buf)
-    arena = _open.get(name)
-    if arena is None:
-        # Mapped by hand rather than with SharedMemory: before Python 3.13 that would
-        # register the peer's arena with the resource tracker the workers share, and
-        # unregistering it again would drop the owner's registration too.
-        fd = _posixshmem.shm_open("/" + name.lstrip("/"), os.O_RDWR, mode=0o600)
-        try:
-            m = mmap.mmap(fd, os.fstat(fd).st_size)
-        finally:
-            os.close(fd)
-        arena = _open[name] = np.frombuffer(m, dtype=np.uint8)
-    return arena
+    def get(self, name: str) -> np.ndarray:
+        """Arena ``name`` as a uint8 array, mapped now or kept from before."""
+        with self._lock:
+            arena = self._arenas.get(name)
+            if arena is None:
+                # Mapped by hand rather than with SharedMemory: before Python 3.13 that
+                # would register the peer's arena with the resource tracker the workers
+                # share, and unregistering it again would drop the owner's registration too.
+                fd = _posixshmem.shm_open("/" + name.lstrip("/"), os.O_RDWR, mode=0o600)
+                try:
+                    m = mmap.mmap(fd, os.fstat(fd).st_size)
+                finally:
+                    os.close(fd)
+                arena = self._arenas[name] = np.frombuffer(m, dtype=np.uint8)
+            return arena
+
+    def close(self) -> None:
+        """Forget every mapping (each is unmapped once no copy reads it any more)."""
+        with self._lock:
+            self._arenas.clear()
+
+    def __len__(self) -> int:
+        return len(self._arenas)
 
 
 class SharedMemoryPath(TransferPath):
     name = "shm"
 
-    def usable(self, src, dst):
+    def __init__(self, arenas: PeerArenas):
+        self.arenas = arenas  # this worker's mappings of its peers' arenas
+
+    @staticmethod
+    def usable(src, dst):
         return src.backend == dst.backend == "cpu" and src.host == dst.host
 
     def export(self, store, alloc_id, index, to=None):
@@ -45,7 +62,7 @@ class SharedMemoryPath(TransferPath):
         return {"shm": store.backend.shm_name, "offset": int(c.handle), "nbytes": c.nbytes}
 
     def fetch_into(self, desc, dst):
-        src = _peer_arena(desc["shm"])[desc["offset"] : desc["offset"] + desc["nbytes"]]
+        src = self.arenas.get(desc["shm"])[desc["offset"] : desc["offset"] + desc["nbytes"]]
         t0 = time.perf_counter()
         dst[:] = src
         return time.perf_counter() - t0

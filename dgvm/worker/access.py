@@ -11,71 +11,21 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import functools
 import itertools
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from distributed import get_worker
 from distributed.utils import sync
 
-from dgvm.protocol import chunk_grid
-from dgvm.protocol.errors import ChunkLost, DgvmError, OutOfDeviceMemory, raise_if_invalid
-from dgvm.transfer import PATHS
+from dgvm.protocol import messages
+from dgvm.protocol.errors import DgvmError, OutOfDeviceMemory
+from dgvm.protocol.messages import Where
+from dgvm.protocol.records import AllocId, ArraySpec  # tasks name their arrays by spec
+from dgvm.transfer import Transfers
 from dgvm.transfer.fetch import request_exports
 from dgvm.transfer.ipc_mappings import BufferGone
-
-
-@dataclass
-class ArraySpec:
-    """What a task needs to know of a DArray argument (no handle, no client).
-
-    A task asks the same questions of its specs for every chunk it runs (a chunk's place
-    in the grid, its bounds, the chunks a region overlaps): the grid and the block edges
-    are kept on the spec as Python ints, where NumPy's scalar calls would cost
-    microseconds each, per chunk. They stay where they were made (``__getstate__``)."""
-
-    alloc_id: int
-    owner: str
-    shape: tuple
-    dtype: str
-    chunks: tuple
-
-    @classmethod
-    def of(cls, x) -> "ArraySpec":
-        return cls(x.alloc_id, x.alloc.owner, x.shape, x.dtype.str, x.chunks)
-
-    def __getstate__(self):
-        return {f: self.__dict__[f] for f in ("alloc_id", "owner", "shape", "dtype", "chunks")}
-
-    @functools.cached_property
-    def grid(self) -> tuple:
-        return chunk_grid.grid_shape(self.chunks)
-
-    @functools.cached_property
-    def _edges(self) -> list[list[int]]:
-        return [[0, *itertools.accumulate(int(c) for c in axis)] for axis in self.chunks]
-
-    def edges(self, axis: int) -> list[int]:
-        """Block start offsets along ``axis``, and the axis length last."""
-        return self._edges[axis]
-
-    def block(self, k: int) -> tuple:
-        """The grid position of chunk ``k`` (C order)."""
-        return chunk_grid.block_index(k, self.grid)
-
-    def index(self, block) -> int:
-        """The chunk at grid position ``block``."""
-        return chunk_grid.flat_index(block, self.grid)
-
-    def bounds(self, k: int) -> tuple[list, list]:
-        """Chunk ``k``'s global element range ``[lo, hi)`` per axis."""
-        block = self.block(k)
-        return ([self.edges(a)[b] for a, b in enumerate(block)],
-                [self.edges(a)[b + 1] for a, b in enumerate(block)])
-
-    def block_shape(self, block: tuple) -> tuple:
-        return tuple(self.chunks[a][b] for a, b in enumerate(block))
 
 
 @dataclass
@@ -85,6 +35,7 @@ class Access:
 
     worker: object
     store: object
+    transfers: Transfers  # the worker's paths (and the mappings of peers' memory they keep)
     # alloc id -> {"hits", "misses", "home": chunks used at home here, "remote": others}
     reads: dict = field(default_factory=dict)
     # Chunks read without keeping a replica (no room), valid for the current output chunk.
@@ -100,10 +51,14 @@ class Access:
     @classmethod
     def here(cls) -> "Access":
         """The access of a task running on this worker."""
-        from distributed import get_worker
-
         w = get_worker()
-        return cls(w, w.extensions["dgvm"])
+        plugin = w.plugins[messages.STORE_PLUGIN]
+        return cls(w, plugin.store, plugin.transfers)
+
+    def ask_scheduler(self, handler: str, **kwargs):
+        """Call the GVAT's ``handler`` from the task's thread; its answer decoded
+        (``messages.call``: a refusal raised)."""
+        return sync(self.worker.loop, messages.call, self.worker.scheduler, handler, **kwargs)
 
     def scratch(self, shape, dtype):
         """A scratch buffer of this shape and dtype, the same one for every chunk of the
@@ -165,13 +120,11 @@ class Access:
             return held.typed(store.backend, spec.dtype, shape)
         return self.transient[key].view(spec.dtype).reshape(shape)
 
-    def locate(self, alloc_id: int, index: int) -> dict:
-        """The GVAT's answer for a chunk this worker needs: its home, path, version."""
-        w = self.worker
-        where = sync(w.loop, w.scheduler.dgvm_locate, alloc_id=alloc_id, index=index, worker=w.address)
-        if "lost" in where:
-            raise ChunkLost(f"chunk {index} of allocation {alloc_id} was on {where['lost']}, which left")
-        return raise_if_invalid(where)
+    def locate(self, alloc_id: AllocId, index: int) -> Where:
+        """The GVAT's answer for a chunk this worker needs: its home, path, version
+        (ChunkLost if its home left, InvalidAddress if the allocation is gone)."""
+        return self.ask_scheduler(messages.LOCATE, alloc_id=alloc_id, index=index,
+                                  worker=self.worker.address)
 
     def _fetch(self, alloc_id: int, index: int) -> None:
         """A miss: copy the chunk here from its home, as a replica registered in the GVAT;
@@ -181,12 +134,12 @@ class Access:
         # copy: the GVAT checks the copy's source and version before it counts; ask again.
         for _ in range(8):
             where = self.locate(alloc_id, index)
-            if where["home"] == w.address and self.store.local(alloc_id, index) is not None:
+            if where.home == w.address and self.store.local(alloc_id, index) is not None:
                 return  # its home moved here meanwhile
-            path = PATHS[where["path"]]
+            path = self.transfers[where.path]
             t0 = time.perf_counter()
-            desc, = sync(w.loop, request_exports, w, where["home"], alloc_id, [index], path.name)
-            if desc.get("moved"):
+            desc, = sync(w.loop, request_exports, w, where.home, alloc_id, [index], path.name)
+            if desc is messages.MOVED:
                 continue
             n = desc["nbytes"]
             try:
@@ -203,23 +156,23 @@ class Access:
                 self.store.stats.moved(path.name, n, time.perf_counter() - t0, copy_s)
                 return
             seconds = time.perf_counter() - t0
-            self.store.add_replica(alloc_id, index, handle, n, where["version"])
-            kept = sync(
-                w.loop, w.scheduler.dgvm_replica_added, alloc_id=alloc_id, index=index,
+            self.store.add_replica(alloc_id, index, handle, n, where.version)
+            kept = self.ask_scheduler(
+                messages.REPLICA_ADDED, alloc_id=alloc_id, index=index,
                 worker=w.address, nbytes=n, path=path.name, seconds=seconds,
-                source=where["home"], version=where["version"],
+                source=where.home, version=where.version,
             )
-            if kept == "kept":
+            if kept == messages.KEPT:
                 self.store.stats.moved(path.name, n, seconds, copy_s)
                 return
             self.store.drop_replicas(alloc_id, [index])
-            if kept != "stale":
+            if kept != messages.STALE:
                 raise DgvmError(f"allocation {alloc_id} was freed while chunk {index} was fetched")
         raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while fetched")
 
     @staticmethod
-    def _same(before: dict, after: dict) -> bool:
-        return before.get("home") == after.get("home") and before.get("version") == after.get("version")
+    def _same(before: Where, after: Where) -> bool:
+        return before.home == after.home and before.version == after.version
 
     def _fetch_replica(self, path, desc):
         store = self.store
@@ -231,9 +184,8 @@ class Access:
         dropped = store.evict(desc["nbytes"], keep=self.current)
         if not dropped:
             raise MemoryError
-        w = self.worker
-        sync(w.loop, w.scheduler.dgvm_replicas_dropped, worker=w.address,
-             dropped={str(a): v for a, v in dropped.items()})
+        self.ask_scheduler(messages.REPLICAS_DROPPED, worker=self.worker.address,
+                           dropped={str(a): v for a, v in dropped.items()})
         return store.fetch(path, desc)
 
     def _fetch_transient(self, alloc_id, index, path, desc) -> float:

@@ -30,9 +30,11 @@ when the output is freed before its commit.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from dgvm.protocol.errors import DgvmError
-from dgvm.worker.access import Access, ArraySpec
+from dgvm.protocol.records import ArraySpec
+from dgvm.worker.access import Access
 from dgvm.worker.tasks import write_chunks
 
 # Default threads per block by launch dimensionality.
@@ -97,8 +99,17 @@ def launch_here(kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices, 
 
 
 
-def stage(stage_id: str, kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices, deps) -> dict:
-    """Step 1 on one worker: {"staged": n} or {"error": exception}."""
+@dataclass(frozen=True)
+class Staged:
+    """What step 1 on one worker hands every worker's step 2: the chunks it staged, or
+    the error that stops the launch (returned, not raised, so that every commit runs)."""
+
+    chunks: int = 0
+    error: DgvmError | None = None
+
+
+def stage(stage_id: str, kernel, out: ArraySpec, specs, halo, pass_origin, tpb, indices, deps) -> Staged:
+    """Step 1 on one worker."""
     access = Access.here()
     backend = access.store.backend
     made = {}
@@ -113,16 +124,16 @@ def stage(stage_id: str, kernel, out: ArraySpec, specs, halo, pass_origin, tpb, 
         write_chunks(access, out, indices, f"kernel {kernel.name!r}", per_chunk,
                      kernel_errors=True, writes=False)
     except DgvmError as e:  # every worker's commit raises it; nothing was written
-        return {"error": e}
+        return Staged(error=e)
     access.store.stage(stage_id, out.alloc_id, made)
-    return {"staged": len(made)}
+    return Staged(len(made))
 
 
-def commit(stage_id: str, out: ArraySpec, what: str, indices, results: list) -> int:
+def commit(stage_id: str, out: ArraySpec, what: str, indices, results: list[Staged]) -> int:
     """Step 2 on one worker: the staged copies become the output, or all are dropped."""
     access = Access.here()
     made = access.store.take_staged(stage_id)
-    errors = [r["error"] for r in results if "error" in r]
+    errors = [r.error for r in results if r.error is not None]
     if errors:
         raise errors[0]
 

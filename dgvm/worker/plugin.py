@@ -3,8 +3,11 @@
 Load it as a preload (``dask worker ADDR --preload dgvm.worker --dgvm-device-memory 4GiB``)
 or let ``dgvm.LocalCluster`` / ``dgvm.connect`` install it. The plugin opens the device
 backend, measures the device once, reports capacity, use and profile in every heartbeat
-(``worker.metrics["dgvm"]``), and serves the store's RPC handlers. Store operations run
-in order on one thread of their own, so memory copies never stall the worker's event loop.
+(``worker.metrics[messages.HEARTBEAT]``), and serves the store's RPC handlers. Store
+operations run in order on one thread of their own, so memory copies never stall the
+worker's event loop. The plugin is the worker's state of dgvm, one per worker: the store,
+the transfer paths with the mappings of peers' memory they keep (``transfer.Transfers``),
+the threads, the retirement of exported buffers.
 """
 
 from __future__ import annotations
@@ -19,16 +22,18 @@ from distributed import WorkerPlugin
 from distributed.protocol import to_serialize
 
 from dgvm import backends, config, gc_pauses, streams, transfer
-from dgvm.protocol.messages import PEER_LEFT, RELEASE
-from dgvm.protocol.errors import InvalidAddress, OutOfDeviceMemory
-from dgvm.worker.store import ChunkStore, StoredChunk
+from dgvm.protocol import messages
+from dgvm.protocol.errors import DgvmError, InvalidAddress, OutOfDeviceMemory
+from dgvm.protocol.messages import PEER_LEFT, RELEASE, PullChunk, Pulled
+from dgvm.protocol.records import AllocId, ClientId, ReleaseTicket, WorkerAddress
 from dgvm.transfer.fetch import request_exports
 from dgvm.transfer.ipc_mappings import BufferGone
 from dgvm.transfer.ipc_retire import IpcRetirement
+from dgvm.worker.store import ChunkStore, StoredChunk
 
 logger = logging.getLogger("dgvm.worker")
 
-PLUGIN_NAME = "dgvm-store"
+PLUGIN_NAME = messages.STORE_PLUGIN
 RETIRE_WAIT = 2.0  # seconds a free waits for buffers peers had mapped to come back
 RELEASE_WAIT = 30.0  # seconds a request waits for the releases sent here before it
 
@@ -48,40 +53,44 @@ class ChunkStorePlugin(WorkerPlugin):
         speed = device_speed if device_speed is not None else config.get("device-speed")
         self.device_speed = float(speed) if speed is not None else None
         self.store: ChunkStore | None = None
+        self.transfers: transfer.Transfers | None = None
         self.profile = None
 
-    # Handlers the worker serves; one visible place (a test checks they are installed).
+    # Handlers the worker serves (messages.WORKER_HANDLERS; a test checks both).
     def handlers(self) -> dict:
         return {
-            "dgvm_store_allocate": self.allocate,
-            "dgvm_store_free": self.free,
-            "dgvm_write": self.write,
-            "dgvm_read": self.read,
-            "dgvm_store_info": self.info,
-            "dgvm_export": self.export,
-            "dgvm_drop_replicas": self.drop_replicas,
-            "dgvm_pull": self.pull,
-            "dgvm_ipc_forget": self.ipc_forget,
+            messages.STORE_ALLOCATE: self.allocate,
+            messages.STORE_FREE: self.free,
+            messages.WRITE: self.write,
+            messages.READ: self.read,
+            messages.STORE_INFO: self.info,
+            messages.EXPORT: self.export,
+            messages.DROP_REPLICAS: self.drop_replicas,
+            messages.PULL: self.pull,
+            messages.IPC_FORGET: self.ipc_forget,
         }
 
     def setup(self, worker):
         backend = backends.create(self.backend_name, self.device_memory, self.device_speed)
         self.store = ChunkStore(backend, worker.address)
+        self.transfers = transfer.Transfers()
         self.profile = backend.profile(config.get_bytes("profile-bytes"), host=worker.ip)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="dgvm-store")
         # Exports take no store lock and must never queue behind an operation that waits
         # for one: a task holding this store's lock may be waiting on a peer whose own task
         # waits for an export from here.
         self._export_executor = ThreadPoolExecutor(2, thread_name_prefix="dgvm-export")
-        self._release_done = -1  # the ticket of the last release done here (gvat.releases)
+        self._release_done = -1  # the ticket of the last release done here (scheduler.releases)
         self._releases = asyncio.Condition()
         self.worker = worker
-        worker.handlers.update(self.handlers())
-        worker.metrics["dgvm"] = lambda w: self.metrics()
-        worker.extensions["dgvm"] = self.store
+        # Refusals (an allocation gone, a device full, ...) are answered as data.
+        worker.handlers.update(messages.serve(self.handlers()))
+        worker.metrics[messages.HEARTBEAT] = lambda w: self.metrics()
+        worker.extensions[messages.EXTENSION] = self.store
         exports = getattr(backend, "exports", None)
         # Buffers peers map through IPC are freed after asking them (cuda).
-        self.retirement = IpcRetirement(worker, exports) if exports is not None else None
+        self.retirement = (IpcRetirement(worker, exports, self.transfers.mappings)
+                           if exports is not None else None)
         worker.stream_handlers[PEER_LEFT] = self.peer_left
         worker.stream_handlers[RELEASE] = self.release
         streams.tune(worker.batched_stream)
@@ -89,7 +98,7 @@ class ChunkStorePlugin(WorkerPlugin):
 
     # Still answered once closed: frees may be on the way, and this process's mappings
     # of peers' buffers outlive the store.
-    KEPT_AFTER_TEARDOWN = ("dgvm_store_free", "dgvm_ipc_forget")
+    KEPT_AFTER_TEARDOWN = (messages.STORE_FREE, messages.IPC_FORGET)
 
     async def teardown(self, worker):
         for op in self.handlers():
@@ -98,8 +107,8 @@ class ChunkStorePlugin(WorkerPlugin):
         # An unknown stream message would close the worker: these may still come.
         worker.stream_handlers[PEER_LEFT] = lambda worker=None: None
         worker.stream_handlers[RELEASE] = lambda **_: None
-        worker.metrics.pop("dgvm", None)
-        worker.extensions.pop("dgvm", None)
+        worker.metrics.pop(messages.HEARTBEAT, None)
+        worker.extensions.pop(messages.EXTENSION, None)
         if self.store is not None:
             if self.retirement is not None:  # peers close their mappings first
                 await self.retirement.forget_everywhere()
@@ -109,6 +118,7 @@ class ChunkStorePlugin(WorkerPlugin):
                 self._executor.shutdown(wait=True)
                 self._export_executor.shutdown(wait=True)
                 store.close()
+                self.transfers.close()
 
             try:  # (the submission alone: an error of close itself must not close twice)
                 closing = asyncio.get_running_loop().run_in_executor(None, close)
@@ -121,32 +131,38 @@ class ChunkStorePlugin(WorkerPlugin):
         m = {"profile": self.profile.to_dict(), **self.store.metrics()}
         exports = getattr(self.store.backend, "exports", None)
         if exports is not None:  # CUDA IPC mappings kept: this worker's and its peers'
-            from dgvm.transfer import cuda_ipc
-
-            m["stats"]["ipc"] = {**cuda_ipc.mappings().counters(), **exports.counters()}
+            m["stats"]["ipc"] = {**self.transfers.mappings.counters(), **exports.counters()}
         return m
 
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    # -- handlers ------------------------------------------------------------------------
-    async def allocate(self, alloc_id: int, owner: str, indices: list, sizes: list, zero: bool = True,
-                       after_release: int | None = None):
-        await self._settle(after_release)  # their memory first (a timeout: OOM says so)
+    def _submit(self, fn, *args) -> asyncio.Future | None:
+        """``fn(*args)`` on the store's thread, as a future; None when that thread is gone:
+        the worker closed, or its process is exiting (the interpreter stops executors)."""
         try:
-            return await self._run(self.store.allocate, alloc_id, owner, indices, sizes, zero)
-        except OutOfDeviceMemory as e:
-            return {"oom": str(e)}
+            return asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        except RuntimeError:  # "cannot schedule new futures after shutdown"
+            return None
 
-    async def free(self, alloc_id: int):
+    # -- handlers ------------------------------------------------------------------------
+    async def allocate(self, alloc_id: AllocId, owner: ClientId, indices: list, sizes: list,
+                       zero: bool = True, after_release: ReleaseTicket | None = None) -> int:
+        """Create chunks ``indices`` of ``alloc_id``; a full device is refused
+        (OutOfDeviceMemory, answered as data)."""
+        await self._after_releases(after_release)  # their memory first (a timeout: OOM says so)
+        return await self._run(self.store.allocate, alloc_id, owner, indices, sizes, zero)
+
+    async def free(self, alloc_id: AllocId) -> int:
         store = self.store
-        if store is None:
-            return 0  # the store closed with the worker: its memory is gone already
+        job = None if store is None else self._submit(store.free, alloc_id)
+        if job is None:
+            return 0  # the store closed with the worker, or is closing: its memory goes with it
         try:
-            n = await self._run(store.free, alloc_id)
+            n = await job
         except RuntimeError:
-            if self.store is None or self._executor._shutdown:
-                return 0  # closing while asked: same as above
+            if self.store is None:
+                return 0  # closed while it ran: same as above
             raise
         await self._retired()
         return n
@@ -157,26 +173,25 @@ class ChunkStorePlugin(WorkerPlugin):
         if self.retirement is not None and self.retirement.exports.any_retiring():
             await asyncio.wait([asyncio.ensure_future(self.retirement.run())], timeout=RETIRE_WAIT)
 
-    def peer_left(self, worker: str):
-        """The scheduler says a worker left (stream message ``dgvm-peer-left``)."""
+    def peer_left(self, worker: WorkerAddress):
+        """The scheduler says a worker left (stream message ``messages.PEER_LEFT``)."""
         if self.retirement is not None:
             self.retirement.peer_left(worker)
 
-    async def write(self, alloc_id: int, owner: str, pieces: list):
+    async def write(self, alloc_id: AllocId, owner: ClientId, pieces: list) -> int:
         n = await self._run(self.store.write, alloc_id, owner, pieces)
         # Readers never see a stale replica: drop them before the write is acknowledged.
-        await self.worker.scheduler.dgvm_launched(
-            alloc_id=alloc_id, wrote=sorted({p[0] for p in pieces}), reads={}
-        )
+        await messages.call(self.worker.scheduler, messages.LAUNCHED,
+                            alloc_id=alloc_id, wrote=sorted({p[0] for p in pieces}), reads={})
         return n
 
-    async def read(self, alloc_id: int, owner: str, pieces: list):
+    async def read(self, alloc_id: AllocId, owner: ClientId, pieces: list):
         arrays = await self._run(self.store.read, alloc_id, owner, pieces)
         return [to_serialize(a) for a in arrays]
 
-    async def export(self, alloc_id: int, indices: list, path: str, to: str | None = None):
+    async def export(self, alloc_id: AllocId, indices: list, path: str, to: WorkerAddress | None = None):
         loop = asyncio.get_running_loop()
-        if not transfer.PATHS[path].export_reads:  # a descriptor: no thread hop
+        if not self.transfers[path].export_reads:  # a descriptor: no thread hop
             # The peer copies from this device outside its stream: after the work tasks
             # left running (a read here is on that stream, after it anyway). Waited for
             # off the export threads, which other exports need meanwhile.
@@ -188,38 +203,41 @@ class ChunkStorePlugin(WorkerPlugin):
 
     def _export(self, alloc_id, indices, path, to):
         # No store lock (see setup); launch ordering keeps writers off an exported chunk.
-        p = transfer.PATHS[path]
+        p = self.transfers[path]
         out = []
         for i in indices:
             try:
                 out.append(p.export(self.store, alloc_id, i, to) if self.store.is_home(alloc_id, i)
-                           else {"moved": True})
+                           else messages.moved())
             except (InvalidAddress, RuntimeError):  # released meanwhile (the store changed under it)
-                out.append({"moved": True})
+                out.append(messages.moved())
         return out
 
-    async def pull(self, alloc_id: int, owner: str, chunks: list, after_release: int | None = None):
-        """Become the home of ``chunks`` (dicts: index, home, path, version): promote a
-        current replica held here, or fetch the chunk from its home (one export request
-        per home), once the releases sent here up to ``after_release`` are done. Answers
-        {"moved": [indices], "versions": [...]}, {"oom": message} or {"busy": message}."""
-        if not await self._settle(after_release, memory=False):  # their order only
-            return {"busy": f"{self.worker.address} did not do the chunk releases sent to it "
-                            f"within {RELEASE_WAIT:.0f} s; chunks of allocation {alloc_id} stay"}
+    async def pull(self, alloc_id: AllocId, owner: ClientId, chunks: list,
+                   after_release: ReleaseTicket | None = None) -> Pulled:
+        """Become the home of ``chunks`` (``PullChunk`` dicts): promote a current replica
+        held here, or fetch the chunk from its home (one export request per home), once
+        the releases sent here up to ``after_release`` are done. Refused with
+        OutOfDeviceMemory when they do not fit, and with DgvmError when the releases take
+        too long."""
+        chunks = [PullChunk.from_dict(c) for c in chunks]
+        if not await self._after_releases(after_release, memory=False):  # their order only
+            raise DgvmError(f"{self.worker.address} did not do the chunk releases sent to it "
+                            f"within {RELEASE_WAIT:.0f} s; chunks of allocation {alloc_id} stay")
         store = self.store
-        need: dict[tuple[str, str], list[dict]] = {}
+        need: dict[tuple[str, str], list[PullChunk]] = {}
         local = set()  # chunks of which a current replica is here already
         for c in chunks:
-            r = store.replica(alloc_id, c["index"])
-            if r is not None and r.version == c["version"]:
-                local.add(c["index"])
+            r = store.replica(alloc_id, c.index)
+            if r is not None and r.version == c.version:
+                local.add(c.index)
             else:
-                need.setdefault((c["home"], c["path"]), []).append(c)
+                need.setdefault((c.home, c.path), []).append(c)
         groups = list(need.items())
         t0 = time.perf_counter()  # the first chunk's time includes the request
         # One export request per home, all at once; then one hop to the store's thread.
         descs = await asyncio.gather(*(
-            request_exports(self.worker, home, alloc_id, [c["index"] for c in group], path)
+            request_exports(self.worker, home, alloc_id, [c.index for c in group], path)
             for (home, path), group in groups
         ))
         job = asyncio.ensure_future(self._run(self._fetch_and_promote, alloc_id, owner, chunks,
@@ -227,24 +245,24 @@ class ChunkStorePlugin(WorkerPlugin):
         try:
             return await asyncio.shield(job)
         except asyncio.CancelledError:  # the chunks it made homes here go again
-            answer = await job
-            if answer.get("moved"):
-                await self._run(self.store.release, alloc_id, answer["moved"])
+            pulled, = await asyncio.gather(job, return_exceptions=True)
+            if isinstance(pulled, Pulled) and pulled.moved:
+                await self._run(self.store.release, alloc_id, pulled.moved)
             raise
 
-    def _fetch_and_promote(self, alloc_id, owner, chunks, groups, descs, local, t0) -> dict:
+    def _fetch_and_promote(self, alloc_id, owner, chunks, groups, descs, local, t0) -> Pulled:
         # In the store's thread. Nothing half-made: a failure gives back what was fetched.
         fetched: dict[int, tuple] = {}
         try:
             for ((_, path), group), group_descs in zip(groups, descs):
                 for c, desc in zip(group, group_descs):
-                    if desc.get("moved"):
+                    if desc is messages.MOVED:
                         continue  # moved meanwhile: the GVAT keeps the chunk where it is
                     try:
-                        handle, copy_s = self.store.fetch(transfer.PATHS[path], desc)
+                        handle, copy_s = self.store.fetch(self.transfers[path], desc)
                     except BufferGone:  # freed or moved after the export: same as above
                         continue
-                    fetched[c["index"]] = (handle, desc["nbytes"], c["version"])
+                    fetched[c.index] = (handle, desc["nbytes"], c.version)
                     now = time.perf_counter()
                     self.store.stats.moved(path, desc["nbytes"], now - t0, copy_s)
                     t0 = now
@@ -253,30 +271,28 @@ class ChunkStorePlugin(WorkerPlugin):
                 self.store.discard(handle, n)
             if not isinstance(e, MemoryError):
                 raise
-            return {"oom": f"no room on {self.worker.address} for the chunks of allocation "
-                           f"{alloc_id} to move there: {e}"}
+            raise OutOfDeviceMemory(f"no room on {self.worker.address} for the chunks of "
+                                    f"allocation {alloc_id} to move there: {e}") from None
         moved, versions = [], []
         for c in chunks:
-            i = c["index"]
+            i = c.index
             if i in fetched:
                 handle, n, v = fetched[i]
                 self.store.promote(alloc_id, owner, i, StoredChunk(handle, n, v))
             elif not (i in local and self.store.promote(alloc_id, owner, i)):
                 continue
             moved.append(i)
-            versions.append(c["version"])
-        return {"moved": moved, "versions": versions}
+            versions.append(c.version)
+        return Pulled(moved, versions)
 
-    async def ipc_forget(self, holder: str, handles: list | None, timeout: float | None = None):
+    async def ipc_forget(self, holder: WorkerAddress, handles: list | None, timeout: float | None = None) -> int:
         """A peer frees buffers this worker may keep mapped (all of its own when
         ``handles`` is None): close them first."""
-        from dgvm.transfer import cuda_ipc
+        return await self.transfers.mappings.forget(holder, handles, timeout)
 
-        return await cuda_ipc.mappings().forget(holder, handles, timeout)
-
-    async def release(self, alloc_id: int, indices: list, ticket: int):
+    async def release(self, alloc_id: AllocId, indices: list, ticket: ReleaseTicket):
         """Give up home chunks that moved away (stream message ``messages.RELEASE``, see
-        ``gvat.releases``). Dask reads the stream's next message, a task that may read
+        ``scheduler.releases``). Dask reads the stream's next message, a task that may read
         these chunks perhaps, only once this returns. It must not raise: an error in a
         stream handler ends the stream."""
         try:
@@ -288,9 +304,9 @@ class ChunkStorePlugin(WorkerPlugin):
             self._release_done = ticket  # in stream order: tickets only grow
             self._releases.notify_all()
 
-    async def _settle(self, after_release: int | None, memory: bool = True) -> bool:
+    async def _after_releases(self, after_release: ReleaseTicket | None, memory: bool = True) -> bool:
         """Wait until the releases sent here up to ticket ``after_release`` are done and
-        (``memory``) their memory is back (``gvat.releases``); False after
+        (``memory``) their memory is back (``scheduler.releases``); False after
         ``RELEASE_WAIT`` seconds."""
         if after_release is None:
             return True
@@ -305,12 +321,12 @@ class ChunkStorePlugin(WorkerPlugin):
             await self._retired()
         return True
 
-    async def drop_replicas(self, alloc_id: int, indices: list):
+    async def drop_replicas(self, alloc_id: AllocId, indices: list) -> int:
         # Not waiting for retirement: writes wait for this (and replicas are rarely exported).
         return await self._run(self.store.drop_replicas, alloc_id, indices)
 
-    async def info(self, after_release: int | None = None):
-        await self._settle(after_release)  # the figures after the moves so far
+    async def info(self, after_release: ReleaseTicket | None = None) -> dict:
+        await self._after_releases(after_release)  # the figures after the moves so far
         return {"address": self.worker.address, **self.metrics()}
 
 

@@ -191,7 +191,7 @@ class ChunkStore:
             del self._replicas[alloc_id]
         old = self._allocs.setdefault(alloc_id, {}).get(index)
         if old is not None and old is not chunk:
-            # Pulls wait for the releases sent before them (gvat.releases), so this is a
+            # Pulls wait for the releases sent before them (scheduler.releases), so this is a
             # release lost on its way: say so, and do not leak the old copy.
             logger.warning("dgvm: chunk %s of allocation %s moved back to %s before its old "
                            "copy here was released", index, alloc_id, self.address)

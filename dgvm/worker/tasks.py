@@ -14,10 +14,12 @@ import traceback
 from distributed.protocol import to_serialize
 from distributed.utils import sync
 
-from dgvm import config
+from dgvm import config, dask_compat
+from dgvm.protocol import messages
 from dgvm.protocol.errors import DgvmError, KernelError
-from dgvm.protocol.messages import REPORT, TASK_PREFIX
-from dgvm.worker.access import Access, ArraySpec
+from dgvm.protocol.messages import TASK_PREFIX
+from dgvm.protocol.records import ArraySpec
+from dgvm.worker.access import Access
 
 
 def apply_here(alloc_id: int, owner: str, fn, args, indices: list[int], deps):
@@ -47,8 +49,8 @@ def report(out: ArraySpec, indices, access: Access) -> None:
         where = access.locate(out.alloc_id, k)
         data = to_serialize(access.store.backend.to_host(result))
         # The home's write handler bumps the version and drops replicas itself.
-        sync(worker.loop, worker.rpc(where["home"]).dgvm_write, alloc_id=out.alloc_id,
-             owner=out.owner, pieces=[[k, 0, data]])
+        sync(worker.loop, messages.call, worker.rpc(where.home), messages.WRITE,
+             alloc_id=out.alloc_id, owner=out.owner, pieces=[[k, 0, data]])
     done = {k for k, _ in access.forwarded}
     reads = {
         str(a): {**r, "home": sorted(r["home"]), "remote": sorted(r["remote"])}
@@ -56,9 +58,8 @@ def report(out: ArraySpec, indices, access: Access) -> None:
     }
     # the store's counters with this task's reads in them: the dashboard has them when
     # the task's completion is known, not only at the worker's next heartbeat
-    message = {"op": REPORT, "alloc_id": out.alloc_id,
-               "wrote": [k for k in indices if k not in done], "reads": reads,
-               "stats": access.store.stats.to_dict()}
+    message = messages.report(out.alloc_id, [k for k in indices if k not in done], reads,
+                              access.store.stats.to_dict())
     worker.loop.add_callback(worker.batched_stream.send, message)
 
 
@@ -136,12 +137,9 @@ def next_task_waits(worker) -> bool:
     """Is another dgvm task ready to run on ``worker``, waiting only for a thread? It
     finishes its own device work after this task's (``finish_on_device``)."""
     try:
-        for tasks in (worker.state.ready, worker.state.constrained):
-            if any(str(ts.key).startswith(TASK_PREFIX) for ts in tasks):
-                return True
+        return any(str(key).startswith(TASK_PREFIX) for key in dask_compat.ready_task_keys(worker))
     except RuntimeError:  # the event loop, which owns them, changed one meanwhile: wait
-        pass
-    return False
+        return False
 
 
 def _span(indices) -> str:

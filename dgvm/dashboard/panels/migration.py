@@ -16,7 +16,7 @@ from bokeh.plotting import figure
 from dgvm import transfer
 from dgvm.dashboard.panels.common import fmt_bytes
 
-PATHS = tuple(transfer.PATHS)
+PATHS = transfer.NAMES
 COLUMNS = ("time", *PATHS, "hit_rate", "rehomes")
 
 

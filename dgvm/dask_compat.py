@@ -1,0 +1,107 @@
+"""Every use dgvm makes of Dask's private API, in one place.
+
+dgvm reaches under Dask's public surface where Dask offers no public way to do what it
+needs. Each function or class here says what it relies on; ``tests/test_dask_compat.py``
+fails when a Dask release changes it, so that an upgrade breaks there and not in a
+program. Shared by the client, scheduler, worker and deploy sides; imports dask and
+distributed only.
+"""
+
+from __future__ import annotations
+
+import dask.config
+from distributed import Client
+
+# -- client ------------------------------------------------------------------------------
+
+
+def close_cluster_with_client(client: Client) -> None:
+    """Make ``client.close()`` close the cluster object it was given, as it does for a
+    cluster it started itself (``Client._start_arg`` is None then)."""
+    client._start_arg = None
+
+
+async def gather_skipping_errors(client: Client, futures) -> list:
+    """Wait for ``futures`` on the client's event loop and return the results of those
+    that succeeded; failed ones are left out without raising (``Client._gather``,
+    ``errors="skip"``: the public ``gather`` blocks when called from the loop)."""
+    return await client._gather(futures, errors="skip")
+
+
+# -- scheduler ---------------------------------------------------------------------------
+
+
+def prefix_duration(scheduler, name: str) -> float | None:
+    """Dask's estimate of the seconds one task of key prefix ``name`` takes, or None when
+    Dask never timed one (``Scheduler._get_prefix_duration``, ``TaskPrefix``'s
+    ``duration_average`` and ``max_exec_time``)."""
+    prefix = scheduler.task_prefixes.get(name)
+    if prefix is None or (prefix.duration_average < 0 and prefix.max_exec_time <= 0):
+        return None
+    return scheduler._get_prefix_duration(prefix)
+
+
+def queued_prefixes(ws) -> dict[str, int]:
+    """Key prefix -> tasks of it assigned to Dask's worker ``ws`` and not finished
+    (``WorkerState.task_prefix_count``)."""
+    return ws.task_prefix_count
+
+
+# -- worker ------------------------------------------------------------------------------
+
+
+def ready_task_keys(worker):
+    """Keys of the tasks ready to run on ``worker``, waiting only for a thread
+    (``worker.state.ready`` and ``.constrained``, owned by its event loop: iterating from
+    a task's thread may raise RuntimeError when the loop changes one meanwhile)."""
+    for tasks in (worker.state.ready, worker.state.constrained):
+        for ts in tasks:
+            yield ts.key
+
+
+# -- deploy ------------------------------------------------------------------------------
+
+#: the environment variable through which Dask hands its configuration to a child process
+INHERIT_CONFIG = "DASK_INTERNAL_INHERIT_CONFIG"
+
+
+def inherited_config_env() -> dict[str, str]:
+    """Environment that gives a child process this process's Dask configuration, as
+    Dask's nannies give theirs to workers."""
+    return {INHERIT_CONFIG: dask.config.serialize(dask.config.global_config)}
+
+
+class SpecClusterHooks:
+    """A mixin before a ``SpecCluster`` class: ``starting``, ``correcting_state`` and
+    ``closing`` run first in its private steps ``_start``, ``_correct_state_internal``
+    and ``_close``."""
+
+    async def starting(self) -> None:
+        """Before the cluster starts its scheduler."""
+
+    async def correcting_state(self) -> None:
+        """Before the cluster starts or stops workers to match its worker spec."""
+
+    async def closing(self) -> None:
+        """Before the cluster closes its workers and scheduler."""
+
+    async def _start(self):
+        await self.starting()
+        await super()._start()
+
+    async def _correct_state_internal(self):
+        await self.correcting_state()
+        await super()._correct_state_internal()
+
+    async def _close(self):
+        await self.closing()
+        await super()._close()
+
+    async def close_now(self) -> None:
+        """Close the cluster from within one of its steps (``_close``)."""
+        await self._close()
+
+    def start_workers_now(self) -> None:
+        """Start the workers of the worker spec and wait for them (``_correct_state``;
+        ``scale`` only schedules the start)."""
+        self.sync(self._correct_state)

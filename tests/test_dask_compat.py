@@ -1,0 +1,118 @@
+"""Each use dgvm makes of Dask's private API (dgvm.dask_compat) still does what dgvm needs:
+these fail when a Dask release changes one."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import dask
+import distributed
+import pytest
+from distributed import Client
+from distributed.core import Status
+
+from dgvm import dask_compat
+
+_release = threading.Event()
+
+
+def _blocker():
+    _release.wait(30)
+    return "released"
+
+
+def _double(x):
+    return 2 * x
+
+
+def _fails():
+    raise ValueError("on purpose")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def client(cluster):
+    with Client(cluster, set_as_default=False) as client:
+        yield client
+
+
+def test_a_client_closes_the_cluster_it_was_given():
+    cluster = distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None)
+    client = Client(cluster, set_as_default=False)
+    dask_compat.close_cluster_with_client(client)
+    client.close()
+    assert cluster.status == Status.closed
+
+
+def test_gather_skipping_errors_on_the_event_loop(client):
+    futures = [client.submit(_double, 4, key="compat-ok"), client.submit(_fails, key="compat-fails")]
+    assert client.sync(dask_compat.gather_skipping_errors, client, futures) == [8]
+
+
+def test_prefix_durations_and_ready_tasks(client):
+    # Dask times a prefix once tasks of it ran.
+    client.gather([client.submit(time.sleep, 0.02, key=f"compatprobe-{i}", pure=False) for i in range(3)])
+    timed = client.run_on_scheduler(lambda dask_scheduler: dask_compat.prefix_duration(dask_scheduler, "compatprobe"))
+    assert timed is not None and timed > 0.005
+    unknown = client.run_on_scheduler(lambda dask_scheduler: dask_compat.prefix_duration(dask_scheduler, "compatnever"))
+    assert unknown is None
+
+    # A task ready behind a running one (one thread) is in the worker's ready queue, and
+    # counted per prefix on the scheduler's worker state.
+    _release.clear()
+    blocker = client.submit(_blocker, key="compatblock-1")
+    waiting = client.submit(_double, 5, key="compatready-1")
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            keys = next(iter(client.run(lambda dask_worker: list(dask_compat.ready_task_keys(dask_worker))).values()))
+            if "compatready-1" in keys or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        assert "compatready-1" in keys and "compatblock-1" not in keys
+        queued = client.run_on_scheduler(
+            lambda dask_scheduler: [dict(dask_compat.queued_prefixes(ws)) for ws in dask_scheduler.workers.values()])
+        assert queued[0].get("compatready") == 1 and queued[0].get("compatblock") == 1
+    finally:
+        _release.set()
+    assert blocker.result() == "released" and waiting.result() == 10
+
+
+def test_a_child_process_inherits_the_dask_configuration():
+    with dask.config.set({"dgvm-compat-probe": {"value": 3}}):
+        env = dask_compat.inherited_config_env()
+    assert dask.config.collect_env(env)["dgvm-compat-probe"] == {"value": 3}
+
+
+class _Hooked(dask_compat.SpecClusterHooks, distributed.LocalCluster):
+    def __init__(self, **kwargs):
+        self.calls = []
+        super().__init__(**kwargs)
+
+    async def starting(self):
+        self.calls.append("starting")
+
+    async def correcting_state(self):
+        self.calls.append("correcting_state")
+
+    async def closing(self):
+        self.calls.append(("closing", self.status == Status.running))
+
+
+def test_spec_cluster_steps_run_the_hooks():
+    cluster = _Hooked(n_workers=0, processes=False, dashboard_address=None)
+    try:
+        assert cluster.calls[0] == "starting" and cluster.status == Status.running
+        cluster.worker_spec[0] = cluster.new_spec
+        cluster.start_workers_now()
+        assert len(cluster.workers) == 1 and "correcting_state" in cluster.calls
+    finally:
+        cluster.sync(cluster.close_now)
+    assert ("closing", True) in cluster.calls and cluster.status == Status.closed
