@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import dask
+import pytest
 from distributed import Client
 
 import dgvm
@@ -59,3 +61,18 @@ def test_config_from_environment():
         env={**os.environ, "DASK_DGVM__PLACEMENT__HEADROOM": "0.25"},
     )
     assert out.stdout.split() == ["0.25", "auto"]
+
+
+def test_info_on_an_address_where_nothing_listens_fails_in_one_line():
+    # Port 1 refuses; within dgvm.connect-timeout (1 s here) the command says so, once.
+    out = run("info", "tcp://127.0.0.1:1", env={"DASK_DGVM__CONNECT_TIMEOUT": "1s"}, timeout=60)
+    assert out.returncode != 0
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, out.stderr
+    assert "tcp://127.0.0.1:1" in lines[0] and "no dgvm scheduler answered" in lines[0]
+
+
+def test_connect_to_an_address_where_nothing_listens_raises_not_connected():
+    with dask.config.set({"dgvm.connect-timeout": "1s"}):
+        with pytest.raises(dgvm.NotConnected, match=r"tcp://127\.0\.0\.1:1 within 1 s"):
+            dgvm.connect("tcp://127.0.0.1:1")

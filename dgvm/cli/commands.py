@@ -6,12 +6,11 @@ from __future__ import annotations
 import sys
 
 import click
-from distributed import Client
 
 from dgvm import config
 from dgvm.cli.demo import run_demo
 from dgvm.cli.tables import print_allocations, print_chunk_homes, print_table, print_workers
-from dgvm.client import lookup
+from dgvm.client import lookup, session
 from dgvm.deploy import commands as deploy
 from dgvm.protocol import messages
 from dgvm.protocol.errors import DgvmError
@@ -29,7 +28,11 @@ def main():
 def info(address, chunks):
     """Print the GVAT and worker inventory of the cluster at ADDRESS."""
     gvat = messages.EXTENSION  # travels with the function
-    with Client(address, timeout="10s") as client:
+    try:
+        client = session.attach(address)
+    except DgvmError as e:
+        raise click.ClickException(str(e)) from None
+    with client:
         if not client.run_on_scheduler(lambda dask_scheduler=None: gvat in dask_scheduler.extensions):
             click.echo(f"the scheduler at {address} has no dgvm GVAT (start it with --preload dgvm.scheduler)")
             sys.exit(1)

@@ -40,11 +40,26 @@ def connect(address=None, **cluster_kwargs) -> Client:
         dask_compat.close_cluster_with_client(client)
     else:
         config.validate()
-        client = Client(address, set_as_default=True)
+        client = attach(address, set_as_default=True)
     ensure_plugins(client)
     streams.tune(client.scheduler_comm)
     thread_switch.shorten()
     return client
+
+
+def attach(address: str, set_as_default: bool = False) -> Client:
+    """A client of the scheduler at ``address``; ``NotConnected`` naming it when none
+    answers within ``dgvm.connect-timeout`` (refused, unreachable, or not a scheduler)."""
+    timeout = config.get_seconds("connect-timeout")
+    try:
+        return Client(address, timeout=timeout, set_as_default=set_as_default)
+    except (OSError, TimeoutError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise NotConnected(
+            f"no dgvm scheduler answered at {address} within {timeout:g} s ({reason}): check the "
+            "address and port, and that a scheduler runs there (dgvm scheduler, or dask "
+            "scheduler --preload dgvm.scheduler); dgvm.connect-timeout sets the wait"
+        ) from None
 
 
 def ensure_plugins(client: Client, timeout: float = 30) -> None:
