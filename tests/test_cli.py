@@ -1,8 +1,11 @@
 """The ``dgvm`` command, run as a user would run it."""
 
 import os
+import re
+import signal
 import subprocess
 import sys
+import urllib.request
 
 import dask
 import pytest
@@ -76,3 +79,26 @@ def test_connect_to_an_address_where_nothing_listens_raises_not_connected():
     with dask.config.set({"dgvm.connect-timeout": "1s"}):
         with pytest.raises(dgvm.NotConnected, match=r"tcp://127\.0\.0\.1:1 within 1 s"):
             dgvm.connect("tcp://127.0.0.1:1")
+
+
+def test_demo_keep_serves_its_dashboard_until_ctrl_c():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dgvm", "demo", "--backend", "cpu", "--device-memory", "24MiB,32MiB",
+         "--chunk-bytes", "2MiB", "--keep"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:  # until the demo says it waits
+            lines.append(line)
+            if "until Ctrl-C" in line:
+                break
+        link = re.search(r"(http://\S+)", lines[-1]).group(1)
+        # The dashboard answers while the demo waits, with dgvm's page in it.
+        page = urllib.request.urlopen(link.replace("/status", "/individual-dgvm"), timeout=30).read()
+        assert b"dgvm" in page
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, "".join(lines) + out + err
+    assert "closing the cluster" in out

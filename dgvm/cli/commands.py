@@ -139,10 +139,11 @@ def show_config():
 @click.option("--device-memory", default=None, help="per worker, comma separated (cpu default 256MiB,512MiB,768MiB)")
 @click.option("--size", default=None, help="array size (default 1.25x the largest device)")
 @click.option("--chunk-bytes", default="32MiB", show_default=True)
-def demo(backend, n_workers, device_memory, size, chunk_bytes):
+@click.option("--keep", is_flag=True, help="keep the cluster and its dashboard up until Ctrl-C")
+def demo(backend, n_workers, device_memory, size, chunk_bytes, keep):
     """Start a local cluster, allocate an array larger than any one device, fill and
     check it where it lives, and show where its chunks are."""
-    sys.exit(run_demo(backend, n_workers, device_memory, size, chunk_bytes))
+    sys.exit(run_demo(backend, n_workers, device_memory, size, chunk_bytes, keep))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,17 @@ def _check(xp, chunk, index, starts):
     return bool((v == expect).all()), int(v.sum())
 
 
-def run_demo(backend, n_workers, device_memory, size, chunk_bytes) -> int:
+def _wait_for_ctrl_c() -> None:
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        click.echo("closing the cluster")
+
+
+def run_demo(backend, n_workers, device_memory, size, chunk_bytes, keep: bool = False) -> int:
+    """The demo; with ``keep`` the cluster (and its dashboard) stays up, the array in it,
+    until Ctrl-C."""
     backend = backends.resolve(backend or config.get("backend"))
     kwargs = {}
     if backend == "cpu":
@@ -84,6 +94,12 @@ def run_demo(backend, n_workers, device_memory, size, chunk_bytes) -> int:
         click.echo(f"\nelement {n // 2} at {x.vaddr + 8 * (n // 2):#x} -> {mid}")
         click.echo(f"check: sum {total} (expected {n * (n - 1) // 2}), 16 random reads by "
                    f"global address: {'OK' if ok else 'FAILED'}")
-        click.echo(f"dashboard: {cluster.dashboard_link}")
+        if keep:
+            click.echo(f"\nthe cluster stays up with the array in it until Ctrl-C: dashboard "
+                       f"{cluster.dashboard_link}")
+            _wait_for_ctrl_c()
+        else:
+            click.echo(f"\ndashboard: {cluster.dashboard_link} (the cluster closes now; "
+                       "dgvm demo --keep keeps it up until Ctrl-C)")
         x.free()
     return 0 if ok else 1
