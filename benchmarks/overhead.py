@@ -101,8 +101,8 @@ def main(argv=None) -> int:
         # An allocation like x's and its free, each timed alone (one at a time: x may
         # take most of the devices' memory); the results kept for reuse go first, or the
         # first allocations would take them over instead of asking the GVAT.
-        from dgvm.array import recycle
-        from dgvm.array.lifecycle import settle_releases
+        from dgvm.array._engine import recycle
+        from dgvm.array._engine.lifecycle import settle_releases
 
         recycle.flush(client)
         settle_releases()

@@ -59,7 +59,7 @@ def _instrument(dask_worker, tasks: int):
 
     from distributed import get_worker
 
-    import dgvm.array.blockwise as blockwise
+    import dgvm.array._engine.blockwise as blockwise
 
     notes = dask_worker._dgvm_timeline = {}
     state = dask_worker.state

@@ -1,4 +1,4 @@
-"""Reduction results stay on the caller as host values (dgvm.array.deferred): nothing is
+"""Reduction results stay on the caller as host values (dgvm.array._engine.deferred): nothing is
 stored until a cluster operation needs them, they enter elementwise trees as constants
 (0-d) or are written once (n-d), and arithmetic on them alone runs on the caller."""
 
@@ -9,7 +9,7 @@ import pytest
 
 import dgvm
 import dgvm.array as dnp
-from dgvm.array.deferred import host_value
+from dgvm.array._engine.deferred import host_value
 
 
 def data():

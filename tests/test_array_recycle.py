@@ -1,5 +1,5 @@
 """Allocations of released results are reused by the next result of the same layout
-(dgvm.array.recycle): no GVAT request, ordered after the tasks that used them, and never
+(dgvm.array._engine.recycle): no GVAT request, ordered after the tasks that used them, and never
 a stale value or a spurious OutOfDeviceMemory."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 import dgvm
 import dgvm.array as dnp
-from dgvm.array import recycle
+from dgvm.array._engine import recycle
 
 
 def test_a_loop_reuses_the_released_result(case):
@@ -45,7 +45,7 @@ def test_explicit_free_and_host_data_are_not_kept(case):
     y.free()  # an explicit free gives the memory back at once
     z = dnp.from_numpy(np.zeros((100, 100)), chunks=50)
     del z
-    from dgvm.array.lifecycle import settle_releases
+    from dgvm.array._engine.lifecycle import settle_releases
 
     gc.collect()
     assert recycle.flush(case.client) == 0

@@ -5,7 +5,7 @@ Python array API standard (2023.12) is here, plus the NumPy names programs use m
 are asynchronous: an operation allocates its result in the GVAT (colocated with its first
 array input) and runs one task per worker where the chunks live. Elementwise results, basic
 indexing and transposes are deferred until their values are needed, then run as one fused
-pass (``dgvm.array.deferred``), with the values they would have had if run at once.
+pass (``dgvm.array._engine.deferred``), with the values they would have had if run at once.
 """
 
 from dgvm.array.creation import (
@@ -39,7 +39,8 @@ globals().update(_ELEMENTWISE)
 
 # Arrays with no elements are held on the caller and computed with NumPy: every function
 # here answers for them (dgvm/array/zero_size.py).
-from dgvm.array import indexing as _indexing, zero_size as _zero_size  # noqa: E402
+from dgvm.array import indexing as _indexing  # noqa: E402
+from dgvm.array._engine import zero_size as _zero_size
 import numpy as _np  # noqa: E402
 
 _zero_size.install(globals(), skip=_ELEMENTWISE)

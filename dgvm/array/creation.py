@@ -13,9 +13,9 @@ import numpy as np
 
 from dgvm.protocol import chunk_grid
 from dgvm.client.allocation import Allocation
-from dgvm.array import blockwise, recycle
+from dgvm.array._engine import blockwise, recycle
 from dgvm.array.darray import DArray
-from dgvm.array.zero_size import NoElements
+from dgvm.array._engine.zero_size import NoElements
 from dgvm.client.buffer import placement_request
 from dgvm.protocol.errors import OutOfDeviceMemory
 
@@ -96,7 +96,7 @@ def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zer
     """The GVAT allocation for an array of this shape, dtype and chunk grid (zero-filled
     unless ``zero=False``: for results whose every element the next task writes)."""
     client = _client(client)
-    if math.prod(shape) == 0:  # nothing to place: the caller holds it (dgvm.array.zero_size)
+    if math.prod(shape) == 0:  # nothing to place: the caller holds it (dgvm.array._engine.zero_size)
         raise NoElements(shape, dtype, client)
     # An operation's result (written whole by its task, placed by its inputs) may take
     # over a released one's allocation, and be reused once released; not host data.
@@ -118,7 +118,7 @@ def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zer
     except OutOfDeviceMemory:
         if not recycle.flush(client):
             raise
-        from dgvm.array.lifecycle import settle_releases
+        from dgvm.array._engine.lifecycle import settle_releases
 
         settle_releases()  # the kept allocations are freed: room, perhaps
         alloc = create()
@@ -403,7 +403,7 @@ def to_dask(x: DArray):
 
     from dgvm.worker.access import ArraySpec
 
-    if x.size == 0:  # no chunk to read (dgvm.array.zero_size)
+    if x.size == 0:  # no chunk to read (dgvm.array._engine.zero_size)
         return da.from_array(np.empty(x.shape, dtype=x.dtype))
     x.wait()
     spec = ArraySpec.of(x)

@@ -9,8 +9,8 @@ import numpy as np
 from dgvm.protocol import chunk_grid
 from dgvm.client import progress
 from dgvm.client.allocation import Allocation
-from dgvm.array.deferred import host_value
-from dgvm.array.lifecycle import release_when_unreachable
+from dgvm.array._engine.deferred import host_value
+from dgvm.array._engine.lifecycle import release_when_unreachable
 from dgvm.client.dispatch import settle
 from dgvm.client.pending import Pending
 from dgvm.array.operators import ArrayMethods, ArrayOperators
@@ -24,7 +24,7 @@ class DArray(ArrayOperators, ArrayMethods):
     Its memory is freed with ``free()``, at the end of a ``with`` block, or when the
     last reference to it goes away (after the operations that use it).
 
-    An elementwise result starts *deferred* (``dgvm.array.deferred``): it has a shape,
+    An elementwise result starts *deferred* (``dgvm.array._engine.deferred``): it has a shape,
     dtype and chunks but no allocation until something needs its values; touching
     ``alloc`` materializes it.
     """
@@ -79,7 +79,7 @@ class DArray(ArrayOperators, ArrayMethods):
 
     def before_write(self) -> None:
         """Deferred results made from this array's present values are computed first."""
-        from dgvm.array.deferred import materialize_readers
+        from dgvm.array._engine.deferred import materialize_readers
 
         if self._readers:
             materialize_readers(self)
@@ -112,7 +112,7 @@ class DArray(ArrayOperators, ArrayMethods):
     def locations(self) -> dict[tuple[int, ...], str]:
         """Block index -> address of the worker that holds it."""
         if self.size == 0:
-            return {}  # held on the caller (dgvm.array.zero_size)
+            return {}  # held on the caller (dgvm.array._engine.zero_size)
         grid = self.numblocks
         self.alloc._fresh()
         return {
@@ -173,7 +173,7 @@ class DArray(ArrayOperators, ArrayMethods):
 
     def free(self) -> None:
         """Give the array's device memory back now (also done when it becomes unreachable)."""
-        from dgvm.array.deferred import undefer
+        from dgvm.array._engine.deferred import undefer
 
         if self._alloc is None:  # deferred: nothing computed, nothing to give back
             undefer(self)
@@ -294,7 +294,7 @@ class DArray(ArrayOperators, ArrayMethods):
     def to_numpy(self) -> np.ndarray:
         if host_value(self) is not None:
             return host_value(self).copy()
-        from dgvm.array.small_reads import read_view
+        from dgvm.array._engine.small_reads import read_view
 
         small = read_view(self)  # x[i, j]: read in place, nothing computed
         if small is not None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm.array import blockwise
+from dgvm.array._engine import blockwise
 from dgvm.array.darray import DArray
 from dgvm.array.manipulation import _empty
 

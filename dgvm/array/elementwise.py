@@ -1,10 +1,10 @@
 """Elementwise functions of the array API over DArrays, with broadcasting.
 
 Each call makes one new *deferred* DArray: an expression tree over the arrays it reads,
-into which later elementwise calls inline (``dgvm.array.deferred``). When the values are
+into which later elementwise calls inline (``dgvm.array._engine.deferred``). When the values are
 needed the tree runs as one operation: one allocation (colocated with a leaf of the
 result's shape and chunks), one task per worker, one pass per chunk
-(``dgvm.array.fused``: a ``cupy.fuse`` kernel on ``cuda``, cache-sized NumPy tiles on
+(``dgvm.array._engine.fused``: a ``cupy.fuse`` kernel on ``cuda``, cache-sized NumPy tiles on
 ``cpu``). Result dtypes are decided on the caller with NumPy's rules, which are the
 standard's; every node of the tree casts to its own dtype, so fused and unfused agree.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm.array import blockwise, deferred, fused, special_values
+from dgvm.array._engine import blockwise, deferred, fused, special_values
 from dgvm.array.darray import DArray
 
 UNARY = (
@@ -146,7 +146,7 @@ class Elementwise:
 
     def leaves_into(self, leaves, xp, target) -> None:
         """The tree's value over ``leaves`` written into ``target``: the whole tree in one
-        pass (``dgvm.array.fused``), else its last operation as a ufunc with ``out=``."""
+        pass (``dgvm.array._engine.fused``), else its last operation as a ufunc with ``out=``."""
         kind, *rest = self.expr
         if kind == "in":  # a leaf alone (``x.T`` computed): one copy into the chunk
             target[...] = leaves[rest[0]]
@@ -248,8 +248,8 @@ def apply(name: str, *args, dtype=None, out: DArray | None = None) -> DArray:
     dtype = np.dtype(dtype) if dtype is not None else result_dtype(name, args)
     if out is not None and out.shape != shape:
         raise ValueError(f"in-place {name}: the result's shape {shape} is not the array's {out.shape}")
-    if math.prod(shape) == 0:  # no element to compute (dgvm.array.zero_size)
-        from dgvm.array import zero_size
+    if math.prod(shape) == 0:  # no element to compute (dgvm.array._engine.zero_size)
+        from dgvm.array._engine import zero_size
 
         return out if out is not None else zero_size.array(shape, dtype, arrays[0].client)
     if all(deferred.host_value(a) is not None for a in arrays) and (out is None or deferred.host_value(out) is not None):
@@ -308,7 +308,7 @@ def materialize(x: DArray) -> None:
 def _fill(x: DArray, d, alloc, write) -> None:
     """``x`` takes ``alloc`` and ``write()`` fills it. Nothing half-made: on failure the
     memory goes back and ``x`` is deferred again."""
-    from dgvm.array.lifecycle import free_later
+    from dgvm.array._engine.lifecycle import free_later
 
     deferred.undefer(x)
     x._adopt(alloc)

@@ -1,7 +1,7 @@
 """``x[key]`` and ``x[key] = value``: basic slicing, integer arrays along one axis, masks.
 
 Basic indexing (slices with steps, negatives, integers, ``...``, ``None``) makes no copy:
-the result is a deferred view (``dgvm.array.views``) that elementwise operations and
+the result is a deferred view (``dgvm.array._engine.views``) that elementwise operations and
 reductions read in place, computed on first other use. Integer-array indexing is a gather
 (``manipulation.take_along_maps``): each output chunk is cut from the input chunk(s) it
 maps to, on its worker. A boolean mask first counts and locates the selected elements per
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm.array import blockwise, deferred, zero_size
+from dgvm.array._engine import blockwise, deferred, zero_size
 from dgvm.array.darray import DArray
-from dgvm.array.views import View
+from dgvm.array._engine.views import View
 
 
 def _expand(key, ndim: int):
@@ -289,7 +289,7 @@ def _masked(x: DArray, mask) -> DArray:
     if mask.shape != x.shape:
         raise IndexError(f"boolean mask of shape {mask.shape} does not match the array's {x.shape}")
     flat = selected_flat(mask)
-    if not len(flat):  # held on the caller (dgvm.array.zero_size)
+    if not len(flat):  # held on the caller (dgvm.array._engine.zero_size)
         return zero_size.array((0,), x.dtype, x.client)
     per = max(1, max(x.alloc.offsets[1:] - x.alloc.offsets[:-1]) // x.dtype.itemsize)
     out = empty((len(flat),), x.dtype, chunks=(int(per),))

@@ -8,7 +8,7 @@ next product), with CuPy's cuBLAS on GPUs and NumPy's BLAS on ``cpu``.
 
 ``diagonal`` and ``trace`` read only the blocks the diagonal crosses; ``cross`` and
 ``matrix_power`` are elementwise operations and products. Factorizations, inverses and
-solves run once per matrix where the whole matrix is read (``dgvm.array.per_matrix``).
+solves run once per matrix where the whole matrix is read (``dgvm.array._engine.per_matrix``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dgvm.array import blockwise, diagonals, per_matrix
+from dgvm.array import diagonals
+from dgvm.array._engine import blockwise, per_matrix
 from dgvm.array.darray import DArray
 from dgvm.array.elementwise import broadcast_region
 from dgvm.array.manipulation import _empty, matrix_transpose, permute_dims, reshape  # noqa: F401

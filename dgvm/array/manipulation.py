@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from dgvm.protocol import chunk_grid
-from dgvm.array import blockwise, deferred
+from dgvm.array._engine import blockwise, deferred
 from dgvm.array.darray import DArray
 from dgvm.array.reductions import normalize_axis
-from dgvm.array.views import View
+from dgvm.array._engine.views import View
 
 
 def _empty(shape, dtype, chunks, source: DArray | None = None, first_in=None):
@@ -26,7 +26,7 @@ def _empty(shape, dtype, chunks, source: DArray | None = None, first_in=None):
     that holds the input element ``first_in(lo_i)`` maps to. Not zero-filled: the
     operation's task writes every element (``blockwise.run`` stores whole blocks), so a
     pass of memory writes is saved, and a placed result may take over a released one's
-    allocation (``dgvm.array.recycle``). An operation that fails part way leaves old
+    allocation (``dgvm.array._engine.recycle``). An operation that fails part way leaves old
     values in the chunks it did not reach; its result is never returned."""
     from dgvm.array.creation import new_array
 
@@ -196,8 +196,8 @@ def take_along_maps(x: DArray, maps: list, name: str) -> DArray:
         if m is not None and len(m) and (m.min() < 0 or m.max() >= x.shape[a]):
             raise IndexError(f"index out of bounds for axis {a} of length {x.shape[a]}")
     shape = tuple(x.shape[a] if m is None else len(m) for a, m in enumerate(maps))
-    if 0 in shape:  # nothing to gather: held on the caller (dgvm.array.zero_size)
-        from dgvm.array import zero_size
+    if 0 in shape:  # nothing to gather: held on the caller (dgvm.array._engine.zero_size)
+        from dgvm.array._engine import zero_size
 
         return zero_size.array(shape, x.dtype, x.client)
     chunks = tuple(x.chunks[a] if m is None else _map_chunks(x, a, m) for a, m in enumerate(maps))
@@ -314,7 +314,7 @@ def concat(arrays, /, *, axis=0) -> DArray:
         if a.ndim != first.ndim or any(a.shape[d] != first.shape[d] for d in range(a.ndim) if d != axis):
             raise ValueError(f"concat along axis {axis}: shapes {[x.shape for x in arrays]} do not match")
     dtype = result_type(*arrays)
-    # Arrays with no elements add nothing (dgvm.array.zero_size): only the others are read,
+    # Arrays with no elements add nothing (dgvm.array._engine.zero_size): only the others are read,
     # and the result takes their chunks.
     arrays = [a for a in arrays if a.size] or arrays
     first = arrays[0]
@@ -404,7 +404,7 @@ class _Copy:
 
 def rechunk(x, /, chunks) -> DArray:
     """A copy of ``x`` cut into new ``chunks`` (dask's chunk specs)."""
-    if x.size == 0:  # no element (dgvm.array.zero_size): nothing to cut
+    if x.size == 0:  # no element (dgvm.array._engine.zero_size): nothing to cut
         return x
     grid = chunk_grid.normalize(chunks, x.shape, x.dtype)
     out = _empty(x.shape, x.dtype, grid, x, list)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm.array import blockwise
+from dgvm.array._engine import blockwise
 
 _M32 = 0xFFFFFFFF
 _PHILOX_M = (0xD2511F53, 0xCD9E8D57)

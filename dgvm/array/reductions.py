@@ -2,7 +2,7 @@
 
 Each chunk is reduced where it lives (one task per worker); the partials (one value per
 chunk, or one row per chunk along the kept axes) come back and are combined in one step,
-then kept on the caller as a host value (``dgvm.array.deferred``), stored in device
+then kept on the caller as a host value (``dgvm.array._engine.deferred``), stored in device
 memory only when a cluster operation needs it. ``var``/``std`` take two passes (the mean,
 then the squared deviations from it), as NumPy does, so they are as exact as NumPy's.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm.array import blockwise
+from dgvm.array._engine import blockwise
 from dgvm.array.darray import DArray
 
 
@@ -37,7 +37,7 @@ def normalize_axis(axis, ndim: int, *, sort: bool = True) -> tuple[int, ...]:
 
 def _result(value, like: DArray) -> DArray:
     # Combined here, so kept here until a cluster operation needs it (a host value).
-    from dgvm.array.deferred import on_caller
+    from dgvm.array._engine.deferred import on_caller
 
     return on_caller(value, like.client)
 
@@ -50,7 +50,7 @@ class _Partial:
 
     @property
     def reduction(self):
-        """What a fused kernel over a deferred tree ends with (``dgvm.array.fused``)."""
+        """What a fused kernel over a deferred tree ends with (``dgvm.array._engine.fused``)."""
         return self.fn, self.axes, self.dtype
 
     def partial(self, chunk, lo, hi, xp):

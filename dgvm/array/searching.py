@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dgvm.protocol import chunk_grid
-from dgvm.array import blockwise
+from dgvm.array._engine import blockwise
 from dgvm.array.darray import DArray
 from dgvm.array.sorting import check_array, count_before, sort_key
 
@@ -175,7 +175,7 @@ def nonzero(x, /) -> tuple[DArray, ...]:
         per_row[b[0]] += c
     total = int(per_row.sum())
     if total == 0:
-        from dgvm.array import zero_size
+        from dgvm.array._engine import zero_size
 
         return tuple(zero_size.array((0,), np.int64, x.client) for _ in range(x.ndim))
     firsts = np.concatenate([[0], np.cumsum(per_row)]).astype(np.int64)

@@ -23,9 +23,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dgvm.array import blockwise
+from dgvm.array._engine import blockwise
 from dgvm.array.darray import DArray
-from dgvm.array.deferred import on_caller  # results combined here stay on the caller
+from dgvm.array._engine.deferred import on_caller  # results combined here stay on the caller
 from dgvm.array.sorting import argsort_lines, block_of, check_array, count_before, sort_key
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm.array import blockwise
+from dgvm.array._engine import blockwise
 from dgvm.array.darray import DArray
 
 SAMPLES = 128  # most pivots a block sends per candidate interval and round

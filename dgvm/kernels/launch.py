@@ -62,7 +62,7 @@ def launch(kernel, *args, out, halo: int = 0, pass_origin: bool = False,
     if halo < 0:
         raise ValueError(f"halo must be >= 0, got {halo}")
     check_args(args, out)
-    if out.size == 0:  # no chunk to run on (dgvm.array.zero_size)
+    if out.size == 0:  # no chunk to run on (dgvm.array._engine.zero_size)
         return
     specs = [_spec(a) for a in args]
     # Each array argument is read at the output chunk's own index (checked above).

@@ -47,7 +47,7 @@ class Vectorized:
         return self.ufunc("cpu")(*samples).dtype
 
     def __call__(self, *args):
-        from dgvm.array import blockwise
+        from dgvm.array._engine import blockwise
         from dgvm.array.creation import empty
 
         arrays = [a for a in args if isinstance(a, DArray)]

@@ -53,7 +53,7 @@ def offer(alloc, shape, dtype, chunks, futures) -> bool:
 def _settle_offers() -> list:
     """Move the offered allocations into the pool (caller holds ``_lock``); returns the
     entries to free: past ``MAX_KEPT``, or of a client that is gone."""
-    from dgvm.array.lifecycle import client_running
+    from dgvm.array._engine.lifecycle import client_running
 
     drop = []
     while _offered:
@@ -73,7 +73,7 @@ def _settle_offers() -> list:
 
 
 def _free(entries) -> None:
-    from dgvm.array.lifecycle import free_later
+    from dgvm.array._engine.lifecycle import free_later
 
     for alloc, futures in entries:
         free_later(alloc, futures)
@@ -82,7 +82,7 @@ def _free(entries) -> None:
 def take(client, shape, dtype, chunks, colocate):
     """A kept allocation of this layout whose homes are those ``colocate`` gives, and the
     futures its first task must follow; None if there is none."""
-    from dgvm.array.blockwise import chunk_homes
+    from dgvm.array._engine.blockwise import chunk_homes
 
     key = _key(client.id, shape, dtype, chunks)
     with _lock:

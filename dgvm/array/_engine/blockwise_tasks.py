@@ -1,4 +1,4 @@
-"""The bodies of array operations' tasks on a worker (``dgvm.array.blockwise`` sends them).
+"""The bodies of array operations' tasks on a worker (``dgvm.array._engine.blockwise`` sends them).
 
 ``blockwise_here`` makes each output chunk of a blockwise op where it lives;
 ``collect_here`` and ``collect_tree_here`` compute a reduction's partial per chunk (of a
@@ -7,7 +7,7 @@ stored array, or of a deferred elementwise tree computed chunk by chunk and neve
 
 from __future__ import annotations
 
-from dgvm.array import fused
+from dgvm.array._engine import fused
 from dgvm.worker.access import Access, ArraySpec
 from dgvm.worker.tasks import device_task, write_chunks
 

@@ -6,7 +6,7 @@ is *deferred*: the DArray knows its shape, dtype and chunks, and holds the expre
 over the real arrays it reads, but has no memory yet. An elementwise operation on deferred
 arrays inlines their trees. The first use that needs the values (a reduction, indexing,
 ``wait``, ``asnumpy``, a launch, ...) *materializes* it: one allocation, one task per
-worker, one pass that reads the leaves and writes the result (see ``dgvm.array.fused``).
+worker, one pass that reads the leaves and writes the result (see ``dgvm.array._engine.fused``).
 
 Semantics stay eager: a write to an array (a launch, ``x[...] = v``, ``x += 1``,
 ``free``) first materializes the deferred results that read it, so they see the values
@@ -38,7 +38,7 @@ MAX_INPUTS = 8
 class Deferred:
     """What a deferred DArray will hold: ``expr`` over the real DArrays ``inputs``
     (leaves ``("in", i)``), named for its task keys. ``views[i]`` is None, or the
-    ``dgvm.array.views.View`` through which leaf i reads input i (``x.T``, ``x[::2]``)."""
+    ``dgvm.array._engine.views.View`` through which leaf i reads input i (``x.T``, ``x[::2]``)."""
 
     expr: tuple
     inputs: list
@@ -89,8 +89,8 @@ def view(x, v, name: str):
 
     d = x._deferred
     check_usable(x)  # a view of a freed array fails here, not at first use
-    if 0 in v.shape:  # nothing to read: held on the caller (dgvm.array.zero_size)
-        from dgvm.array import zero_size
+    if 0 in v.shape:  # nothing to read: held on the caller (dgvm.array._engine.zero_size)
+        from dgvm.array._engine import zero_size
 
         return zero_size.array(v.shape, x.dtype, x.client)
     if d is not None and d.expr[0] == "in":

@@ -2,7 +2,7 @@
 ``x[3] > 0``.
 
 A NumPy program reads single elements all the time (``float(x[i, j])``, ``if x[k] > 0``,
-loops over ``x[k]``). Such a read is a deferred view (``dgvm.array.views``), or a small
+loops over ``x[k]``). Such a read is a deferred view (``dgvm.array._engine.views``), or a small
 elementwise tree over views; computing it would allocate a result, run a task per
 worker and read it back, three round trips for eight bytes. A deferred array of at most
 ``MAX_ELEMENTS`` elements whose leaves are views of (or whole) computed arrays is instead
@@ -10,14 +10,14 @@ read on the caller: each leaf straight from the chunks of its array, each run of
 elements that follow one another in one chunk a (chunk, byte offset, length) piece of
 one read request per worker and array (``Allocation.get``; ``x[3] - x[2]`` reads x
 once), and the tree evaluated with NumPy, as the elementwise operations of host values
-are (``dgvm.array.deferred``).
+are (``dgvm.array._engine.deferred``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from dgvm.array.deferred import view_shape
+from dgvm.array._engine.deferred import view_shape
 
 MAX_ELEMENTS = 4096
 

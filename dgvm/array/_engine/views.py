@@ -5,7 +5,7 @@ make no copy: they make a deferred DArray whose tree is one leaf reading its inp
 through a ``View``, which elementwise operations and reductions then read in place
 (``x[1:] - x[:-1]`` is one pass over x's chunks; ``x[::3].sum()`` stores nothing). A
 view of a view is one view of the first array. Values are those of the input when the
-view was made: a write to the input computes the view first (``dgvm.array.deferred``),
+view was made: a write to the input computes the view first (``dgvm.array._engine.deferred``),
 so dgvm's indexing keeps copy semantics.
 
 View axis ``k`` walks input axis ``axes[k]`` (None: a new axis of length 1) from

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from dgvm.array import blockwise
+from dgvm.array._engine import blockwise
 from dgvm.array.darray import DArray
 from dgvm.array.elementwise import broadcast_region
 

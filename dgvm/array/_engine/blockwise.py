@@ -6,7 +6,7 @@ element range ``[lo, hi)`` of one output chunk, it reads the input regions it ne
 migration layer and kept as a replica) and returns the chunk's values as an ``xp`` array.
 One Dask task per worker covers all of that worker's output chunks, ordered after the
 tasks that wrote the inputs (``dgvm.client.dispatch``); the task bodies are
-``dgvm.array.blockwise_tasks``.
+``dgvm.array._engine.blockwise_tasks``.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from __future__ import annotations
 import numpy as np
 
 from dgvm.protocol import chunk_grid
-from dgvm.array.deferred import host_value
+from dgvm.array._engine.deferred import host_value
 from dgvm.worker.access import ArraySpec
-from dgvm.array import blockwise_tasks
+from dgvm.array._engine import blockwise_tasks
 from dgvm.client.dispatch import add_readers, dispatch, gather, submit
 
 
 def run(op, out, inputs, name: str) -> None:
     """Compute every chunk of ``out`` with ``op`` from the DArrays ``inputs`` (asynchronous)."""
-    if out.size == 0:  # no chunk (dgvm.array.zero_size; random draws reach here unwrapped)
+    if out.size == 0:  # no chunk (dgvm.array._engine.zero_size; random draws reach here unwrapped)
         return
     specs = [ArraySpec.of(a) for a in inputs]
     dispatch(blockwise_tasks.blockwise_here, out, list(inputs), name, op, ArraySpec.of(out), specs,

@@ -1,4 +1,4 @@
-"""One pass over memory for an elementwise expression tree (see ``dgvm.array.deferred``).
+"""One pass over memory for an elementwise expression tree (see ``dgvm.array._engine.deferred``).
 
 ``run_into(expr, leaves, xp, target, stripped)`` writes the tree's value into the output chunk:
 
@@ -23,9 +23,9 @@ import threading
 
 import numpy as np
 
-from dgvm.array import wide_kernel
+from dgvm.array._engine import wide_kernel
 
-logger = logging.getLogger("dgvm.array.fused")
+logger = logging.getLogger("dgvm.array._engine.fused")
 
 # Elements per cpu tile. Dask's worker processes run with MALLOC_TRIM_THRESHOLD_=65536, so
 # glibc gives freed memory back (and faults it in again) for every temporary past 64 KiB:

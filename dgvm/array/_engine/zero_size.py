@@ -71,14 +71,14 @@ class NoElements(DgvmError):
 
     def __init__(self, shape, dtype, client=None):
         super().__init__(f"a {tuple(shape)} {np.dtype(dtype)} array has no elements: it is held on "
-                         "the caller and has no allocation (dgvm.array.zero_size)")
+                         "the caller and has no allocation (dgvm.array._engine.zero_size)")
         self.shape, self.dtype, self.client = tuple(shape), np.dtype(dtype), client
 
 
 def array(shape, dtype, client):
     """A DArray of ``shape`` (with a zero in it) and ``dtype``, held on the caller (its
     results' arrays go where ``client``'s do)."""
-    from dgvm.array import deferred
+    from dgvm.array._engine import deferred
 
     return deferred.on_caller(np.empty(tuple(int(s) for s in shape), dtype=dtype), client, "empty")
 
@@ -117,7 +117,7 @@ def _has_elements(value) -> bool:
 
 def _from_numpy(value, client):
     if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and (value.ndim == 0 or value.size == 0)):
-        from dgvm.array import deferred
+        from dgvm.array._engine import deferred
 
         # Held on the caller: a value as reductions answer it, or an array with no elements.
         return deferred.on_caller(np.asarray(value), client, "value")

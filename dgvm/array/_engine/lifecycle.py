@@ -3,7 +3,7 @@
 NumPy-style loops make a new array per step; without this they would fill device memory.
 The release runs on the client's event loop (a finalizer may run in any thread, even in
 the middle of another request): it waits for the tasks that still use the array, then
-frees the allocation in the GVAT, unless ``dgvm.array.recycle`` keeps it for the next
+frees the allocation in the GVAT, unless ``dgvm.array._engine.recycle`` keeps it for the next
 result of the same layout.
 """
 
@@ -34,13 +34,13 @@ def release_when_unreachable(array, alloc) -> None:
 
 
 def _release(alloc, shape, dtype, chunks) -> None:
-    from dgvm.array import recycle
+    from dgvm.array._engine import recycle
 
     if alloc.freed or _exiting:
         return
     alloc.freed = True
     futures = alloc.pending.take()
-    # Kept for the next result of this layout (dgvm.array.recycle), or freed.
+    # Kept for the next result of this layout (dgvm.array._engine.recycle), or freed.
     if not client_running(alloc.client) or not recycle.offer(alloc, shape, dtype, chunks, futures):
         free_later(alloc, futures)
 
@@ -80,7 +80,7 @@ def settle_releases(timeout: float = 30.0) -> bool:
     """Wait until the releases already started have reached the GVAT (tests, shutdown)."""
     import gc
 
-    from dgvm.array import recycle
+    from dgvm.array._engine import recycle
 
     gc.collect()
     recycle.flush()  # allocations kept for reuse are freed too

@@ -1,0 +1,1 @@
+"""The machinery under ``dgvm.array``'s functions (see ``dgvm/array/__init__.py``)."""
