@@ -89,8 +89,8 @@ def test_long_loops_stay_bounded(case):
     sizes = []
     for _ in range(100):
         v = v + 1
-        if v._deferred is not None:
-            sizes.append(v._deferred.nodes)
+        if v.deferred is not None:
+            sizes.append(v.deferred.nodes)
     assert max(sizes) <= deferred.MAX_NODES + 2
     np.testing.assert_array_equal(dnp.asnumpy(v), h + 100)
 
@@ -250,7 +250,7 @@ def test_basic_indexing_makes_views_read_in_place(case):
     views = [x[k] for k in keys]
     assert all(repr(v).endswith("deferred>") for v in views) and case.allocations() == before
     nested = dnp.permute_dims(x[::2][1:, ::-1], (2, 0, 1))[::3, None, 1]
-    assert len(nested._deferred.inputs) == 1  # a view of views: one view of x
+    assert len(nested.deferred.inputs) == 1  # a view of views: one view of x
     # A stencil reads x's chunks through four views in one pass; a reduction stores nothing.
     s = x[:-2, 1:-1] + x[2:, 1:-1] - 2 * x[1:-1, 1:-1]
     np.testing.assert_allclose(float(x[::3, ::-2].sum()), h[::3, ::-2].sum(), rtol=1e-10)
@@ -328,7 +328,7 @@ def test_reductions_of_views_store_nothing_and_readers_do_not_pile_up(case):
     import gc
 
     gc.collect()
-    assert len(x._readers) <= 1  # entries go with the deferred results that read x
+    assert len(x.readers()) <= 1  # entries go with the deferred results that read x
     from dgvm.array._engine.lifecycle import settle_releases
 
     settle_releases()

@@ -11,7 +11,7 @@ import pytest
 
 import dgvm
 import dgvm.array as dnp
-from dgvm.array._engine import recycle
+from dgvm.array._engine.lifecycle import releases_of
 
 
 def test_a_loop_reuses_the_released_result(case):
@@ -48,7 +48,7 @@ def test_explicit_free_and_host_data_are_not_kept(case):
     from dgvm.array._engine.lifecycle import settle_releases
 
     gc.collect()
-    assert recycle.flush(case.client) == 0
+    assert releases_of(case.client).kept.flush() == 0
     settle_releases()
     assert case.allocations() == 1
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 
-from dgvm.array.darray import DArray
+from dgvm.array import DArray
 from dgvm.client.dispatch import dispatch
 from dgvm.kernels.blocks import Blocks
 from dgvm.kernels.kernel import Kernel
