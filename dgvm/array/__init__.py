@@ -24,7 +24,7 @@ import sys as _sys
 
 from dgvm.array import (
     array_object, constants, conversion, creation, data_types, elementwise, indexing, info,
-    interop as _interop, linalg, linear_algebra, manipulation, random, searching, sets, sorting,
+    interop, linalg, linear_algebra, manipulation, random, searching, sets, sorting,
     statistical, utility,
 )
 from dgvm.array._engine import namespace as _namespace
@@ -53,4 +53,4 @@ __all__ = sorted({name for category in _CATEGORIES for name in category.__all__}
 
 # DArray's __array_namespace__, __array_function__ and __array_ufunc__ answer with this
 # namespace, which sits above DArray (it imports everything): handed in here, once.
-_namespace.bind(_sys.modules[__name__], _interop.array_function, _interop.array_ufunc)
+_namespace.bind(_sys.modules[__name__], interop.array_function, interop.array_ufunc)
