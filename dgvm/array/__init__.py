@@ -22,7 +22,7 @@ no elements, ...), which never imports them.
 
 import sys as _sys
 
-from dgvm.array import (
+from dgvm.array import (  # noqa: F401  (linalg, random: public submodules)
     array_object, constants, conversion, creation, data_types, elementwise, indexing, info,
     interop, linalg, linear_algebra, manipulation, random, searching, sets, sorting,
     statistical, utility,

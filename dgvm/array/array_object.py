@@ -2,8 +2,8 @@
 
 ``ArrayCore`` (``_engine/core.py``) is what the array is and holds: its allocation or
 deferred tree, its life cycle, reads and writes from the caller. This class adds the
-Python face: operators, indexing, NumPy's array methods and the protocols of Python,
-NumPy, DLPack and the array API. Each operator and method is the function of the
+Python face: operators, indexing, where the blocks live, NumPy's array methods and the
+protocols of Python, NumPy, DLPack and the array API. Each operator and method is the function of the
 namespace that does the same (``x + y`` is ``add(x, y)``, ``x.sum()`` is ``sum(x)``,
 ``x[k]`` is ``_engine.getitem``), called directly.
 
@@ -30,6 +30,7 @@ from dgvm.array._engine.apply import apply
 from dgvm.array._engine.core import ArrayCore
 from dgvm.array._engine.getitem import getitem
 from dgvm.array._engine.setitem import setitem
+from dgvm.protocol import chunk_grid
 
 __all__ = ["DArray"]
 
@@ -157,6 +158,40 @@ class DArray(ArrayCore):
         if api_version not in (None, "2023.12", "2022.12", "2021.12"):
             raise ValueError(f"dgvm.array implements array API 2023.12, not {api_version}")
         return namespace.bound().module
+
+    # -- where the blocks live ---------------------------------------------------------------
+    def locations(self) -> dict[tuple[int, ...], str]:
+        """Block index -> address of the worker that holds it."""
+        if self.size == 0:
+            return {}  # held on the caller (zero_size)
+        grid = self.numblocks
+        self.alloc._fresh()
+        return {
+            chunk_grid.block_index(k, grid): self.alloc.home(k) for k in range(self.alloc.nchunks)
+        }
+
+    def chunk_info(self):
+        """The ``ChunkInfo`` rows of the allocation behind the array."""
+        return self.alloc.chunks
+
+    def _chunk_indices(self, blocks) -> list[int]:
+        """Chunk indices of ``blocks``: an int (chunk index), a block tuple, or a list."""
+        grid = self.numblocks
+        items = blocks if isinstance(blocks, list) else [blocks]
+        out = []
+        for b in items:
+            if isinstance(b, tuple):
+                if len(b) != len(grid) or not all(0 <= v < n for v, n in zip(b, grid)):
+                    raise IndexError(f"block {b} is outside the block grid {grid}")
+                b = chunk_grid.flat_index(b, grid)
+            out.append(int(b))  # the GVAT checks chunk indices
+        return out
+
+    def migrate(self, blocks, worker: str) -> list[int]:
+        """Move the home of ``blocks`` (a chunk index, a block tuple, or a list of them) to
+        ``worker``, after the launches that use this array; returns the chunks moved."""
+        self.settle()
+        return self.alloc.migrate(self._chunk_indices(blocks), worker)
 
     # -- NumPy's array methods that programs use most --------------------------------------
     def sum(self, axis=None, *, dtype=None, keepdims=False):

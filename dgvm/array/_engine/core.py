@@ -56,6 +56,8 @@ class ArrayCore:
     """
 
     def __init__(self, alloc: Allocation | None, shape, dtype, chunks):
+        if type(self) is ArrayCore:  # it has no operators: arrays are DArrays
+            raise TypeError("ArrayCore is the core of dgvm.array.DArray; make a DArray")
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.chunks = tuple(tuple(int(b) for b in axis) for axis in chunks)
@@ -268,40 +270,6 @@ class ArrayCore:
     @property
     def alloc_id(self) -> int:
         return self.alloc.alloc_id
-
-    def locations(self) -> dict[tuple[int, ...], str]:
-        """Block index -> address of the worker that holds it."""
-        if self.size == 0:
-            return {}  # held on the caller (zero_size)
-        grid = self.numblocks
-        self.alloc._fresh()
-        return {
-            chunk_grid.block_index(k, grid): self.alloc.home(k) for k in range(self.alloc.nchunks)
-        }
-
-    def chunk_info(self):
-        """The ``ChunkInfo`` rows of the allocation behind the array."""
-        return self.alloc.chunks
-
-    # -- where the blocks live ---------------------------------------------------------------
-    def _chunk_indices(self, blocks) -> list[int]:
-        """Chunk indices of ``blocks``: an int (chunk index), a block tuple, or a list."""
-        grid = self.numblocks
-        items = blocks if isinstance(blocks, list) else [blocks]
-        out = []
-        for b in items:
-            if isinstance(b, tuple):
-                if len(b) != len(grid) or not all(0 <= v < n for v, n in zip(b, grid)):
-                    raise IndexError(f"block {b} is outside the block grid {grid}")
-                b = chunk_grid.flat_index(b, grid)
-            out.append(int(b))  # the GVAT checks chunk indices
-        return out
-
-    def migrate(self, blocks, worker: str) -> list[int]:
-        """Move the home of ``blocks`` (a chunk index, a block tuple, or a list of them) to
-        ``worker``, after the launches that use this array; returns the chunks moved."""
-        self.settle()
-        return self.alloc.migrate(self._chunk_indices(blocks), worker)
 
     # -- life cycle ------------------------------------------------------------------------------
     def settle(self) -> None:

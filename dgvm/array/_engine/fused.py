@@ -75,9 +75,10 @@ def _tiles(expr, leaves, target) -> bool:
 
 # -- cuda --------------------------------------------------------------------------------
 MAX_KERNELS = 256
-# Compiled kernels of the worker process, keyed by what they compute (the tree without its
-# scalars, leaf dtypes and ndims, target): a pure cache of compiled code, shared by every
-# client's tasks, so it is per process and not per client session.
+# Compiled kernels of the worker process (and how each tree last ran, for ``ways_used``),
+# keyed by what they compute (the tree without its scalars, leaf dtypes and ndims,
+# target): a pure cache of compiled code, shared by every client's tasks, so per process
+# and not per client session.
 _kernels: dict = {}  # (tree without scalars, leaf dtypes and ndims, target) -> usable ways
 _why: dict = {}  # tree key -> why the last way dropped failed
 _last: dict = {}  # tree key -> the way it last ran
