@@ -126,3 +126,32 @@ def test_copies_and_products_reuse_released_results_and_write_them_whole(case, o
         gc.collect()
     assert len(ids) == 1  # one allocation served the whole loop
     del reading
+
+
+def test_each_client_session_keeps_its_own_released_allocations_and_generator(case):
+    """Releases, allocations kept for reuse and the random module's generator belong to
+    a client session (``dgvm.client.session``): a second client in the process shares
+    none of them."""
+    from distributed import Client
+
+    from dgvm.array._engine.lifecycle import settle_releases
+
+    other = Client(case.cluster, set_as_default=False)
+    try:
+        assert releases_of(other) is not releases_of(case.client)
+        x = dnp.from_numpy(np.arange(64.0), chunks=16, client=other)
+        y = x + 1
+        y.wait()
+        del y
+        gc.collect()
+        assert releases_of(case.client).kept.flush() == 0  # not this session's
+        assert releases_of(other).kept.flush() == 1
+        dnp.random.seed(5)
+        dnp.random.seed(5, client=other)
+        mine = dnp.asnumpy(dnp.random.random(8))
+        theirs = dnp.asnumpy(dnp.random.random(8, client=other))
+        np.testing.assert_array_equal(mine, theirs)  # each generator at its first call
+        del x
+        settle_releases(other)
+    finally:
+        other.close()
