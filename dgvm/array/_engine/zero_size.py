@@ -7,7 +7,8 @@ there is nothing to place. So an array of size 0 is a host value
 per axis, and never touches a worker.
 
 Every public function of ``dgvm.array`` that takes or makes arrays says, at its
-definition, ``@empty_aware`` (the elementwise functions need not: ``apply`` answers):
+definition, ``@empty_aware``; the elementwise functions need not (``apply`` answers), nor
+``rechunk``, ``to_dask`` and ``asnumpy``, which answer for them themselves:
 
 - given an array of size 0 among its arguments, the function runs on the caller with
   NumPy's function of the same name (the standard's names are NumPy 2's; ``numpy=``
