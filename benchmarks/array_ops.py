@@ -186,7 +186,7 @@ def main(argv=None) -> int:
         host_x, host_y = dnp.asnumpy(xm), dnp.asnumpy(ym)
         assert np.allclose(check, host_x @ host_y)
         del x, xm, ym
-        from dgvm.array.lifecycle import settle_releases
+        from dgvm.array._engine.lifecycle import settle_releases
 
         settle_releases()
         big_chain = None
@@ -270,7 +270,7 @@ def main(argv=None) -> int:
             print(f"{op}: dgvm {moved / mine[op] / 1e9:.0f} GB/s, dask.array "
                   f"{moved / theirs[op] / 1e9:.0f} GB/s; the workers measured {bw / 1e9:.0f} GB/s "
                   f"of device bandwidth in all: dgvm at {moved / mine[op] / bw:.0%} (target >= 80% on cuda)")
-        from dgvm.array import fused
+        from dgvm.array._engine import fused
 
         ways = {w: sorted(set(v.values())) for w, v in client.run(fused.ways_used).items()}
         print(f"fused kernels on the workers: {ways}")

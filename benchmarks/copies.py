@@ -4,7 +4,7 @@
 
 Each operation's result is written whole by its task, so dgvm neither zero-fills it nor,
 where the result is placed by its input (all but ``concat``), allocates one: a result
-released in a loop serves the next (``dgvm.array.recycle``). Each rep makes ``y = op(x)``,
+released in a loop serves the next (``dgvm.array._engine.recycle``). Each rep makes ``y = op(x)``,
 waits for it and drops it, as a NumPy loop does. Printed per operation: dgvm's median
 seconds, dask.array's (NumPy or CuPy blocks, the same chunks, on the same workers, fresh
 keys every rep), their ratio, and dgvm's share of the device floor: the bytes the copy must

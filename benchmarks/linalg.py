@@ -5,7 +5,7 @@ single-GPU CuPy.
 
 A stack of ``--stack`` well-conditioned ``n x n`` float64 matrices (and a right-hand
 side per matrix), in 8 chunks along the stack. dgvm runs each function once per matrix
-where its chunk lives (``dgvm.array.per_matrix``: cuSOLVER through CuPy on GPUs, LAPACK
+where its chunk lives (``dgvm.array._engine.per_matrix``: cuSOLVER through CuPy on GPUs, LAPACK
 through NumPy on ``cpu``); dask.array runs the same function blockwise on the same
 workers (``map_blocks`` of CuPy's or NumPy's function on the same chunks); CuPy runs it
 on one GPU (``cuda`` only). Each time is the median of ``--reps`` runs after a warm-up,

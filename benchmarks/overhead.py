@@ -88,7 +88,7 @@ def main(argv=None) -> int:
             wall, before, run, after = split(client, fn, args.reps)
             print(f"{name:45s} {wall:8.2f} {before:8.2f} {run:8.2f} {after:8.2f}")
         # The requests an operation makes, alone (no task).
-        from dgvm.array.creation import allocate
+        from dgvm.array._engine.allocation import allocate
         from dgvm.client.session import call_scheduler, call_workers
         from dgvm.protocol import messages
 
@@ -102,11 +102,9 @@ def main(argv=None) -> int:
         # An allocation like x's and its free, each timed alone (one at a time: x may
         # take most of the devices' memory); the results kept for reuse go first, or the
         # first allocations would take them over instead of asking the GVAT.
-        from dgvm.array import recycle
-        from dgvm.array.lifecycle import settle_releases
+        from dgvm.array._engine.lifecycle import releases_of
 
-        recycle.flush(client)
-        settle_releases()
+        releases_of(client).settle()  # gc, kept allocations freed, releases done
         allocs, frees = [], []
         for _ in range(args.reps):
             t0 = time.perf_counter()

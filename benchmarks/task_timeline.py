@@ -59,13 +59,13 @@ def _instrument(dask_worker, tasks: int):
 
     from distributed import get_worker
 
-    import dgvm.array.blockwise as blockwise
+    import dgvm.array._engine.blockwise_tasks as blockwise_tasks
 
     notes = dask_worker._dgvm_timeline = {}
     state = dask_worker.state
     # Dask keeps its last 1,000 entries, about 150 tasks' (each task logs several).
     state.log = collections.deque(state.log, maxlen=max(state.log.maxlen or 0, 20 * tasks))
-    run = blockwise._blockwise_here
+    run = blockwise_tasks.blockwise_here
     backend = dask_worker.extensions["dgvm"].backend
     wait, leave = backend.synchronize, backend.queued.leave
 
@@ -113,7 +113,7 @@ def _instrument(dask_worker, tasks: int):
             note["wait"] = note["waited"] = clock.time()
             note["left"] = True
 
-    blockwise._blockwise_here = timed_run
+    blockwise_tasks.blockwise_here = timed_run
     backend.synchronize = timed_wait
     backend.queued.leave = timed_leave
 

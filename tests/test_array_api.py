@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dgvm
 import dgvm.array as dnp
-from dgvm.array.elementwise import BINARY, UNARY
+from dgvm.array._engine.trees import BINARY, UNARY
 
 SETTINGS = settings(max_examples=15, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -57,7 +57,7 @@ def sample(shape, dtype, seed=0):
 
 
 def numpy_of(name):
-    from dgvm.array.elementwise import CLASSIC
+    from dgvm.array._engine.trees import CLASSIC
 
     return getattr(np, CLASSIC.get(name, name))
 
@@ -340,7 +340,7 @@ def test_unreachable_arrays_are_freed_in_long_loops(case):
     for _ in range(40):
         x = x + 1  # each step makes a new array; the old one must go away
     same(x, np.full((64, 64), 40.0))
-    from dgvm.array.lifecycle import settle_releases
+    from dgvm.array._engine.lifecycle import settle_releases
 
     assert settle_releases()
     assert case.allocations() == 1
@@ -376,7 +376,7 @@ def test_a_result_that_does_not_fit_raises_and_leaves_the_input(case):
         y.wait()
     assert repr(y).endswith("deferred>")  # still not computed, nothing allocated
     del y
-    from dgvm.array.lifecycle import settle_releases
+    from dgvm.array._engine.lifecycle import settle_releases
 
     settle_releases()
     assert [a.alloc_id for a in dgvm.table(client=case.client)] == [a.alloc_id for a in before]
@@ -482,14 +482,14 @@ def test_full_takes_an_array_fill_value(case):
 
 
 def test_dtype_rules_are_asked_once_per_kind_of_call_and_stay_exact(case):
-    from dgvm.array import elementwise
+    from dgvm.array._engine import apply
 
     x = dnp.asarray(np.arange(4, dtype=np.uint8))
-    known = len(elementwise._DTYPES)
+    known = len(apply._DTYPES)
     for i in range(20):  # a loop's changing scalars: one kind of call each
         x * (i / 7)
         x + (16 + i % 16)  # ints of one bit length
-    assert len(elementwise._DTYPES) == known + 2
+    assert len(apply._DTYPES) == known + 2
     assert (x + 255).dtype == np.uint8
     with pytest.raises(OverflowError, match="256"):  # NumPy's refusal, with its own value
         x + 256

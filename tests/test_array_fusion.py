@@ -1,4 +1,4 @@
-"""Deferred elementwise results and their fused evaluation (dgvm.array.deferred, .fused):
+"""Deferred elementwise results and their fused evaluation (dgvm.array._engine.deferred, .fused):
 a chain is one allocation and one pass, its values are NumPy's, and a write, a free or an
 error anywhere keeps the eager semantics a NumPy program expects."""
 
@@ -9,7 +9,7 @@ import pytest
 
 import dgvm
 import dgvm.array as dnp
-from dgvm.array import deferred, fused
+from dgvm.array._engine import deferred, fused
 
 
 def chain(x):
@@ -89,8 +89,8 @@ def test_long_loops_stay_bounded(case):
     sizes = []
     for _ in range(100):
         v = v + 1
-        if v._deferred is not None:
-            sizes.append(v._deferred.nodes)
+        if v.deferred is not None:
+            sizes.append(v.deferred.nodes)
     assert max(sizes) <= deferred.MAX_NODES + 2
     np.testing.assert_array_equal(dnp.asnumpy(v), h + 100)
 
@@ -133,7 +133,7 @@ def test_cuda_chains_run_as_one_fused_kernel(case):
 
 
 def test_complex_special_value_corrections_fuse_on_cuda(case):
-    """The standard's complex expm1 and tanh (dgvm.array.special_values) are traced into
+    """The standard's complex expm1 and tanh (dgvm.array._engine.special_values) are traced into
     the fused kernel like any other tree, not left to the op-by-op fallback."""
     if case.backend != "cuda":
         pytest.skip("the fused CUDA kernel is a cuda-backend matter")
@@ -152,7 +152,7 @@ def test_complex_special_value_corrections_fuse_on_cuda(case):
 
 
 def test_the_wide_kernel_covers_float_trees_of_exact_operations_only():
-    from dgvm.array import wide_kernel
+    from dgvm.array._engine import wide_kernel
 
     x, s = ("in", 0), ("arg", 0, "float")
     f8, f4, i8 = "<f8", "<f4", "<i8"
@@ -180,7 +180,7 @@ def test_a_reduction_of_a_deferred_array_allocates_nothing(case):
     np.testing.assert_allclose(dnp.asnumpy(((x - 0.5) ** 2).mean(axis=0)), ((h - 0.5) ** 2).mean(axis=0), rtol=1e-10)
     assert int(dnp.argmax(y * -1)) == int(np.argmax(-(h + h.T)))
     assert repr(y).endswith("deferred>")  # reduced where its leaves live, never stored
-    from dgvm.array.lifecycle import settle_releases
+    from dgvm.array._engine.lifecycle import settle_releases
 
     settle_releases()  # the small results were temporaries
     assert case.allocations() == before  # and y was never stored
@@ -250,11 +250,11 @@ def test_basic_indexing_makes_views_read_in_place(case):
     views = [x[k] for k in keys]
     assert all(repr(v).endswith("deferred>") for v in views) and case.allocations() == before
     nested = dnp.permute_dims(x[::2][1:, ::-1], (2, 0, 1))[::3, None, 1]
-    assert len(nested._deferred.inputs) == 1  # a view of views: one view of x
+    assert len(nested.deferred.inputs) == 1  # a view of views: one view of x
     # A stencil reads x's chunks through four views in one pass; a reduction stores nothing.
     s = x[:-2, 1:-1] + x[2:, 1:-1] - 2 * x[1:-1, 1:-1]
     np.testing.assert_allclose(float(x[::3, ::-2].sum()), h[::3, ::-2].sum(), rtol=1e-10)
-    from dgvm.array.lifecycle import settle_releases
+    from dgvm.array._engine.lifecycle import settle_releases
 
     settle_releases()  # the sum's small result was a temporary
     assert case.allocations() == before
@@ -292,7 +292,7 @@ def test_in_place_operations_reading_the_array_through_a_view(case):
 
 
 def test_a_failed_computation_leaves_the_result_deferred_and_nothing_allocated(case, monkeypatch):
-    from dgvm.array import blockwise
+    from dgvm.array._engine import blockwise
 
     a = dnp.from_numpy(np.arange(40.0), chunks=(4,))
     z = a + a * 2
@@ -328,8 +328,8 @@ def test_reductions_of_views_store_nothing_and_readers_do_not_pile_up(case):
     import gc
 
     gc.collect()
-    assert len(x._readers) <= 1  # entries go with the deferred results that read x
-    from dgvm.array.lifecycle import settle_releases
+    assert len(x.readers()) <= 1  # entries go with the deferred results that read x
+    from dgvm.array._engine.lifecycle import settle_releases
 
     settle_releases()
     assert case.allocations() == before

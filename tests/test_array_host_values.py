@@ -1,4 +1,4 @@
-"""Reduction results stay on the caller as host values (dgvm.array.deferred): nothing is
+"""Reduction results stay on the caller as host values (dgvm.array._engine.deferred): nothing is
 stored until a cluster operation needs them, they enter elementwise trees as constants
 (0-d) or are written once (n-d), and arithmetic on them alone runs on the caller."""
 
@@ -9,7 +9,6 @@ import pytest
 
 import dgvm
 import dgvm.array as dnp
-from dgvm.array.deferred import host_value
 
 
 def data():
@@ -21,14 +20,14 @@ def test_a_reduction_stores_nothing_and_reads_back_without_a_request(case):
     h, x = data()
     before = case.allocations()
     s, m = x.sum(), x.mean(axis=0)
-    assert host_value(s) is not None and host_value(m) is not None
+    assert s.host_value is not None and m.host_value is not None
     assert case.allocations() == before
     assert float(s) == pytest.approx(h.sum(), rel=1e-12)
     np.testing.assert_allclose(dnp.asnumpy(m), h.mean(axis=0), rtol=1e-12)
     assert s.wait() is s and case.allocations() == before
     # reducing a host value again runs on the caller: it stays there
     assert float(m.max()) == pytest.approx(h.mean(axis=0).max(), rel=1e-12)
-    assert host_value(m) is not None and case.allocations() == before
+    assert m.host_value is not None and case.allocations() == before
     # a tree over a computed array that was freed fails where it is written
     b = x * 2
     b.wait()
@@ -55,7 +54,7 @@ def test_arithmetic_on_host_values_alone_runs_on_the_caller(case):
     before = case.allocations()
     alpha = x.sum() / (x * x).sum()
     beta = dnp.sqrt(alpha) + x.min()
-    assert host_value(beta) is not None
+    assert beta.host_value is not None
     assert float(beta) == pytest.approx(np.sqrt(h.sum() / (h * h).sum()) + h.min(), rel=1e-12)
     row = x.sum(axis=0) * 2 - x.max(axis=0)
     np.testing.assert_allclose(dnp.asnumpy(row), h.sum(axis=0) * 2 - h.max(axis=0), rtol=1e-12)
@@ -72,7 +71,7 @@ def test_an_nd_host_value_is_stored_when_the_cluster_needs_it(case):
     before = case.allocations()
     z = x - m  # a (90,) leaf of a tree on the cluster: written once
     np.testing.assert_allclose(dnp.asnumpy(z), h - h.mean(axis=0), atol=1e-12)
-    assert host_value(m) is None and case.allocations() == before + 2
+    assert m.host_value is None and case.allocations() == before + 2
     m[3] = -1.0  # a stored one is an ordinary array
     want = h.mean(axis=0)
     want[3] = -1.0
@@ -94,5 +93,5 @@ def test_a_host_value_that_does_not_fit_raises_and_stays_on_the_caller(case):
     before = dgvm.table(client=case.client)
     with pytest.raises(dgvm.OutOfDeviceMemory):
         s + x  # s must be stored for that, and does not fit
-    assert host_value(s) is not None and dgvm.table(client=case.client) == before
+    assert s.host_value is not None and dgvm.table(client=case.client) == before
     np.testing.assert_array_equal(dnp.asnumpy(s)[[0, -1]], [2.0, 2.0])

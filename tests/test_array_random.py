@@ -10,7 +10,7 @@ import pytest
 import dgvm
 import dgvm.array as dnp
 from dgvm.array import random as drandom
-from dgvm.array.lifecycle import settle_releases
+from dgvm.array._engine.lifecycle import settle_releases
 
 
 @pytest.mark.parametrize("counter,key,want", [

@@ -1,5 +1,5 @@
 """Allocations of released results are reused by the next result of the same layout
-(dgvm.array.recycle): no GVAT request, ordered after the tasks that used them, and never
+(dgvm.array._engine.recycle): no GVAT request, ordered after the tasks that used them, and never
 a stale value or a spurious OutOfDeviceMemory."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 import dgvm
 import dgvm.array as dnp
-from dgvm.array import recycle
+from dgvm.array._engine.lifecycle import releases_of
 
 
 def test_a_loop_reuses_the_released_result(case):
@@ -45,10 +45,10 @@ def test_explicit_free_and_host_data_are_not_kept(case):
     y.free()  # an explicit free gives the memory back at once
     z = dnp.from_numpy(np.zeros((100, 100)), chunks=50)
     del z
-    from dgvm.array.lifecycle import settle_releases
+    from dgvm.array._engine.lifecycle import settle_releases
 
     gc.collect()
-    assert recycle.flush(case.client) == 0
+    assert releases_of(case.client).kept.flush() == 0
     settle_releases()
     assert case.allocations() == 1
 
@@ -126,3 +126,32 @@ def test_copies_and_products_reuse_released_results_and_write_them_whole(case, o
         gc.collect()
     assert len(ids) == 1  # one allocation served the whole loop
     del reading
+
+
+def test_each_client_session_keeps_its_own_released_allocations_and_generator(case):
+    """Releases, allocations kept for reuse and the random module's generator belong to
+    a client session (``dgvm.client.session``): a second client in the process shares
+    none of them."""
+    from distributed import Client
+
+    from dgvm.array._engine.lifecycle import settle_releases
+
+    other = Client(case.cluster, set_as_default=False)
+    try:
+        assert releases_of(other) is not releases_of(case.client)
+        x = dnp.from_numpy(np.arange(64.0), chunks=16, client=other)
+        y = x + 1
+        y.wait()
+        del y
+        gc.collect()
+        assert releases_of(case.client).kept.flush() == 0  # not this session's
+        assert releases_of(other).kept.flush() == 1
+        dnp.random.seed(5)
+        dnp.random.seed(5, client=other)
+        mine = dnp.asnumpy(dnp.random.random(8))
+        theirs = dnp.asnumpy(dnp.random.random(8, client=other))
+        np.testing.assert_array_equal(mine, theirs)  # each generator at its first call
+        del x
+        settle_releases(other)
+    finally:
+        other.close()

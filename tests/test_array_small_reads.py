@@ -1,4 +1,4 @@
-"""Reading a few elements (dgvm.array.small_reads): x[i, j] and small views are read
+"""Reading a few elements (dgvm.array._engine.small_reads): x[i, j] and small views are read
 straight from the chunks, with NumPy's values, and compute nothing."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dgvm.array as dnp
-from dgvm.array import sorting
+from dgvm.array._engine import sort_splits
 
 SETTINGS = settings(max_examples=20, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -81,9 +81,9 @@ def test_sort_and_argsort_match_numpy(case, shape, chunks, axis, dtype):
 def test_sort_over_many_blocks_in_several_rounds(case, monkeypatch):
     """Tiny samples force the splits through several rounds of narrowing; ties (few
     distinct values) across blocks must keep their original order."""
-    monkeypatch.setattr(sorting, "SAMPLES", 2)
-    monkeypatch.setattr(sorting, "WINDOW", 2)
-    monkeypatch.setattr(sorting, "BUDGET", 1)
+    monkeypatch.setattr(sort_splits, "SAMPLES", 2)
+    monkeypatch.setattr(sort_splits, "WINDOW", 2)
+    monkeypatch.setattr(sort_splits, "BUDGET", 1)
     a = data((250,), "float64", seed=3, distinct=5)
     x = dnp.from_numpy(a, chunks=(37,))
     for descending in (False, True):
@@ -269,7 +269,7 @@ def test_the_complex_order_of_backends_without_numpys_sort():
     # one real key at a time. That path, run here on NumPy behind a module of its own:
     import types
 
-    from dgvm.array.sorting import _stable_argsort
+    from dgvm.array._engine.sort_keys import stable_argsort
 
     xp = types.SimpleNamespace(**{n: getattr(np, n) for n in (
         "where", "isnan", "asarray", "real", "imag", "take_along_axis", "flip")})
@@ -278,4 +278,4 @@ def test_the_complex_order_of_backends_without_numpys_sort():
     parts = np.array([np.nan, -np.inf, -1.0, -0.0, 0.0, 2.0, np.inf])
     for dtype in (np.complex64, np.complex128):
         k = (rng.choice(parts, (3, 60)) + 1j * rng.choice(parts, (3, 60))).astype(dtype)
-        np.testing.assert_array_equal(_stable_argsort(k, xp), np.argsort(k, axis=-1, kind="stable"))
+        np.testing.assert_array_equal(stable_argsort(k, xp), np.argsort(k, axis=-1, kind="stable"))

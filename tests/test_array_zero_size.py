@@ -1,4 +1,4 @@
-"""Arrays with no elements (dgvm.array.zero_size): every shape the standard covers, with
+"""Arrays with no elements (dgvm.array._engine.zero_size): every shape the standard covers, with
 NumPy's shapes, dtypes and values, held on the caller without an allocation."""
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_mixed_calls_gather_nothing_they_do_not_need(case, monkeypatch):
     import dask.array as da
 
     import dgvm
-    from dgvm.array import zero_size
+    from dgvm.array._engine import zero_size
 
     h = np.arange(12.0).reshape(4, 3)
     x = dnp.asarray(h, chunks=(2, 2))

@@ -5,49 +5,52 @@ Python array API standard (2023.12) is here, plus the NumPy names programs use m
 are asynchronous: an operation allocates its result in the GVAT (colocated with its first
 array input) and runs one task per worker where the chunks live. Elementwise results, basic
 indexing and transposes are deferred until their values are needed, then run as one fused
-pass (``dgvm.array.deferred``), with the values they would have had if run at once.
+pass, with the values they would have had if run at once.
+
+Layout. The namespace is the union of the category files below, one per category of the
+standard, each with its ``__all__``; ``linalg`` and ``random`` are public submodules.
+They sit over ``_engine/``, the machinery (the array's core and life cycle, deferred
+trees, fusion, the blockwise ops and their tasks, placement, reuse of memory, arrays with
+no elements, ...), which never imports them.
+
+- ``array_object``: ``DArray`` (operators, indexing, methods, protocols)
+- ``creation``, ``conversion`` (to and from NumPy and dask), ``data_types``,
+  ``elementwise``, ``indexing``, ``linear_algebra``, ``manipulation``, ``searching``,
+  ``sets``, ``sorting``, ``statistical``, ``utility``, ``constants``, ``info``
+- ``interop``: NumPy's functions and ufuncs given DArrays (``__array_function__``)
 """
 
-from dgvm.array.creation import (
-    arange, asarray, asnumpy, empty, empty_like, eye, from_dask, from_dlpack, from_numpy, full, full_like,
-    linspace, meshgrid, ones, ones_like, to_dask, tril, triu, zeros, zeros_like,
+import sys as _sys
+
+from dgvm.array import (  # noqa: F401  (linalg, random: public submodules)
+    array_object, constants, conversion, creation, data_types, elementwise, indexing, info,
+    interop, linalg, linear_algebra, manipulation, random, searching, sets, sorting,
+    statistical, utility,
 )
-from dgvm.array.darray import DArray
-from dgvm.array.diagonals import diag, diagonal, trace
-from dgvm.array.dtypes import (
-    bool, can_cast, complex64, complex128, finfo, float32, float64, iinfo, int8, int16, int32,
-    int64, isdtype, result_type, uint8, uint16, uint32, uint64,
+from dgvm.array._engine import namespace as _namespace
+from dgvm.array.array_object import *  # noqa: F401,F403
+from dgvm.array.constants import *  # noqa: F401,F403
+from dgvm.array.conversion import *  # noqa: F401,F403
+from dgvm.array.creation import *  # noqa: F401,F403
+from dgvm.array.data_types import *  # noqa: F401,F403
+from dgvm.array.elementwise import *  # noqa: F401,F403
+from dgvm.array.indexing import *  # noqa: F401,F403
+from dgvm.array.info import *  # noqa: F401,F403
+from dgvm.array.linear_algebra import *  # noqa: F401,F403
+from dgvm.array.manipulation import *  # noqa: F401,F403
+from dgvm.array.searching import *  # noqa: F401,F403
+from dgvm.array.sets import *  # noqa: F401,F403
+from dgvm.array.sorting import *  # noqa: F401,F403
+from dgvm.array.statistical import *  # noqa: F401,F403
+from dgvm.array.utility import *  # noqa: F401,F403
+
+_CATEGORIES = (
+    array_object, constants, conversion, creation, data_types, elementwise, indexing, info,
+    linear_algebra, manipulation, searching, sets, sorting, statistical, utility,
 )
-from dgvm.array.elementwise import FUNCTIONS as _ELEMENTWISE, astype, clip, where
-from dgvm.array.info import __array_namespace_info__
-from dgvm.array.linalg import dot, matmul, outer, tensordot, vecdot
-from dgvm.array.manipulation import (
-    broadcast_arrays, broadcast_to, concat, concatenate, expand_dims, flip, matrix_transpose,
-    moveaxis, permute_dims, rechunk, repeat, reshape, roll, squeeze, stack, take, tile,
-    transpose, unstack,
-)
-from dgvm.array.reductions import (
-    all, any, argmax, argmin, cumulative_sum, max, mean, min, prod, std, sum, var,
-)
-from dgvm.array.searching import count_nonzero, nonzero, searchsorted
-from dgvm.array.sets import unique_all, unique_counts, unique_inverse, unique_values
-from dgvm.array.sorting import argsort, sort
-from dgvm.array import random  # noqa: E402  (dgvm.array.random.default_rng, seed, ...)
-from dgvm.array import linalg  # noqa: E402  (dgvm.array.linalg.norm, ...)
 
-globals().update(_ELEMENTWISE)
+__all__ = sorted({name for category in _CATEGORIES for name in category.__all__})
 
-# Arrays with no elements are held on the caller and computed with NumPy: every function
-# here answers for them (dgvm/array/zero_size.py).
-from dgvm.array import indexing as _indexing, zero_size as _zero_size  # noqa: E402
-import numpy as _np  # noqa: E402
-
-_zero_size.install(globals(), skip=_ELEMENTWISE)
-_zero_size.install(vars(linalg), numpy=_np.linalg, defined_in="dgvm.array.linalg")
-_indexing.setitem = _zero_size.aware(_indexing.setitem)  # DArray.__setitem__ calls it there
-
-import math as _math  # noqa: E402
-
-e, pi, inf, nan, newaxis = _math.e, _math.pi, _math.inf, _math.nan, None
-
-__array_api_version__ = "2023.12"
+# DArray's __array_namespace__, __array_function__ and __array_ufunc__ answer with this
+# namespace, which sits above DArray (it imports everything): handed in here, once.
+_namespace.bind(_sys.modules[__name__], interop.array_function, interop.array_ufunc)

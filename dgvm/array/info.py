@@ -1,10 +1,14 @@
-"""``__array_namespace_info__``: what dgvm.array offers (array API inspection)."""
+"""Inspection: ``__array_namespace_info__`` (what dgvm.array offers) and the API version."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from dgvm.array import dtypes
+from dgvm.array._engine.dtypes import SUPPORTED, isdtype
+
+__all__ = ["__array_api_version__", "__array_namespace_info__"]
+
+__array_api_version__ = "2023.12"
 
 DEVICE = "dgvm"
 
@@ -25,11 +29,11 @@ class Info:
         return [DEVICE]
 
     def default_dtypes(self, *, device=None) -> dict:
-        return {"real floating": dtypes.float64, "complex floating": dtypes.complex128,
-                "integral": dtypes.int64, "indexing": dtypes.int64}
+        return {"real floating": np.dtype("float64"), "complex floating": np.dtype("complex128"),
+                "integral": np.dtype("int64"), "indexing": np.dtype("int64")}
 
     def dtypes(self, *, device=None, kind=None) -> dict:
-        chosen = [d for d in dtypes.SUPPORTED if kind is None or dtypes.isdtype(d, kind)]
+        chosen = [d for d in SUPPORTED if kind is None or isdtype(d, kind)]
         return {np.dtype(d).name: d for d in chosen}
 
 

@@ -1,16 +1,21 @@
 """NumPy interoperability: NumPy functions and ufuncs given a DArray run distributed.
 
 ``np.sum(x)``, ``np.exp(x)``, ``np.concatenate([x, y])`` ... dispatch to ``dgvm.array``
-through ``__array_function__`` / ``__array_ufunc__``. A NumPy function dgvm does not
-distribute raises a ``TypeError`` naming it: never a silent gather to one place
-(``dgvm.array.asnumpy(x)`` gathers on purpose).
+through ``DArray.__array_function__`` / ``__array_ufunc__`` (handed in by the package:
+``_engine.namespace``). A NumPy function dgvm does not distribute raises a ``TypeError``
+naming it: never a silent gather to one place (``dgvm.array.asnumpy(x)`` gathers on
+purpose).
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
+
+from dgvm.array import (
+    creation, data_types, elementwise, indexing, linalg, linear_algebra, manipulation, searching,
+    sorting, statistical, utility,
+)
+from dgvm.array.array_object import DArray
 
 # NumPy ufunc names that differ from the array API's.
 _UFUNC_NAMES = {
@@ -20,30 +25,28 @@ _UFUNC_NAMES = {
     "true_divide": "divide", "absolute": "abs", "conjugate": "conj", "mod": "remainder",
     "fmod": None,
 }
-_REDUCE = {"add": "sum", "multiply": "prod", "maximum": "max", "minimum": "min",
-           "logical_and": "all", "logical_or": "any"}
-
-
-def _ns():
-    import dgvm.array
-
-    return dgvm.array
+# The functions of dgvm.array that NumPy has as ufuncs, by the array API's name.
+_UFUNCS = {
+    **{name: getattr(elementwise, name) for name in elementwise.__all__},
+    "matmul": linear_algebra.matmul, "vecdot": linear_algebra.vecdot,
+}
+_REDUCE = {"add": statistical.sum, "multiply": statistical.prod, "maximum": statistical.max,
+           "minimum": statistical.min, "logical_and": utility.all, "logical_or": utility.any}
 
 
 def array_ufunc(ufunc, method, inputs, kwargs):
-    ns = _ns()
     if kwargs.get("out") is not None:
         raise TypeError(f"numpy.{ufunc.__name__}(..., out=) is not supported for DArrays; "
                         "assign the result instead")
     name = _UFUNC_NAMES.get(ufunc.__name__, ufunc.__name__)
-    if method == "__call__" and name and hasattr(ns, name) and not kwargs:
-        return getattr(ns, name)(*inputs)
+    if method == "__call__" and name in _UFUNCS and not kwargs:
+        return _UFUNCS[name](*inputs)
     if method == "reduce" and ufunc.__name__ in _REDUCE and len(inputs) == 1:
         kw = {k: v for k, v in kwargs.items() if k in ("axis", "keepdims", "dtype")}
         kw.setdefault("axis", 0)
         if ufunc.__name__ not in ("add", "multiply"):
             kw.pop("dtype", None)
-        return getattr(ns, _REDUCE[ufunc.__name__])(inputs[0], **kw)
+        return _REDUCE[ufunc.__name__](inputs[0], **kw)
     raise TypeError(
         f"numpy.{ufunc.__name__}.{method} with {sorted(kwargs) or 'these arguments'} is not "
         "distributed by dgvm.array; use the dgvm.array function, or dgvm.array.asnumpy(x) "
@@ -60,95 +63,118 @@ def _numpy_keywords(kwargs, ddof_to_correction=False):
     return kw
 
 
-def _reduction(name, ddof=False):
+def _reduction(fn, ddof=False):
     def f(a, axis=None, *args, **kwargs):
         kw = _numpy_keywords(kwargs, ddof)
         if args:
-            raise TypeError(f"numpy.{name} positional arguments after axis are not supported for DArrays")
-        return getattr(_ns(), name)(a, axis=axis, **kw)
+            raise TypeError(f"numpy.{fn.__name__} positional arguments after axis are not supported for DArrays")
+        return fn(a, axis=axis, **kw)
 
     return f
 
 
-def _same(name, module=""):
-    """NumPy's ``name`` is dgvm.array's (``module``: of its ``linalg``)."""
+def _same(fn):
+    """NumPy's function of this name is ``fn``."""
     def call(*args, **kwargs):
-        ns = getattr(_ns(), module) if module else _ns()
-        return getattr(ns, name)(*args, **_numpy_keywords(kwargs))
+        return fn(*args, **_numpy_keywords(kwargs))
     return call
 
 
-def _lower(name, a, uplo):
+def _lower(fn, a, uplo):
     # dgvm's eigh reads the lower triangle, as the standard's does.
-    return getattr(_ns().linalg, name)(a) if uplo == "L" else _unsupported(f"linalg.{name}", "UPLO='U'")
-
-
-_FUNCTIONS = {
-    "sum": _reduction("sum"), "prod": _reduction("prod"), "mean": _reduction("mean"),
-    "var": _reduction("var", True), "std": _reduction("std", True),
-    "max": _reduction("max"), "min": _reduction("min"), "amax": _reduction("max"),
-    "amin": _reduction("min"), "all": _reduction("all"), "any": _reduction("any"),
-    "argmax": lambda a, axis=None, **kw: _ns().argmax(a, axis=axis, **_numpy_keywords(kw)),
-    "argmin": lambda a, axis=None, **kw: _ns().argmin(a, axis=axis, **_numpy_keywords(kw)),
-    "cumsum": lambda a, axis=None, dtype=None: _ns().cumulative_sum(
-        a if axis is not None or a.ndim == 1 else _ns().reshape(a, (-1,)), axis=axis, dtype=dtype),
-    "concatenate": lambda arrays, axis=0: _ns().concat(arrays, axis=axis),
-    "stack": lambda arrays, axis=0: _ns().stack(arrays, axis=axis),
-    "transpose": lambda a, axes=None: _ns().transpose(a, axes),
-    "reshape": lambda a, shape=None, **kw: _ns().reshape(a, shape if shape is not None else kw.pop("newshape")),
-    "where": lambda c, x=None, y=None: _ns().where(c, x, y),
-    "clip": lambda a, a_min=None, a_max=None, **kw: _ns().clip(a, kw.get("min", a_min), kw.get("max", a_max)),
-    "dot": _same("dot"), "matmul": _same("matmul"), "outer": _same("outer"),
-    "tensordot": lambda a, b, axes=2: _ns().tensordot(a, b, axes=axes),
-    "vecdot": _same("vecdot"),
-    "flip": lambda m, axis=None: _ns().flip(m, axis=axis),
-    "roll": lambda a, shift, axis=None: _ns().roll(a, shift, axis=axis),
-    "repeat": lambda a, repeats, axis=None: _ns().repeat(a, repeats, axis=axis),
-    "tile": _same("tile"), "moveaxis": _same("moveaxis"), "squeeze": _same("squeeze"),
-    "expand_dims": lambda a, axis: _ns().expand_dims(a, axis=axis),
-    "broadcast_to": _same("broadcast_to"), "broadcast_arrays": _same("broadcast_arrays"),
-    "take": lambda a, indices, axis=None: _ns().take(a, indices, axis=axis),
-    "sort": lambda a, axis=-1, **kw: _ns().sort(a, axis=axis),
-    "argsort": lambda a, axis=-1, **kw: _ns().argsort(a, axis=axis),
-    "searchsorted": lambda a, v, side="left", sorter=None: _ns().searchsorted(a, v, side=side, sorter=sorter),
-    "nonzero": _same("nonzero"), "count_nonzero": _same("count_nonzero"),
-    "tril": lambda m, k=0: _ns().tril(m, k=k), "triu": lambda m, k=0: _ns().triu(m, k=k),
-    "zeros_like": lambda a, dtype=None, **kw: _ns().zeros_like(a, dtype=dtype),
-    "ones_like": lambda a, dtype=None, **kw: _ns().ones_like(a, dtype=dtype),
-    "empty_like": lambda a, dtype=None, **kw: _ns().empty_like(a, dtype=dtype),
-    "full_like": lambda a, fill_value, dtype=None, **kw: _ns().full_like(a, fill_value, dtype=dtype),
-    "round": lambda a, decimals=0: _ns().round(a) if decimals == 0 else _unsupported("round", "decimals"),
-    "around": lambda a, decimals=0: _ns().round(a) if decimals == 0 else _unsupported("around", "decimals"),
-    "linalg.norm": lambda x, ord=None, axis=None, keepdims=False: _ns().linalg.norm(x, ord, axis, keepdims),
-    **{f"linalg.{n}": _same(n, "linalg") for n in (
-        "cholesky", "cross", "det", "diagonal", "inv", "matrix_norm", "matrix_power", "matrix_transpose",
-        "outer", "qr", "slogdet", "solve", "svdvals", "tensordot", "trace", "vecdot", "vector_norm")},
-    "linalg.matmul": _same("matmul"),
-    "linalg.eigh": lambda a, UPLO="L": _lower("eigh", a, UPLO),
-    "linalg.eigvalsh": lambda a, UPLO="L": _lower("eigvalsh", a, UPLO),
-    "linalg.svd": lambda a, full_matrices=True, compute_uv=True, hermitian=False: (
-        _unsupported("linalg.svd", "hermitian") if hermitian else
-        _ns().linalg.svd(a, full_matrices=full_matrices) if compute_uv else _ns().linalg.svdvals(a)),
-    "linalg.pinv": lambda a, rcond=None, hermitian=False, *, rtol=None: (
-        _unsupported("linalg.pinv", "hermitian") if hermitian else
-        _ns().linalg.pinv(a, rtol=rtol if rcond is None else rcond)),
-    "linalg.matrix_rank": lambda A, tol=None, hermitian=False, *, rtol=None: (
-        _unsupported("linalg.matrix_rank", "tol") if tol is not None else
-        _unsupported("linalg.matrix_rank", "hermitian") if hermitian else
-        _ns().linalg.matrix_rank(A, rtol=rtol)),
-    "diag": _same("diag"), "diagonal": _same("diagonal"), "trace": _same("trace"),
-    "shape": lambda a: a.shape, "ndim": lambda a: a.ndim, "size": lambda a: a.size,
-    "result_type": lambda *a: _ns().result_type(*a),
-}
+    return fn(a) if uplo == "L" else _unsupported(f"linalg.{fn.__name__}", "UPLO='U'")
 
 
 def _unsupported(name, what):
     raise TypeError(f"numpy.{name} with {what}= is not distributed by dgvm.array")
 
 
-def array_function(func, types, args, kwargs):
-    from dgvm.array.darray import DArray
+def _cumsum(a, axis=None, dtype=None):
+    flat = a if axis is not None or a.ndim == 1 else manipulation.reshape(a, (-1,))
+    return statistical.cumulative_sum(flat, axis=axis, dtype=dtype)
 
+
+def _svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    if hermitian:
+        return _unsupported("linalg.svd", "hermitian")
+    return linalg.svd(a, full_matrices=full_matrices) if compute_uv else linalg.svdvals(a)
+
+
+def _pinv(a, rcond=None, hermitian=False, *, rtol=None):
+    if hermitian:
+        return _unsupported("linalg.pinv", "hermitian")
+    return linalg.pinv(a, rtol=rtol if rcond is None else rcond)
+
+
+def _matrix_rank(A, tol=None, hermitian=False, *, rtol=None):
+    if tol is not None:
+        return _unsupported("linalg.matrix_rank", "tol")
+    if hermitian:
+        return _unsupported("linalg.matrix_rank", "hermitian")
+    return linalg.matrix_rank(A, rtol=rtol)
+
+
+def _round(a, decimals, name):
+    return elementwise.round(a) if decimals == 0 else _unsupported(name, "decimals")
+
+
+_FUNCTIONS = {
+    "sum": _reduction(statistical.sum), "prod": _reduction(statistical.prod),
+    "mean": _reduction(statistical.mean), "var": _reduction(statistical.var, True),
+    "std": _reduction(statistical.std, True), "max": _reduction(statistical.max),
+    "min": _reduction(statistical.min), "amax": _reduction(statistical.max),
+    "amin": _reduction(statistical.min), "all": _reduction(utility.all), "any": _reduction(utility.any),
+    "argmax": lambda a, axis=None, **kw: searching.argmax(a, axis=axis, **_numpy_keywords(kw)),
+    "argmin": lambda a, axis=None, **kw: searching.argmin(a, axis=axis, **_numpy_keywords(kw)),
+    "cumsum": _cumsum,
+    "concatenate": lambda arrays, axis=0: manipulation.concat(arrays, axis=axis),
+    "stack": lambda arrays, axis=0: manipulation.stack(arrays, axis=axis),
+    "transpose": lambda a, axes=None: manipulation.transpose(a, axes),
+    "reshape": lambda a, shape=None, **kw: manipulation.reshape(a, shape if shape is not None else kw.pop("newshape")),
+    "where": lambda c, x=None, y=None: searching.where(c, x, y),
+    "clip": lambda a, a_min=None, a_max=None, **kw: elementwise.clip(a, kw.get("min", a_min), kw.get("max", a_max)),
+    "dot": _same(linear_algebra.dot), "matmul": _same(linear_algebra.matmul),
+    "outer": _same(linear_algebra.outer),
+    "tensordot": lambda a, b, axes=2: linear_algebra.tensordot(a, b, axes=axes),
+    "vecdot": _same(linear_algebra.vecdot),
+    "flip": lambda m, axis=None: manipulation.flip(m, axis=axis),
+    "roll": lambda a, shift, axis=None: manipulation.roll(a, shift, axis=axis),
+    "repeat": lambda a, repeats, axis=None: manipulation.repeat(a, repeats, axis=axis),
+    "tile": _same(manipulation.tile), "moveaxis": _same(manipulation.moveaxis),
+    "squeeze": _same(manipulation.squeeze),
+    "expand_dims": lambda a, axis: manipulation.expand_dims(a, axis=axis),
+    "broadcast_to": _same(manipulation.broadcast_to), "broadcast_arrays": _same(manipulation.broadcast_arrays),
+    "take": lambda a, indices, axis=None: indexing.take(a, indices, axis=axis),
+    "sort": lambda a, axis=-1, **kw: sorting.sort(a, axis=axis),
+    "argsort": lambda a, axis=-1, **kw: sorting.argsort(a, axis=axis),
+    "searchsorted": lambda a, v, side="left", sorter=None: searching.searchsorted(a, v, side=side, sorter=sorter),
+    "nonzero": _same(searching.nonzero), "count_nonzero": _same(searching.count_nonzero),
+    "tril": lambda m, k=0: creation.tril(m, k=k), "triu": lambda m, k=0: creation.triu(m, k=k),
+    "zeros_like": lambda a, dtype=None, **kw: creation.zeros_like(a, dtype=dtype),
+    "ones_like": lambda a, dtype=None, **kw: creation.ones_like(a, dtype=dtype),
+    "empty_like": lambda a, dtype=None, **kw: creation.empty_like(a, dtype=dtype),
+    "full_like": lambda a, fill_value, dtype=None, **kw: creation.full_like(a, fill_value, dtype=dtype),
+    "round": lambda a, decimals=0: _round(a, decimals, "round"),
+    "around": lambda a, decimals=0: _round(a, decimals, "around"),
+    "linalg.norm": lambda x, ord=None, axis=None, keepdims=False: linalg.norm(x, ord, axis, keepdims),
+    **{f"linalg.{fn.__name__}": _same(fn) for fn in (
+        linalg.cholesky, linalg.cross, linalg.det, linalg.diagonal, linalg.inv, linalg.matrix_norm,
+        linalg.matrix_power, linalg.matrix_transpose, linalg.outer, linalg.qr, linalg.slogdet,
+        linalg.solve, linalg.svdvals, linalg.tensordot, linalg.trace, linalg.vecdot, linalg.vector_norm)},
+    "linalg.matmul": _same(linalg.matmul),
+    "linalg.eigh": lambda a, UPLO="L": _lower(linalg.eigh, a, UPLO),
+    "linalg.eigvalsh": lambda a, UPLO="L": _lower(linalg.eigvalsh, a, UPLO),
+    "linalg.svd": _svd,
+    "linalg.pinv": _pinv,
+    "linalg.matrix_rank": _matrix_rank,
+    "diag": _same(linear_algebra.diag), "diagonal": _same(linear_algebra.diagonal),
+    "trace": _same(linear_algebra.trace),
+    "shape": lambda a: a.shape, "ndim": lambda a: a.ndim, "size": lambda a: a.size,
+    "result_type": lambda *a: data_types.result_type(*a),
+}
+
+
+def array_function(func, types, args, kwargs):
     name = func.__name__
     module = getattr(func, "__module__", "") or ""
     if module.endswith("linalg"):
@@ -162,18 +188,3 @@ def array_function(func, types, args, kwargs):
     if not all(issubclass(t, (DArray, np.ndarray)) for t in types):
         return NotImplemented
     return impl(*args, **kwargs)
-
-
-def dlpack(x, *, stream=None, max_version=None, dl_device=None, copy=None):
-    """DLPack export of a single-chunk array (its one chunk, gathered to the caller as a
-    NumPy array when ``copy`` allows): a DArray of several chunks is not one buffer."""
-    nchunks = math.prod(x.numblocks)  # known without storing a deferred x
-    if nchunks != 1:
-        raise BufferError(f"__dlpack__ needs a single-chunk DArray; this one has {nchunks} chunks")
-    if copy is False:
-        raise BufferError("__dlpack__(copy=False): the chunk lives on a worker, not in this process")
-    return x.to_numpy().__dlpack__()
-
-
-def dlpack_device(x):
-    return (1, 0)  # kDLCPU: what __dlpack__ gives the caller is host memory

@@ -24,90 +24,23 @@ From the 128 bits (words ``hi`` and ``lo`` of 64):
 ``size=None`` gives a NumPy scalar (element 0 of the call), computed on the caller.
 
 This is not NumPy's stream: the same seed gives other numbers than ``numpy.random``.
+The generator and the op of a draw are ``_engine.philox``'s.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import numpy as np
 
-from dgvm.array import blockwise
+from dgvm.array._engine import blockwise
+from dgvm.array._engine.clients import client_for
+from dgvm.array._engine.philox import Draw, philox4x32
+from dgvm.array.creation import empty
+from dgvm.client.session import session_of
 
-_M32 = 0xFFFFFFFF
-_PHILOX_M = (0xD2511F53, 0xCD9E8D57)
-_PHILOX_W = (0x9E3779B9, 0xBB67AE85)
-
-
-def philox4x32(counter, key, xp):
-    """Philox4x32-10 of four uint64 arrays holding 32-bit counter words and a key of two
-    32-bit ints: four uint64 arrays of 32-bit output words."""
-    c0, c1, c2, c3 = counter
-    k0, k1 = int(key[0]), int(key[1])
-    m0, m1, mask = xp.uint64(_PHILOX_M[0]), xp.uint64(_PHILOX_M[1]), xp.uint64(_M32)
-    s32 = xp.uint64(32)
-    for r in range(10):
-        if r:
-            k0, k1 = (k0 + _PHILOX_W[0]) & _M32, (k1 + _PHILOX_W[1]) & _M32
-        p0, p1 = c0 * m0, c2 * m1
-        c0, c1, c2, c3 = ((p1 >> s32) ^ c1 ^ xp.uint64(k0), p1 & mask,
-                          (p0 >> s32) ^ c3 ^ xp.uint64(k1), p0 & mask)
-    return c0, c1, c2, c3
-
-
-def _mulhi(a, b: int, xp):
-    """High 64 bits of ``a * b`` (uint64 array times an int below 2**64), exactly."""
-    mask, s32 = xp.uint64(_M32), xp.uint64(32)
-    a_lo, a_hi = a & mask, a >> s32
-    b_lo, b_hi = xp.uint64(b & _M32), xp.uint64(b >> 32)
-    ll, lh, hl = a_lo * b_lo, a_lo * b_hi, a_hi * b_lo
-    mid = (ll >> s32) + (lh & mask) + (hl & mask)
-    return a_hi * b_hi + (lh >> s32) + (hl >> s32) + (mid >> s32)
-
-
-@dataclass
-class _Draw:
-    """Blockwise op (also run on the caller for a scalar): one call's values."""
-
-    kind: str  # "random", "uniform", "normal", "integers"
-    key: tuple
-    call: int
-    shape: tuple
-    dtype: str
-    params: tuple = ()
-
-    def block(self, read, lo, hi, xp):
-        return self.values(lo, hi, xp)
-
-    def values(self, lo, hi, xp):
-        idx = xp.zeros(tuple(h - l for l, h in zip(lo, hi)), dtype=np.uint64)
-        for a in range(len(lo)):
-            stride = xp.uint64(math.prod(self.shape[a + 1:]))
-            along = xp.arange(lo[a], hi[a], dtype=np.uint64) * stride
-            idx = idx + along.reshape((-1,) + (1,) * (len(lo) - a - 1))
-        mask, s32 = xp.uint64(_M32), xp.uint64(32)
-        ones = xp.ones(idx.shape, dtype=np.uint64)
-        w = philox4x32((idx & mask, idx >> s32, ones * xp.uint64(self.call & _M32),
-                        ones * xp.uint64(self.call >> 32)), self.key, xp)
-        hi64, lo64 = (w[0] << s32) | w[1], (w[2] << s32) | w[3]
-        dtype = np.dtype(self.dtype)
-        if self.kind == "integers":
-            low, span = self.params
-            off = hi64 if span == 2**64 else _mulhi(hi64, span, xp)
-            v = off + xp.uint64(low % 2**64)  # modulo 2**64: negative lows wrap back
-            return (v.astype(np.int64) if dtype.kind == "i" else v).astype(dtype)
-        u = (hi64 >> xp.uint64(11)).astype(np.float64) * 2.0**-53
-        if self.kind == "random":
-            if dtype == np.float32:
-                return (hi64 >> xp.uint64(40)).astype(np.float32) * np.float32(2.0**-24)
-            return u
-        if self.kind == "uniform":
-            low, high = self.params
-            return low + (high - low) * u
-        loc, scale = self.params  # normal
-        v = (lo64 >> xp.uint64(11)).astype(np.float64) * 2.0**-53
-        return loc + scale * (xp.sqrt(-2.0 * xp.log1p(-u)) * xp.cos(2.0 * np.pi * v))
+__all__ = [
+    "Generator", "default_rng", "integers", "normal", "philox4x32", "rand", "randint", "randn",
+    "random", "seed", "standard_normal", "uniform",
+]
 
 
 def _real(v, name: str) -> float:
@@ -129,9 +62,7 @@ class Generator:
         return f"dgvm.array.random.Generator(Philox4x32, key={key}, calls={self._calls})"
 
     def _draw(self, kind, size, dtype, params, chunks, client):
-        from dgvm.array.creation import empty
-
-        op = _Draw(kind, self._key, self._calls, (), np.dtype(dtype).str, params)
+        op = Draw(kind, self._key, self._calls, (), np.dtype(dtype).str, params)
         self._calls += 1
         if size is None:
             return op.values([], [], np)[()]
@@ -192,42 +123,54 @@ def default_rng(seed=None) -> Generator:
     return seed if isinstance(seed, Generator) else Generator(seed)
 
 
-_global: Generator | None = None
+class _ModuleGenerator:
+    """The generator of the module's functions (``random``, ``normal``, ...): one per
+    client session (``dgvm.client.session``), so two clients in one process draw from
+    their own, and a fresh client starts unseeded."""
+
+    def __init__(self, session):
+        self.generator: Generator | None = None
 
 
-def _rng() -> Generator:
-    global _global
-    if _global is None:
-        _global = Generator()
-    return _global
+def _module_generator(client=None) -> _ModuleGenerator:
+    # The client an array would be made on (the first starts a local cluster, as any
+    # dgvm.array call does).
+    return session_of(client_for(client)).part(_ModuleGenerator)
 
 
-def seed(seed=None) -> None:
-    """Reset the module's generator (``random``, ``normal``, ...) to ``seed``."""
-    global _global
-    _global = Generator(seed)
+def _rng(client=None) -> Generator:
+    part = _module_generator(client)
+    if part.generator is None:
+        part.generator = Generator()
+    return part.generator
+
+
+def seed(seed=None, *, client=None) -> None:
+    """Reset the module's generator (``random``, ``normal``, ...) to ``seed`` (of the
+    session of ``client``, default the current one)."""
+    _module_generator(client).generator = Generator(seed)
 
 
 def random(size=None, dtype=np.float64, *, chunks="auto", client=None):
     """Floats uniform in [0, 1) from the module's generator."""
-    return _rng().random(size, dtype, chunks=chunks, client=client)
+    return _rng(client).random(size, dtype, chunks=chunks, client=client)
 
 
 def uniform(low=0.0, high=1.0, size=None, *, chunks="auto", client=None):
-    return _rng().uniform(low, high, size, chunks=chunks, client=client)
+    return _rng(client).uniform(low, high, size, chunks=chunks, client=client)
 
 
 def normal(loc=0.0, scale=1.0, size=None, *, chunks="auto", client=None):
-    return _rng().normal(loc, scale, size, chunks=chunks, client=client)
+    return _rng(client).normal(loc, scale, size, chunks=chunks, client=client)
 
 
 def standard_normal(size=None, *, chunks="auto", client=None):
-    return _rng().standard_normal(size, chunks=chunks, client=client)
+    return _rng(client).standard_normal(size, chunks=chunks, client=client)
 
 
 def integers(low, high=None, size=None, dtype=np.int64, endpoint=False, *, chunks="auto",
              client=None):
-    return _rng().integers(low, high, size, dtype, endpoint, chunks=chunks, client=client)
+    return _rng(client).integers(low, high, size, dtype, endpoint, chunks=chunks, client=client)
 
 
 def rand(*shape, chunks="auto"):

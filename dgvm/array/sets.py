@@ -1,15 +1,15 @@
 """Set functions: ``unique_values``, ``unique_counts``, ``unique_inverse``, ``unique_all``.
 
 Partials on each worker, combined once on the caller: every chunk finds its own distinct
-values (sorted, in the order of ``dgvm.array.sorting``), how often each occurs there and
-the flat index (C order of the whole array) of its first occurrence, plus the flat
-indices of its NaNs. The caller merges them: counts add, first indices take the least.
-Every NaN is distinct, as the standard asks and NumPy 2's ``unique_*`` do: each is an
-entry of its own, with count 1, after the numbers, in flat-index order (complex values
-with a NaN part: in the sort order of ``dgvm.array.sorting``, then flat-index order, as
-NumPy's sorted ``unique_all``). -0.0 and +0.0 are one value. The results (values, counts, first indices) are new 1-d DArrays; the
-whole set of distinct values passes through the caller, so a set as large as the array
-costs what gathering the array does.
+values (sorted, in the order of ``sort``), how often each occurs there and the flat
+index (C order of the whole array) of its first occurrence, plus the flat indices of its
+NaNs (``_engine.unique_ops``). The caller merges them: counts add, first indices take
+the least. Every NaN is distinct, as the standard asks and NumPy 2's ``unique_*`` do:
+each is an entry of its own, with count 1, after the numbers, in flat-index order
+(complex values with a NaN part: in the order of ``sort``, then flat-index order, as
+NumPy's sorted ``unique_all``). -0.0 and +0.0 are one value. The results (values,
+counts, first indices) are new 1-d DArrays; the whole set of distinct values passes
+through the caller, so a set as large as the array costs what gathering the array does.
 
 ``inverse_indices`` is made back on the workers, with the input's shape and chunks: each
 chunk binary-searches its values among the distinct values it can hold (only the range
@@ -18,101 +18,41 @@ between its own least and greatest ones is read, from the ``values`` result).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
-from dgvm.array import blockwise
-from dgvm.array.darray import DArray
-from dgvm.array.deferred import on_caller  # results combined here stay on the caller
-from dgvm.array.sorting import argsort_lines, block_of, check_array, count_before, sort_key
+from dgvm.array._engine import blockwise
+from dgvm.array._engine.core import ArrayCore
+from dgvm.array._engine.sort_keys import argsort_lines, sort_key
+from dgvm.array._engine.unique_ops import Inverse, LocalUnique
+from dgvm.array._engine.zero_size import empty_aware
+from dgvm.array.sorting import check_array
+
+__all__ = ["unique_all", "unique_counts", "unique_inverse", "unique_values"]
 
 
 class UniqueAllResult(NamedTuple):
-    values: DArray
-    indices: DArray
-    inverse_indices: DArray
-    counts: DArray
+    values: ArrayCore
+    indices: ArrayCore
+    inverse_indices: ArrayCore
+    counts: ArrayCore
 
 
 class UniqueCountsResult(NamedTuple):
-    values: DArray
-    counts: DArray
+    values: ArrayCore
+    counts: ArrayCore
 
 
 class UniqueInverseResult(NamedTuple):
-    values: DArray
-    inverse_indices: DArray
-
-
-def _flat_index(local, chunk_shape, lo, shape, xp):
-    """Flat indices in the whole array of flat indices ``local`` within a chunk."""
-    out = xp.zeros(local.shape, dtype=np.int64)
-    rest = local
-    for a in reversed(range(len(shape))):
-        coord = rest % chunk_shape[a] + lo[a]
-        rest = rest // chunk_shape[a]
-        stride = int(np.prod(shape[a + 1:], dtype=np.int64))
-        out = out + coord * stride
-    return out
-
-
-@dataclass
-class _LocalUnique:
-    """Partial: (distinct values, their counts, first flat indices, NaNs' flat indices,
-    the NaNs themselves)."""
-
-    shape: tuple
-
-    def partial(self, chunk, lo, hi, xp):
-        flat = chunk.reshape(-1)
-        keys = sort_key(flat, xp)
-        order = argsort_lines(keys.reshape(1, -1), False, xp)[0]
-        ordered = keys[order]
-        n = int(ordered.shape[0])
-        if flat.dtype.kind in "fc":
-            n = int(xp.count_nonzero(~xp.isnan(ordered)))  # NaNs sort last
-        new = xp.ones(n, dtype=bool)
-        if n > 1:
-            new[1:] = ordered[1:n] != ordered[: n - 1]
-        at = xp.nonzero(new)[0]
-        counts = xp.diff(xp.concatenate([at, xp.asarray([n], dtype=at.dtype)])).astype(np.int64)
-        first = order[at]  # stable: the earliest of equal values
-        to_flat = lambda i: _flat_index(i, chunk.shape, lo, self.shape, xp)  # noqa: E731
-        return flat[first], counts, to_flat(first), to_flat(order[n:]), flat[order[n:]]
-
-
-@dataclass
-class _Inverse:
-    """Blockwise: each element's index among the distinct values (input 1)."""
-
-    starts: list
-    ranges: dict  # block -> (first, last + 1) of the distinct values the chunk holds
-    nan_ranks: dict  # block -> the entries of the chunk's NaNs (C order), or absent
-
-    def block(self, read, lo, hi, xp):
-        block = block_of(self.starts, lo)
-        x = read(0, lo, hi)
-        q = sort_key(x.reshape(1, -1), xp)
-        first, last = self.ranges[block]
-        if last > first:
-            values = sort_key(read(1, [first], [last]).reshape(1, -1), xp)
-            out = count_before(values, q, False, False, xp)[0] + first
-        else:
-            out = xp.zeros(q.shape[1], dtype=np.int64)
-        nans = self.nan_ranks.get(block)
-        if nans is not None:
-            out[xp.isnan(q[0])] = xp.asarray(nans)
-        return out.reshape(x.shape)
+    values: ArrayCore
+    inverse_indices: ArrayCore
 
 
 def _unique(x, name: str, inverse: bool):
     """values, counts, first indices (NumPy) and, with ``inverse``, the inverse DArray."""
-    from dgvm.array.creation import empty, from_numpy
-
     check_array(x, name)
-    parts = blockwise.collect(_LocalUnique(x.shape), x, name)
+    parts = blockwise.collect(LocalUnique(x.shape), x, name)
     blocks = sorted(parts)
     values = np.concatenate([parts[b][0] for b in blocks])
     counts = np.concatenate([parts[b][1] for b in blocks])
@@ -136,7 +76,7 @@ def _unique(x, name: str, inverse: bool):
     counts = np.concatenate([counts, np.ones(len(nans), np.int64)])
     firsts = np.concatenate([firsts, nans[nan_order]])
     client = x.client  # a deferred x stays unstored
-    result = from_numpy(values, client=client)
+    result = type(x).from_host(values, client=client)
     if not inverse:
         return result, counts, firsts, None
     ranges, nan_ranks = {}, {}
@@ -155,30 +95,34 @@ def _unique(x, name: str, inverse: bool):
             nan_ranks[b] = len(distinct) + rank[at]
         offset += len(parts[b][3])
     starts = [np.concatenate([[0], np.cumsum(c)]).astype(np.int64) for c in x.chunks]
-    inv = empty(x.shape, np.int64, x.chunks, colocate=x, client=client)
-    blockwise.run(_Inverse(starts, ranges, nan_ranks), inv, [x, result], f"{name}-inverse")
+    inv = type(x).allocated(x.shape, np.int64, x.chunks, colocate=x, client=client)
+    blockwise.run(Inverse(starts, ranges, nan_ranks), inv, [x, result], f"{name}-inverse")
     return result, counts, firsts, inv
 
 
-def unique_values(x, /) -> DArray:
+@empty_aware
+def unique_values(x, /):
     """The distinct values of ``x`` (flattened), sorted; each NaN is one of them."""
     return _unique(x, "unique_values", False)[0]
 
 
+@empty_aware
 def unique_counts(x, /) -> UniqueCountsResult:
     """The distinct values and how often each occurs."""
     values, counts, _, _ = _unique(x, "unique_counts", False)
-    return UniqueCountsResult(values, on_caller(counts, x.client))
+    return UniqueCountsResult(values, type(x).on_caller(counts, x.client))
 
 
+@empty_aware
 def unique_inverse(x, /) -> UniqueInverseResult:
     """The distinct values and, per element of ``x`` (its shape), the index of its value."""
     values, _, _, inv = _unique(x, "unique_inverse", True)
     return UniqueInverseResult(values, inv)
 
 
+@empty_aware
 def unique_all(x, /) -> UniqueAllResult:
     """Distinct values, the flat index of each one's first occurrence, the inverse
     indices (``x``'s shape) and the counts."""
     values, counts, firsts, inv = _unique(x, "unique_all", True)
-    return UniqueAllResult(values, on_caller(firsts, x.client), inv, on_caller(counts, x.client))
+    return UniqueAllResult(values, type(x).on_caller(firsts, x.client), inv, type(x).on_caller(counts, x.client))

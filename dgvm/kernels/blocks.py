@@ -12,10 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from dgvm.array import DArray
+
 
 @dataclass(frozen=True)
 class Blocks:
-    array: object  # a DArray
+    array: DArray
     select: Callable[[tuple], tuple]
 
 
@@ -25,8 +27,6 @@ def blocks(x, select: Callable[[tuple], tuple]) -> Blocks:
     >>> dgvm.launch(matmul, dgvm.blocks(a, lambda b: (b[0], slice(None))),
     ...             dgvm.blocks(b, lambda b: (slice(None), b[1])), out=c)
     """
-    from dgvm.array.darray import DArray
-
     if not isinstance(x, DArray):
         raise TypeError(f"dgvm.blocks needs a DArray, got {type(x).__name__}")
     if not callable(select):

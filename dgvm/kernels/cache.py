@@ -12,6 +12,8 @@ import threading
 import uuid
 from typing import Any, Callable
 
+# A pure cache of compiled code, keyed by what it compiles, in the worker process: shared
+# by every client's launches, so per process and not per client session.
 _compiled: dict[tuple[str, str], Any] = {}
 _lock = threading.Lock()
 

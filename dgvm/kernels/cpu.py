@@ -376,6 +376,7 @@ def _launch_config(griddim, blockdim, kernel: str) -> tuple[tuple[int, ...], tup
 # One launch at a time: each already uses every core, and Numba's workqueue threading
 # layer aborts the process when parallel functions are called from several threads at once.
 _LAUNCH_LOCK = threading.Lock()
+# Compiled kernels per function (a pure cache, gone with the function): per process.
 _KERNELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _KERNELS_LOCK = threading.Lock()
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import warnings
 
-from dgvm.kernels.cache import compiled_once, new_key
 from dgvm.backends.numba_compat import patch_numpy_for_numba_cuda
-
+from dgvm.kernels.cache import compiled_once, new_key
+from dgvm.kernels.cpu import Unsupported, compile_cpu, source_of
 
 
 class Kernel:
@@ -19,8 +19,6 @@ class Kernel:
     backend (Numba adds one specialization per argument signature)."""
 
     def __init__(self, pyfunc, key: str | None = None, source: str | None = None):
-        from dgvm.kernels.cpu import source_of
-
         self.pyfunc = pyfunc
         self.name = pyfunc.__name__
         self.key = key or new_key(self.name)
@@ -56,7 +54,7 @@ class Kernel:
 
 def _compile_cuda(pyfunc, source=None):
     patch_numpy_for_numba_cuda()
-    from numba import cuda
+    from numba import cuda  # optional: CUDA, only where a kernel is compiled for a cuda worker
 
     jitted = cuda.jit(pyfunc)
 
@@ -66,12 +64,11 @@ def _compile_cuda(pyfunc, source=None):
     return run
 
 
+# Kernels already warned about (once per process: a warning, not state of a connection).
 _warned: set[str] = set()
 
 
 def _compile_cpu(pyfunc, source=None):
-    from dgvm.kernels.cpu import Unsupported, compile_cpu
-
     try:
         return compile_cpu(pyfunc, source)
     except Unsupported as e:
@@ -86,6 +83,8 @@ def _compile_cpu(pyfunc, source=None):
 
 
 def _simulated(pyfunc):
+    # Here, not at the top: only kernels the CPU compiler cannot run need Numba's CUDA
+    # simulator, whose import is slow and patches numba.cuda.
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 

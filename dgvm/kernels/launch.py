@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import uuid
 
-from dgvm.array.darray import DArray
+from dgvm.array import DArray
 from dgvm.client.dispatch import dispatch
 from dgvm.kernels.blocks import Blocks
 from dgvm.kernels.kernel import Kernel
 from dgvm.worker import kernel_tasks
-from dgvm.worker.access import ArraySpec
+from dgvm.protocol.records import ArraySpec
 
 
 def _spec(a):
@@ -62,7 +62,7 @@ def launch(kernel, *args, out, halo: int = 0, pass_origin: bool = False,
     if halo < 0:
         raise ValueError(f"halo must be >= 0, got {halo}")
     check_args(args, out)
-    if out.size == 0:  # no chunk to run on (dgvm.array.zero_size)
+    if out.size == 0:  # no chunk to run on (dgvm.array._engine.zero_size)
         return
     specs = [_spec(a) for a in args]
     # Each array argument is read at the output chunk's own index (checked above).

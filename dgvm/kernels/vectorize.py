@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
-from dgvm.kernels.cache import compiled_once, new_key
-from dgvm.array.darray import DArray
-from dgvm.kernels.launch import check_args
+from dgvm.array import DArray
+from dgvm.array._engine import blockwise
+from dgvm.array.creation import empty
 from dgvm.backends.numba_compat import patch_numpy_for_numba_cuda
+from dgvm.kernels.cache import compiled_once, new_key
+from dgvm.kernels.launch import check_args
 
 
 class Vectorized:
@@ -34,8 +37,6 @@ class Vectorized:
         return compiled_once(self.key, backend, lambda: self._build(backend))
 
     def _build(self, backend: str):
-        import numba
-
         if backend == "cuda":
             patch_numpy_for_numba_cuda()
             return numba.vectorize(self.signatures, target="cuda")(self.pyfunc)
@@ -47,9 +48,6 @@ class Vectorized:
         return self.ufunc("cpu")(*samples).dtype
 
     def __call__(self, *args):
-        from dgvm.array import blockwise
-        from dgvm.array.creation import empty
-
         arrays = [a for a in args if isinstance(a, DArray)]
         if not arrays:
             raise TypeError(f"{self.name} needs at least one dgvm DArray argument")

@@ -1,14 +1,16 @@
-"""The bodies of array operations' tasks on a worker (``dgvm.array.blockwise`` sends them).
+"""The bodies of array operations' tasks on a worker (``blockwise`` sends them).
 
 ``blockwise_here`` makes each output chunk of a blockwise op where it lives;
 ``collect_here`` and ``collect_tree_here`` compute a reduction's partial per chunk (of a
-stored array, or of a deferred elementwise tree computed chunk by chunk and never stored).
+stored array, or of a deferred elementwise tree computed chunk by chunk and never stored);
+``block_from_store`` hands one chunk to a dask graph (``dgvm.array.to_dask``).
 """
 
 from __future__ import annotations
 
-from dgvm.array import fused
-from dgvm.worker.access import Access, ArraySpec
+from dgvm.array._engine import fused
+from dgvm.protocol.records import ArraySpec
+from dgvm.worker.access import Access
 from dgvm.worker.tasks import device_task, write_chunks
 
 
@@ -102,3 +104,11 @@ def _detached(value, scratch, xp):
     if isinstance(value, xp.ndarray) and xp.may_share_memory(value, scratch):
         return value.copy()
     return value
+
+
+def block_from_store(spec: ArraySpec, k: int):
+    """A task of ``to_dask``'s graph: chunk ``k`` of an array as a new array of the
+    worker's kind (NumPy on ``cpu``, CuPy on ``cuda``)."""
+    access = Access.here()
+    with access.output_chunk():
+        return access.chunk(spec, k).copy()

@@ -1,4 +1,4 @@
-"""One pass over memory for an elementwise expression tree (see ``dgvm.array.deferred``).
+"""One pass over memory for an elementwise expression tree (see ``deferred``, ``trees``).
 
 ``run_into(expr, leaves, xp, target, stripped)`` writes the tree's value into the output chunk:
 
@@ -23,9 +23,10 @@ import threading
 
 import numpy as np
 
-from dgvm.array import wide_kernel
+from dgvm.array._engine import wide_kernel
+from dgvm.array._engine.trees import call, evaluate
 
-logger = logging.getLogger("dgvm.array.fused")
+logger = logging.getLogger("dgvm.array._engine.fused")
 
 # Elements per cpu tile. Dask's worker processes run with MALLOC_TRIM_THRESHOLD_=65536, so
 # glibc gives freed memory back (and faults it in again) for every temporary past 64 KiB:
@@ -38,10 +39,8 @@ TILE = 1 << 12
 def run_into(expr, leaves: list, xp, target, stripped) -> bool:
     """Write ``expr`` over ``leaves`` into ``target`` in one pass; False if not possible.
     ``stripped``: ``strip(expr)``, made once by the caller that runs ``expr`` per chunk."""
-    from dgvm.array.elementwise import evaluate
-
     if xp is np:
-        return _tiles(expr, leaves, target, evaluate)
+        return _tiles(expr, leaves, target)
     if getattr(xp, "__name__", "") == "cupy":
         return _cupy(stripped, leaves, target)
     return False
@@ -55,7 +54,7 @@ def strip(expr) -> tuple:
 
 
 # -- cpu ---------------------------------------------------------------------------------
-def _tiles(expr, leaves, target, evaluate) -> bool:
+def _tiles(expr, leaves, target) -> bool:
     if not target.flags.c_contiguous or target.size <= TILE:
         return False
     flat = []
@@ -76,6 +75,10 @@ def _tiles(expr, leaves, target, evaluate) -> bool:
 
 # -- cuda --------------------------------------------------------------------------------
 MAX_KERNELS = 256
+# Compiled kernels of the worker process (and how each tree last ran, for ``ways_used``),
+# keyed by what they compute (the tree without its scalars, leaf dtypes and ndims,
+# target): a pure cache of compiled code, shared by every client's tasks, so per process
+# and not per client session.
 _kernels: dict = {}  # (tree without scalars, leaf dtypes and ndims, target) -> usable ways
 _why: dict = {}  # tree key -> why the last way dropped failed
 _last: dict = {}  # tree key -> the way it last ran
@@ -112,8 +115,6 @@ def _strip(expr, scalars: list):
 
 
 def _trace(expr, leaves, scalars, cupy):
-    from dgvm.array.elementwise import _call
-
     kind = expr[0]
     if kind == "in":
         return leaves[expr[1]]
@@ -122,7 +123,7 @@ def _trace(expr, leaves, scalars, cupy):
     if kind == "const":
         return expr[1]
     _, name, args, dtype = expr
-    value = _call(cupy, name, [_trace(a, leaves, scalars, cupy) for a in args])
+    value = call(cupy, name, [_trace(a, leaves, scalars, cupy) for a in args])
     dtype = np.dtype(dtype)
     return value if getattr(value, "dtype", None) == dtype else value.astype(dtype)
 
@@ -132,7 +133,7 @@ def _build(tree, nleaves: int, nscalars: int, into: bool):
     last argument (``into``), or returning the value (for a CuPy whose fusion does not
     trace ``out[...] = ...``; one copy more). Contiguous leaves of the target's shape run
     as 1-D arrays: a kernel over one axis indexes without a division per element."""
-    import cupy
+    import cupy  # optional: only cuda workers have it, and only they get here
 
     def kernel(*params):
         leaves, scalars = params[:nleaves], params[nleaves:nleaves + nscalars]
@@ -235,7 +236,7 @@ def reduce_tree(stripped, leaves: list, xp, fn: str, axes: tuple, dtype, shape):
 
 
 def _build_reduce(tree, nleaves: int, nscalars: int, fn: str, dtype):
-    import cupy
+    import cupy  # optional: only cuda workers have it, and only they get here
 
     reducer = getattr(cupy, REDUCERS[fn])
 

@@ -6,24 +6,28 @@ element range ``[lo, hi)`` of one output chunk, it reads the input regions it ne
 migration layer and kept as a replica) and returns the chunk's values as an ``xp`` array.
 One Dask task per worker covers all of that worker's output chunks, ordered after the
 tasks that wrote the inputs (``dgvm.client.dispatch``); the task bodies are
-``dgvm.array.blockwise_tasks``.
+``blockwise_tasks``. A reduction's op has ``partial(chunk, lo, hi, xp)`` instead, run by
+``collect`` where each chunk lives; its small results come back to the caller.
+
+The arrays given here are read (their allocation, chunks, pending tasks, deferred tree),
+never made.
 """
 
 from __future__ import annotations
 
-
 import numpy as np
 
-from dgvm.protocol import chunk_grid
-from dgvm.array.deferred import host_value
-from dgvm.worker.access import ArraySpec
-from dgvm.array import blockwise_tasks
+from dgvm.array._engine import blockwise_tasks
+from dgvm.array._engine.placement import homes_of
+from dgvm.array._engine.tree_op import Elementwise, result_placement
 from dgvm.client.dispatch import add_readers, dispatch, gather, submit
+from dgvm.protocol import chunk_grid
+from dgvm.protocol.records import ArraySpec
 
 
 def run(op, out, inputs, name: str) -> None:
-    """Compute every chunk of ``out`` with ``op`` from the DArrays ``inputs`` (asynchronous)."""
-    if out.size == 0:  # no chunk (dgvm.array.zero_size; random draws reach here unwrapped)
+    """Compute every chunk of ``out`` with ``op`` from the arrays ``inputs`` (asynchronous)."""
+    if out.size == 0:  # no chunk: held on the caller (``zero_size``)
         return
     specs = [ArraySpec.of(a) for a in inputs]
     dispatch(blockwise_tasks.blockwise_here, out, list(inputs), name, op, ArraySpec.of(out), specs,
@@ -39,18 +43,16 @@ def collect(op, x, name: str) -> dict[tuple, object]:
     (one fused pass into a scratch buffer) and reduced at once on the worker that would
     hold it (with a leaf read as it is, or where the chunk of a view's input holding its
     first element lives), so ``(x + x.T).sum()`` and ``x[::3].sum()`` store nothing."""
-    from dgvm.array.elementwise import Elementwise, result_placement
-
-    if host_value(x) is not None:  # its values are here: no task, nothing stored
+    if x.host_value is not None:  # its values are here: no task, nothing stored
         return _collect_on_caller(op, x)
-    d = x._deferred
+    d = x.deferred
     where = d and result_placement(x, d)
     if where is not None:
         tree = Elementwise.of(d.expr, d.inputs, d.views, x.shape)
         specs = [ArraySpec.of(a) for a in d.inputs]
         grid = ArraySpec(-1, "", x.shape, x.dtype.str, x.chunks)  # x's chunks, not stored
         fn, args, readers = blockwise_tasks.collect_tree_here, (tree, x.dtype, specs, grid), d.inputs
-        homes = _homes_of(where)
+        homes = homes_of(where)
     else:
         fn, args, readers = blockwise_tasks.collect_here, (ArraySpec.of(x),), [x]
         homes = x.alloc.by_home()
@@ -65,33 +67,11 @@ def collect(op, x, name: str) -> dict[tuple, object]:
 
 
 def _collect_on_caller(op, x) -> dict[tuple, object]:
-    value = host_value(x)
+    value = x.host_value
     out = {}
     for k, sl in enumerate(chunk_grid.block_slices(x.chunks)):
         lo, hi = [s.start for s in sl], [s.stop for s in sl]
         out[chunk_grid.block_index(k, x.numblocks)] = op.partial(value[sl], lo, hi, np)
-    return out
-
-
-def chunk_homes(where) -> list[str] | None:
-    """The home of each chunk of a result placed by ``where`` (a ``colocate=`` value): a
-    DArray of the same chunks, or ``(source, picks)`` (chunk k goes to the home of source
-    chunk picks[k]); None for the other forms (an allocation id, a buffer)."""
-    source, picks = where if isinstance(where, tuple) else (where, None)
-    alloc = getattr(source, "alloc", None)
-    if alloc is None:
-        return None
-    homes = alloc.homes()
-    return homes if picks is None else [homes[int(p)] for p in picks]
-
-
-def _homes_of(where) -> dict[str, list[int]]:
-    """Worker -> chunk indices, for ``result_placement``'s answer."""
-    if not isinstance(where, tuple):
-        return where.alloc.by_home()  # grouped once per chunk map
-    out: dict[str, list[int]] = {}
-    for k, w in enumerate(chunk_homes(where)):
-        out.setdefault(w, []).append(k)
     return out
 
 

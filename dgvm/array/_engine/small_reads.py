@@ -2,7 +2,7 @@
 ``x[3] > 0``.
 
 A NumPy program reads single elements all the time (``float(x[i, j])``, ``if x[k] > 0``,
-loops over ``x[k]``). Such a read is a deferred view (``dgvm.array.views``), or a small
+loops over ``x[k]``). Such a read is a deferred view (``views``), or a small
 elementwise tree over views; computing it would allocate a result, run a task per
 worker and read it back, three round trips for eight bytes. A deferred array of at most
 ``MAX_ELEMENTS`` elements whose leaves are views of (or whole) computed arrays is instead
@@ -10,30 +10,28 @@ read on the caller: each leaf straight from the chunks of its array, each run of
 elements that follow one another in one chunk a (chunk, byte offset, length) piece of
 one read request per worker and array (``AllocationHandle.get``; ``x[3] - x[2]`` reads x
 once), and the tree evaluated with NumPy, as the elementwise operations of host values
-are (``dgvm.array.deferred``).
+are (``deferred``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from dgvm.array.deferred import view_shape
+from dgvm.array._engine.deferred import view_shape
+from dgvm.array._engine.trees import evaluate
+from dgvm.client.dispatch import settle
 
 MAX_ELEMENTS = 4096
 
 
 def read_view(x) -> np.ndarray | None:
     """The values of ``x`` if it is a small deferred array over computed arrays, else None."""
-    from dgvm.array.elementwise import evaluate
-
-    from dgvm.client.dispatch import settle
-
-    d = x._deferred
+    d = x.deferred
     if d is None or d.host is not None or not d.inputs or x.size > MAX_ELEMENTS:
         return None
     # Every leaf a computed array of at least one axis (a leaf is never larger than the
     # result it broadcasts into), checked before anything is read.
-    if any(b.ndim == 0 or b._alloc is None or b._alloc.freed for b in d.inputs):
+    if any(b.ndim == 0 or not b.is_stored for b in d.inputs):
         return None
     settle([f for b in d.inputs for f in b.pending.writes])  # values as of the views
     leaves = _read(d.inputs, d.views)

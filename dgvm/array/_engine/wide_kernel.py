@@ -108,7 +108,7 @@ def build(tree, leaf_dtypes, out_dtype, nscalars: int):
     code = source(tree, leaf_dtypes, out_dtype, nscalars)
     if code is None:
         return None
-    import cupy
+    import cupy  # optional: only cuda workers have it, and only they get here
 
     # No contraction of a * b + c into one rounding: each operation rounds as NumPy's and
     # CuPy's separate ufuncs do.

@@ -5,7 +5,7 @@ make no copy: they make a deferred DArray whose tree is one leaf reading its inp
 through a ``View``, which elementwise operations and reductions then read in place
 (``x[1:] - x[:-1]`` is one pass over x's chunks; ``x[::3].sum()`` stores nothing). A
 view of a view is one view of the first array. Values are those of the input when the
-view was made: a write to the input computes the view first (``dgvm.array.deferred``),
+view was made: a write to the input computes the view first (``deferred``),
 so dgvm's indexing keeps copy semantics.
 
 View axis ``k`` walks input axis ``axes[k]`` (None: a new axis of length 1) from
@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from dgvm.array._engine.placement import gathered_chunks
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class View:
     @classmethod
     def of_key(cls, x, items: list, new_axes: list) -> "View":
         """From a basic index expanded to one entry per input axis (slices and ints) and
-        the result positions where ``None`` adds an axis (``indexing._plan``'s)."""
+        the result positions where ``None`` adds an axis (``keys.plan``'s)."""
         axes, start, step = [], [], []
         for a, k in enumerate(items):
             if isinstance(k, slice):
@@ -56,8 +58,6 @@ class View:
 
     @classmethod
     def _make(cls, x, axes, start, step, lengths=None) -> "View":
-        from dgvm.array.manipulation import _map_chunks
-
         shape, chunks = [], []
         for a in axes:
             if a is None:
@@ -69,7 +69,7 @@ class View:
             if step[a] == 1 and start[a] == 0 and n == x.shape[a]:
                 chunks.append(x.chunks[a])  # the axis whole: its chunks as they are
             else:
-                chunks.append(_map_chunks(x, a, start[a] + step[a] * np.arange(n)))
+                chunks.append(gathered_chunks(x, a, start[a] + step[a] * np.arange(n)))
         return cls(tuple(axes), tuple(start), tuple(step), tuple(shape), tuple(chunks))
 
     def then(self, outer: "View") -> "View":

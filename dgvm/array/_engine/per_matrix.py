@@ -23,9 +23,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from dgvm.array import blockwise
-from dgvm.array.darray import DArray
-from dgvm.array.elementwise import broadcast_region
+from dgvm.array._engine import blockwise
+from dgvm.array._engine.axes import broadcast_chunks, broadcast_region
+from dgvm.array._engine.core import ArrayCore
+from dgvm.array._engine.dtypes import result_type
+from dgvm.array._engine.placement import result_like
 
 
 @dataclass(frozen=True)
@@ -45,11 +47,9 @@ class Operand:
 def stack_chunks(arrays, cores, batch: tuple) -> tuple:
     """Chunks of the broadcast batch axes ``batch`` of ``arrays`` (each with ``cores``
     trailing item axes), as an elementwise result over their stacks has them."""
-    from dgvm.array.elementwise import out_chunks
-
     stacks = [SimpleNamespace(shape=a.shape[:a.ndim - c], chunks=a.chunks[:a.ndim - c], ndim=a.ndim - c)
               for a, c in zip(arrays, cores)]
-    return tuple(out_chunks(stacks, batch, None)) if batch else ()
+    return broadcast_chunks(stacks, batch) if batch else ()
 
 
 @dataclass
@@ -80,17 +80,14 @@ class _PerMatrix:
                               axis=-1)
 
 
-def run(fn, inputs, tails, dtypes, compute, name: str) -> list[DArray]:
+def run(fn, inputs, tails, dtypes, compute, name: str) -> list:
     """``fn(xp, *items)`` once per stack position of the DArrays ``inputs`` (pairs of a
     DArray and its core rank, the first one a matrix), its matrices and vectors cast to
     ``compute``; ``tails``/``dtypes``: the shape
     after the batch axes and the dtype of each result. Results: new DArrays with the
     broadcast batch axes of the inputs, chunked as the broadcast stacks are (several
-    results: computed into one packed array, then each taken out in one local pass)."""
-    from dgvm.array.dtypes import result_type
-    from dgvm.array.elementwise import apply
-    from dgvm.array.manipulation import _empty, reshape
-
+    results: computed into one packed array, then each taken out in one local pass).
+    The body ``fn`` is one of ``matrix_bodies``'."""
     arrays = [a for a, _ in inputs]
     operands = tuple(Operand(tuple(a.shape), core) for a, core in inputs)
     try:
@@ -108,8 +105,8 @@ def run(fn, inputs, tails, dtypes, compute, name: str) -> list[DArray]:
         packed = result_type(*dtypes)
         shape, tail_chunks, dtype = batch + (sum(sizes),), ((sum(sizes),),), packed
     first = operands[0]
-    out = _empty(shape, dtype, tuple(batch_chunks) + tail_chunks, arrays[0],
-                 lambda lo: broadcast_region(first.batch, lo[:len(batch)], lo[:len(batch)])[0] + [0] * first.core)
+    out = result_like(arrays[0], shape, dtype, tuple(batch_chunks) + tail_chunks,
+                      lambda lo: broadcast_region(first.batch, lo[:len(batch)], lo[:len(batch)])[0] + [0] * first.core)
     op = _PerMatrix(fn, operands, tuple(tuple(t) for t in tails), dtypes, packed, np.dtype(compute))
     blockwise.run(op, out, arrays, f"linalg-{name}")
     if packed is None:
@@ -118,13 +115,11 @@ def run(fn, inputs, tails, dtypes, compute, name: str) -> list[DArray]:
     for tail, size, t in zip(tails, sizes, dtypes):
         shape = batch + tuple(tail)
         if math.prod(shape):  # one local pass per result, chunked as the stacks are
-            part = _empty(shape, t, tuple(batch_chunks) + tuple((n,) for n in tail), out,
-                          lambda lo, at=at: lo[:len(batch)] + [at])
+            part = result_like(out, shape, t, tuple(batch_chunks) + tuple((n,) for n in tail),
+                               lambda lo, at=at: lo[:len(batch)] + [at])
             blockwise.run(_Unpack(len(batch), at, size, tuple(tail), t), part, [out], f"linalg-{name}-unpack")
-        else:  # nothing to place: zero_size's NumPy path, as a slice of the packed result
-            part = reshape(out[..., at:at + size], shape)
-            part = apply("real", part) if part.dtype.kind == "c" and t.kind != "c" else part
-            part = apply("astype", part, dtype=t) if part.dtype != t else part
+        else:  # no elements: held on the caller (zero_size)
+            part = type(out).empty_on_caller(shape, t, out.client)
         results.append(part)
         at += size
     return results
@@ -154,8 +149,6 @@ class _Unpack:
 def float_dtype(*arrays) -> np.dtype:
     """The dtype a factorization computes in: the inputs' promoted floating type (bool and
     integers become float64, as in NumPy)."""
-    from dgvm.array.dtypes import result_type
-
     t = result_type(*arrays)
     return t if t.kind in "fc" else np.dtype(np.float64)
 
@@ -168,7 +161,7 @@ def real_dtype(t) -> np.dtype:
 def check_matrices(name: str, x, square: bool = False) -> None:
     """The checks every matrix function starts with: a DArray of at least 2 dimensions,
     square ones where asked."""
-    if not isinstance(x, DArray):
+    if not isinstance(x, ArrayCore):
         raise TypeError(f"linalg.{name} needs a DArray, not {type(x).__name__}")
     if x.ndim < 2:
         raise ValueError(f"linalg.{name} needs an array of at least 2 dimensions (a stack of matrices); got shape {x.shape}")

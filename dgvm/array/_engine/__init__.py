@@ -1,0 +1,27 @@
+"""The machinery under ``dgvm.array``'s functions. It never imports them.
+
+From the bottom up (a module imports only modules listed before it):
+
+- arithmetic and records: ``axes`` (shapes, axes, broadcasting), ``dtypes`` (the
+  supported dtypes and promotion), ``placement`` (where result chunks go), ``views``
+  (``View``: a leaf read in another shape), ``special_values``, ``trees`` (expression
+  trees and their value), ``namespace`` (``dgvm.array``, handed in by the package);
+- running on the workers: ``wide_kernel``, ``fused`` (a tree in one pass),
+  ``tree_op`` (``Elementwise``: a tree per chunk), ``blockwise_tasks`` (task bodies),
+  ``blockwise`` (``run`` an op per chunk where it lives, ``collect`` partials);
+- memory, per client session: ``clients`` (which cluster), ``recycle`` (released
+  allocations kept for reuse), ``lifecycle`` (freeing unreachable arrays),
+  ``allocation`` (``allocate``, ``NoElements``);
+- the array: ``deferred`` (the tree record, building trees), ``small_reads``, ``core``
+  (``ArrayCore``: state, constructors, deferred bookkeeping, life cycle, host round
+  trip);
+- over arrays, which they check with ``isinstance(x, ArrayCore)`` and make results of
+  their inputs' class: ``apply`` (elementwise operations), ``zero_size``
+  (``empty_aware``), ``gather``, ``keys``, ``getitem``, ``setitem``, ``reduction_ops``,
+  ``matrix_bodies``, ``per_matrix``;
+- the ops of the category files, run on the workers: ``fill_ops``, ``layout_ops``,
+  ``matrix_ops``, ``philox``, ``sort_keys``, ``sort_ops``, ``sort_splits``,
+  ``search_ops``, ``unique_ops``.
+
+``dgvm.array.DArray`` (``array_object``) is ``core.ArrayCore`` with its Python face.
+"""

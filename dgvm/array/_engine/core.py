@@ -1,0 +1,362 @@
+"""``ArrayCore``: what a DArray is and holds, under everything that makes or uses one.
+
+An array's blocks are the chunks of one GVAT allocation; or, before its values are
+needed, a deferred tree over other arrays (``deferred``) or a value held on the caller
+(a host value). Here: that state and everything done to it (the tree taken on and off,
+its readers, computing it, the allocation's life, reads and writes from the caller),
+and the constructors of new arrays.
+
+The class users see is ``dgvm.array.DArray`` (``dgvm/array/array_object.py``): this one
+with its Python face (operators, indexing, NumPy's methods, the protocols), which call
+the functions of ``dgvm.array``. Those functions, and the engine under them, make their
+results of the class of the arrays they are given (``type(x).allocated(...)``,
+``type(x).on_caller(...)``, ``type(x).of_deferred(...)``), so nothing under DArray names
+it: only functions that make arrays from nothing (creation, ``from_numpy``, random)
+name DArray itself. Code outside this class uses these methods, never its attributes
+with a leading underscore.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+import numpy as np
+from distributed import wait as dask_wait
+
+from dgvm.array._engine import blockwise
+from dgvm.array._engine.allocation import NoElements, allocate
+from dgvm.array._engine.axes import normalize_shape
+from dgvm.array._engine.clients import client_for
+from dgvm.array._engine.deferred import Deferred
+from dgvm.array._engine.dtypes import check
+from dgvm.array._engine.lifecycle import release_when_unreachable, releases_of
+from dgvm.array._engine.small_reads import read_view
+from dgvm.array._engine.tree_op import Elementwise, result_placement
+from dgvm.array._engine.trees import nodes
+from dgvm.client import progress
+from dgvm.client.allocation import AllocationHandle
+from dgvm.client.dispatch import settle
+from dgvm.client.pending import Pending
+from dgvm.protocol import chunk_grid
+from dgvm.protocol.errors import DgvmError
+
+
+class ArrayCore:
+    """A distributed array in global device memory (see ``dgvm.array.DArray``).
+
+    Block k (C order over the chunk grid) is chunk k of ``alloc``, stored contiguously
+    in C order on its home worker. ``x.vaddr`` is the array's first global address.
+    Its memory is freed with ``free()``, at the end of a ``with`` block, or when the
+    last reference to it goes away (after the operations that use it).
+
+    An elementwise result starts *deferred* (``deferred``): it has a shape, dtype and
+    chunks but no allocation until something needs its values; touching ``alloc``
+    materializes it.
+    """
+
+    def __init__(self, alloc: AllocationHandle | None, shape, dtype, chunks):
+        if type(self) is ArrayCore:  # it has no operators: arrays are DArrays
+            raise TypeError("ArrayCore is the core of dgvm.array.DArray; make a DArray")
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.chunks = tuple(tuple(int(b) for b in axis) for axis in chunks)
+        self._deferred = None
+        # Deferred arrays that read this one: a write materializes them first.
+        self._readers: dict = {}
+        self._alloc = None
+        if alloc is not None:
+            self._adopt(alloc)
+
+    # -- new arrays of this class ------------------------------------------------------------
+    @classmethod
+    def allocated(cls, shape, dtype=None, chunks="auto", placement=None, colocate=None, client=None,
+                  zero=True):
+        """A new array in global device memory, zero-filled unless ``zero=False`` (an
+        operation's result, which its task writes whole). A shape with a zero in it has
+        nothing to place: that array is held on the caller (``zero_size``)."""
+        shape = normalize_shape(shape)
+        dtype = check(np.float64 if dtype is None else dtype)
+        grid = chunk_grid.normalize(chunks, shape, dtype)
+        if math.prod(shape) == 0:
+            return cls.empty_on_caller(shape, dtype, client_for(client))
+        return cls(allocate(shape, dtype, grid, placement, colocate, client, zero), shape, dtype, grid)
+
+    @classmethod
+    def from_host(cls, value, chunks="auto", placement=None, colocate=None, client=None):
+        """A new array holding a copy of the host array ``value``, cut into ``chunks``."""
+        value = np.asarray(value)
+        x = cls.allocated(value.shape, value.dtype, chunks, placement, colocate, client)
+        if x.size == 0:
+            return x
+        try:
+            x.write_blocks(value)
+        except BaseException:
+            x.free()
+            raise
+        return x
+
+    @classmethod
+    def on_caller(cls, value, client, name: str = "value"):
+        """A host value: an array whose values (``value``) stay on the caller until a
+        cluster operation needs them (``deferred``), of ``client``'s cluster."""
+        value = np.asarray(value)
+        out = cls(None, value.shape, value.dtype, chunk_grid.normalize("auto", value.shape, value.dtype))
+        out.hold(value, client, name)
+        return out
+
+    @classmethod
+    def empty_on_caller(cls, shape, dtype, client):
+        """An array with no elements (a zero in ``shape``), held on the caller."""
+        return cls.on_caller(np.empty(tuple(int(s) for s in shape), dtype=dtype), client, "empty")
+
+    @classmethod
+    def of_deferred(cls, shape, dtype, chunks, tree: Deferred):
+        """A deferred array standing for ``tree``."""
+        out = cls(None, shape, dtype, chunks)
+        out.defer(tree)
+        return out
+
+    # -- the deferred tree ---------------------------------------------------------------------
+    @property
+    def deferred(self) -> Deferred | None:
+        """The tree this array stands for until it is computed (None once it is)."""
+        return self._deferred
+
+    @property
+    def host_value(self) -> np.ndarray | None:
+        """The caller's copy of the values if this array is a host value, else None."""
+        d = self._deferred
+        return None if d is None else d.host
+
+    @property
+    def is_stored(self) -> bool:
+        """Whether the values are in an allocation that is not freed (nothing to compute)."""
+        return self._alloc is not None and not self._alloc.freed
+
+    def defer(self, tree: Deferred) -> None:
+        """Stand for ``tree`` (this array has no memory), noted as a reader of each of its
+        inputs so that a write to one computes this array first."""
+        tree.nodes = nodes(tree.expr)
+        self._deferred = tree
+        key = id(self)
+        for a in tree.inputs:
+            # The entry goes with its reader (a result only reduced, or dropped, is never
+            # computed: without this, an array only read would collect dead entries).
+            readers = a._readers
+            readers[key] = weakref.ref(
+                self, lambda r, readers=readers, key=key: readers.get(key) is r and readers.pop(key))
+
+    def undefer(self) -> Deferred | None:
+        """Take the tree off this array (to run it, or to drop it)."""
+        d = self._deferred
+        self._deferred = None
+        if d is not None:
+            for a in d.inputs:
+                a._readers.pop(id(self), None)
+        return d
+
+    def hold(self, value: np.ndarray, client, name: str = "value") -> None:
+        """Be the host value ``value`` (of this array's shape) from now on."""
+        self.undefer()
+        expr = ("const", value[()]) if value.ndim == 0 else ("host",)
+        self.defer(Deferred(expr, [], name, host=value, client=client))
+
+    def readers(self) -> list:
+        """The deferred arrays that read this one's present values."""
+        return [r for r in (ref() for ref in list(self._readers.values())) if r is not None]
+
+    def before_write(self) -> None:
+        """Deferred results made from this array's present values are computed first."""
+        if self._readers:
+            for reader in self.readers():
+                reader.materialize()
+            self._readers.clear()
+
+    def check_usable(self) -> None:
+        """Raise now if this array was freed (computed or not): trees must not read it later."""
+        if self._deferred is None:
+            self.alloc._check_live()  # ``alloc`` raises for one freed before it was computed
+
+    def materialize(self) -> None:
+        """Compute a deferred array now: allocate it (colocated with a leaf of its shape
+        and chunks) and run its whole tree in one pass, one task per worker; a host value
+        is written from the caller. Not zero-filled: every element is written next."""
+        d = self._deferred
+        if d is None:
+            return
+        if self.size == 0:  # an empty host value: it has no allocation
+            raise NoElements(self.shape, self.dtype, d.client, type(self))
+        if d.host is not None:
+            alloc = allocate(self.shape, self.dtype, self.chunks, client=d.client, zero=False)
+            self._fill(d, alloc, lambda: self.write_blocks(d.host))
+            return
+        op = Elementwise.of(d.expr, d.inputs, d.views, self.shape)
+        for a in d.inputs:
+            a.check_usable()  # freed meanwhile: raises before anything is allocated
+        alloc = allocate(self.shape, self.dtype, self.chunks, colocate=result_placement(self, d),
+                         client=self.client, zero=False)
+        name = d.name if d.nodes == 1 else f"fused{d.nodes}-{d.name}"
+        self._fill(d, alloc, lambda: blockwise.run(op, self, d.inputs, name))
+
+    def _fill(self, d: Deferred, alloc: AllocationHandle, write) -> None:
+        """Take ``alloc`` and ``write()`` it full. Nothing half-made: on failure the
+        memory goes back and this array is deferred again."""
+        self.undefer()
+        self._adopt(alloc)
+        try:
+            write()
+        except BaseException:
+            self._alloc = None
+            after = alloc.pending.writes  # a reused allocation: tasks may still run on it
+            if after:
+                releases_of(alloc.client).free_later(alloc, after)
+            else:
+                alloc.free()
+            self.defer(d)
+            raise
+
+    # -- the allocation ------------------------------------------------------------------------
+    def _adopt(self, alloc: AllocationHandle) -> None:
+        self._alloc = alloc
+        # Futures of the launches that last wrote this array and of later launches that
+        # read it: the next launch orders itself after them (see dgvm.client.dispatch).
+        release_when_unreachable(self, alloc)
+
+    @property
+    def alloc(self) -> AllocationHandle:
+        """The GVAT allocation behind the array (made now if the array is deferred)."""
+        if self._alloc is None:
+            self.materialize()
+            if self._alloc is None:
+                raise DgvmError(f"this {self.shape} {self.dtype} DArray was freed before it was computed")
+        return self._alloc
+
+    @property
+    def client(self):
+        """The Dask client of the array's cluster (known without computing a deferred array)."""
+        d = self._deferred
+        if self._alloc is None and d is not None:
+            return d.client or d.inputs[0].client  # a host value has no inputs
+        return self.alloc.client
+
+    @property
+    def pending(self) -> Pending:
+        """The tasks that write this array and those that read it since (made now if
+        the array is deferred)."""
+        return self.alloc.pending
+
+    # -- metadata --------------------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def numblocks(self) -> tuple[int, ...]:
+        return chunk_grid.grid_shape(self.chunks)
+
+    @property
+    def vaddr(self) -> int:
+        return self.alloc.vaddr
+
+    @property
+    def alloc_id(self) -> int:
+        return self.alloc.alloc_id
+
+    # -- life cycle ------------------------------------------------------------------------------
+    def settle(self) -> None:
+        """Let every pending launch that writes or reads this array finish."""
+        if self.host_value is not None:
+            return  # held on the caller: nothing runs on it
+        pending = self.pending.all()
+        if pending:
+            dask_wait(pending)
+
+    def persist(self):
+        """Start computing the array now and return at once (``wait`` also waits).
+
+        A deferred elementwise result runs when its values are first needed. A loop that
+        makes several results before it looks at any calls ``persist()`` on each, so their
+        tasks queue on the workers back to back instead of each waiting for a round trip."""
+        if self.host_value is None:
+            self.alloc  # a deferred result is materialized: its tasks are submitted, not awaited
+        return self
+
+    def wait(self):
+        """Block until every launch writing this array has finished."""
+        if self.host_value is not None:
+            return self  # its values are on the caller already, or it has none
+        settle(self.pending.writes)
+        return self
+
+    def free(self) -> None:
+        """Give the array's device memory back now (also done when it becomes unreachable)."""
+        if self._alloc is None:  # deferred: nothing computed, nothing to give back
+            self.undefer()
+            return
+        self.before_write()
+        # Launches that use the memory finish first (their errors belong to wait).
+        self.settle()
+        self.pending.take()
+        self.alloc.free()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._alloc is None or not self._alloc.freed:
+            self.free()
+
+    def __repr__(self):
+        if self._alloc is None:
+            return (f"dgvm.DArray<shape={self.shape}, dtype={self.dtype}, "
+                    f"numblocks={self.numblocks}, deferred>")
+        return (
+            f"dgvm.DArray<shape={self.shape}, dtype={self.dtype}, numblocks={self.numblocks}, "
+            f"vaddr={self.vaddr:#x}>"
+        )
+
+    # -- host round trip -------------------------------------------------------------------------
+    def write_blocks(self, source: np.ndarray) -> None:
+        """Copy a host array of this shape into the blocks, one request per worker."""
+        self.before_write()
+        settle(self.pending.writes)
+        dask_wait(self.pending.readers())  # their errors are theirs
+        pieces = []
+        for k, sl in enumerate(chunk_grid.block_slices(self.chunks)):
+            block = np.ascontiguousarray(source[sl], dtype=self.dtype)
+            pieces.append((k, 0, block.reshape(-1).view(np.uint8)))
+        for batch in progress.batches(pieces, "write", self.nbytes):  # a bar on a terminal
+            self.alloc.put(batch)
+
+    def to_numpy(self) -> np.ndarray:
+        """The values, gathered into a new NumPy array on the caller."""
+        if self.host_value is not None:
+            return self.host_value.copy()
+        small = read_view(self)  # x[i, j]: read in place, nothing computed
+        if small is not None:
+            return small
+        self.wait()
+        out = np.empty(self.shape, dtype=self.dtype)
+        slices = chunk_grid.block_slices(self.chunks)
+        sizes = np.diff(self.alloc.offsets)
+        wanted = list(zip(slices, [(k, 0, int(n)) for k, n in enumerate(sizes)]))
+        for batch in progress.batches(wanted, "read", self.nbytes):  # a bar on a terminal
+            for (sl, _), raw in zip(batch, self.alloc.get([piece for _, piece in batch])):
+                shape = tuple(s.stop - s.start for s in sl)
+                out[sl] = raw.view(self.dtype).reshape(shape)
+        return out
+
+    def item(self):
+        """The value of a one-element array as a Python scalar."""
+        if self.size != 1:
+            raise ValueError(f"item() needs an array of one element; this one has shape {self.shape}")
+        return self.to_numpy().reshape(-1)[0].item()

@@ -1,0 +1,111 @@
+"""Freeing an array's memory when the last reference to it goes away.
+
+NumPy-style loops make a new array per step; without this they would fill device memory.
+The release runs on the client's event loop (a finalizer may run in any thread, even in
+the middle of another request): it waits for the tasks that still use the array, then
+frees the allocation in the GVAT, unless ``recycle`` keeps it for the next result of the
+same layout.
+
+This state is per client session (``Releases``, a part of
+``dgvm.client.session.session_of(client)``): two clients in one process share none of
+it, and a fresh client starts with none. A finalizer gets its session's ``Releases`` when
+it is made (in the user's thread), never looks it up: a lookup takes locks that the
+thread a garbage collection interrupts may hold.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import threading
+import weakref
+
+from dgvm import dask_compat
+from dgvm.array._engine.recycle import KeptAllocations, client_running
+from dgvm.client.session import session_of
+from dgvm.protocol import messages
+from dgvm.protocol.errors import NotConnected
+
+
+class Releases:
+    """A client session's releases of unreachable arrays and its kept allocations."""
+
+    def __init__(self, session):
+        self.client = session.client
+        # Reentrant: a finalizer may run (a garbage collection) while this thread holds it.
+        self._lock = threading.RLock()
+        self._in_flight = 0
+        self._idle = threading.Condition(self._lock)
+        self.exiting = False
+        self.kept = KeptAllocations(self.client, self.free_later)
+        # At exit the cluster and its memory go away together: nothing to free one by one.
+        atexit.register(_stop_releasing, weakref.ref(self))
+
+    def release(self, alloc, shape, dtype, chunks) -> None:
+        """An array of ``alloc`` became unreachable (its finalizer): keep the allocation
+        for the next result of this layout, or free it once its tasks are done."""
+        if alloc.freed or self.exiting:
+            return
+        alloc.freed = True
+        futures = alloc.pending.take()
+        if not client_running(alloc.client) or not self.kept.offer(alloc, shape, dtype, chunks, futures):
+            self.free_later(alloc, futures)
+
+    def free_later(self, alloc, futures) -> None:
+        """Free ``alloc`` in the GVAT once ``futures`` are done, from the client's loop."""
+        alloc.freed = True
+        client = alloc.client
+        if not client_running(client):
+            return  # the cluster frees a closed client's memory itself
+        with self._lock:
+            self._in_flight += 1
+        client.loop.add_callback(self._free_later, client, alloc.alloc_id, alloc.owner, futures)
+
+    async def _free_later(self, client, alloc_id: int, owner: str, futures) -> None:
+        try:
+            if futures:
+                # Wait for the tasks that use the memory; their errors belong to their callers.
+                await dask_compat.gather_skipping_errors(client, futures)
+            await messages.call(client.scheduler, messages.FREE, alloc_id=alloc_id, owner=owner)
+        except Exception:  # noqa: BLE001  (the client or cluster is closing: nothing to free)
+            pass
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._idle.notify_all()
+
+    def settle(self, timeout: float = 30.0) -> bool:
+        """Wait until the releases already started have reached the GVAT, the kept
+        allocations freed too (tests, shutdown, an allocation short of room)."""
+        gc.collect()
+        self.kept.flush()
+        with self._lock:
+            return self._idle.wait_for(lambda: self._in_flight == 0, timeout)
+
+
+def _stop_releasing(ref) -> None:
+    releases = ref()
+    if releases is not None:
+        releases.exiting = True
+
+
+def releases_of(client) -> Releases:
+    """The ``Releases`` of ``client``'s session (None: the current client's)."""
+    return session_of(client).part(Releases)
+
+
+def release_when_unreachable(array, alloc) -> None:
+    """Release ``alloc`` (``Releases.release``) once ``array`` is unreachable."""
+    f = weakref.finalize(array, releases_of(alloc.client).release, alloc, array.shape, array.dtype, array.chunks)
+    f.atexit = False  # at interpreter exit the cluster goes away with its memory
+
+
+def settle_releases(client=None, timeout: float = 30.0) -> bool:
+    """``Releases.settle`` of ``client``'s session (None: the current client's; with no
+    client connected there is nothing to settle)."""
+    try:
+        releases = releases_of(client)
+    except NotConnected:
+        gc.collect()
+        return True
+    return releases.settle(timeout)

@@ -1,0 +1,181 @@
+"""Reductions: partials on each worker, combined once on the caller.
+
+Each chunk is reduced where it lives (one task per worker, ``blockwise.collect``); the
+partials (one value per chunk, or one row per chunk along the kept axes) come back and
+are combined in one step, then kept on the caller as a host value (``deferred``), stored
+in device memory only when a cluster operation needs it. Here: the partial ops, their
+collection in block order and the combining steps the statistical and searching
+functions share.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from dgvm.array._engine import blockwise
+from dgvm.array._engine.axes import normalize_axis
+
+
+def on_caller(value, like):
+    """A value combined here, kept here until a cluster operation needs it (a host value
+    of ``like``'s class and cluster)."""
+    return type(like).on_caller(value, like.client)
+
+
+@dataclass
+class Partial:
+    """Per chunk: NumPy's reduction ``fn`` over ``axes``, keeping them (length 1)."""
+
+    fn: str
+    axes: tuple
+    dtype: object
+
+    @property
+    def reduction(self):
+        """What a fused kernel over a deferred tree ends with (``fused``)."""
+        return self.fn, self.axes, self.dtype
+
+    def partial(self, chunk, lo, hi, xp):
+        kw = {} if self.dtype is None else {"dtype": self.dtype}
+        with np.errstate(all="ignore"):
+            return getattr(xp, self.fn)(chunk, axis=self.axes, keepdims=True, **kw)
+
+
+def partials(x, op, name: str) -> np.ndarray:
+    """Every chunk's partial (computed where it lives), assembled in block order."""
+    return blockwise.assemble(blockwise.collect(op, x, name), x.numblocks)
+
+
+def reduce(x, fn: str, axis, keepdims: bool, dtype=None):
+    """NumPy's ``fn`` of ``x`` over ``axis``: per chunk, then of the partials."""
+    axes = normalize_axis(axis, x.ndim)
+    whole = partials(x, Partial(fn, axes, dtype), fn)
+    with np.errstate(all="ignore"):
+        kw = {"dtype": dtype} if dtype is not None else {}
+        value = getattr(np, fn)(whole, axis=axes, keepdims=keepdims, **kw)
+    return on_caller(value, x)
+
+
+def sum_dtype(x, dtype, fn="sum"):
+    """The dtype of NumPy's ``fn`` (sum, prod) of ``x`` unless ``dtype`` is given."""
+    if dtype is not None:
+        return np.dtype(dtype)
+    return getattr(np, fn)(np.ones(1, dtype=x.dtype)).dtype
+
+
+def float_dtype(x):
+    """The dtype of NumPy's mean of ``x``."""
+    return np.mean(np.ones(1, dtype=x.dtype)).dtype
+
+
+def count(x, axes) -> int:
+    """How many elements of ``x`` a reduction over ``axes`` combines into each value."""
+    n = 1
+    for a in axes:
+        n *= x.shape[a]
+    return n
+
+
+@dataclass
+class SquaredDeviation:
+    """Per chunk: the sum of squared deviations from ``mean`` (variance's second pass)."""
+
+    mean: np.ndarray  # keepdims shape: 1 along the reduced axes
+    axes: tuple
+    dtype: object
+
+    def partial(self, chunk, lo, hi, xp):
+        sl = tuple(slice(0, 1) if self.mean.shape[a] == 1 else slice(lo[a], hi[a])
+                   for a in range(chunk.ndim))
+        d = chunk.astype(self.dtype) - xp.asarray(self.mean[sl])
+        d = (d * d.conj()).real if xp.iscomplexobj(d) else d * d
+        return xp.sum(d, axis=self.axes, keepdims=True)
+
+
+@dataclass
+class ArgPartial:
+    """Per chunk: the extreme values along ``axis`` (or of all) and their global indices."""
+
+    fn: str  # "argmin" or "argmax"
+    axis: int | None
+    shape: tuple
+
+    def partial(self, chunk, lo, hi, xp):
+        arg = getattr(xp, self.fn)
+        if self.axis is None:
+            i = int(arg(chunk))
+            local = np.unravel_index(i, chunk.shape)
+            value = chunk.reshape(-1)[i]
+            flat = np.ravel_multi_index([l + o for l, o in zip(local, lo)], self.shape) if self.shape else 0
+            return np.asarray([value.item() if hasattr(value, "item") else value]).reshape(
+                (1,) * chunk.ndim), np.full((1,) * chunk.ndim, flat, dtype=np.int64)
+        i = arg(chunk, axis=self.axis, keepdims=True)
+        value = xp.take_along_axis(chunk, i, axis=self.axis)
+        return value, i.astype(np.int64) + lo[self.axis]
+
+
+def _pick(values, index, axis, fn):
+    """Among candidates along ``axis``: the extreme value (NaN first, as NumPy) with the
+    smallest index."""
+    if np.issubdtype(values.dtype, np.inexact):
+        nan = np.isnan(values)
+    else:
+        nan = np.zeros(values.shape, dtype=bool)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        best = (np.min if fn == "argmin" else np.max)(np.where(nan, values.dtype.type(0) if values.dtype.kind != "b" else False, values), axis=axis, keepdims=True)
+    anynan = nan.any(axis=axis, keepdims=True)
+    cand = np.where(anynan, nan, values == best)
+    big = np.iinfo(np.int64).max
+    return np.where(cand, index, big).min(axis=axis)
+
+
+def arg_reduce(x, fn: str, axis, keepdims: bool):
+    """NumPy's ``argmin``/``argmax`` (``fn``) of ``x``: per chunk, then of the candidates."""
+    if axis is not None:
+        axis = normalize_axis(axis, x.ndim)[0]
+    parts = blockwise.collect(ArgPartial(fn, axis, x.shape), x, fn)
+    values = blockwise.assemble({b: p[0] for b, p in parts.items()}, x.numblocks)
+    index = blockwise.assemble({b: p[1] for b, p in parts.items()}, x.numblocks)
+    if axis is None:
+        out = _pick(values.reshape(-1), index.reshape(-1), 0, fn)
+        if keepdims:
+            out = np.asarray(out).reshape((1,) * x.ndim)
+    else:
+        out = _pick(values, index, axis, fn)
+        if keepdims:
+            out = np.expand_dims(out, axis)
+    return on_caller(np.asarray(out, dtype=np.int64), x)
+
+
+@dataclass
+class Prefix:
+    """Blockwise op of a cumulative sum: the chunk's own running sum plus the totals of
+    the blocks before it along ``axis`` (``offsets[b]``, one cross-section per block)."""
+
+    axis: int
+    starts: np.ndarray  # block starts of the input along axis
+    offsets: np.ndarray  # (nblocks, *cross-section), keepdims along axis
+    shift: int  # 1 with include_initial
+    n: int
+    dtype: object
+
+    def block(self, read, lo, hi, xp):
+        a = self.axis
+        xlo, xhi = list(lo), list(hi)
+        xlo[a], xhi[a] = max(lo[a] - self.shift, 0), min(hi[a] - self.shift, self.n)
+        b = int(np.searchsorted(self.starts, xlo[a], side="right")) - 1
+        cross = tuple(slice(0, 1) if i == a else slice(lo[i], hi[i]) for i in range(len(lo)))
+        base = xp.asarray(self.offsets[b][cross])
+        shape = [h - l for l, h in zip(lo, hi)]
+        out = xp.empty(shape, dtype=self.dtype)
+        first = 1 if lo[a] == 0 and self.shift else 0
+        if first:
+            out[tuple(slice(0, 1) if i == a else slice(None) for i in range(len(lo)))] = 0
+        if xhi[a] > xlo[a]:
+            run = xp.cumsum(read(0, xlo, xhi), axis=a, dtype=self.dtype) + base
+            out[tuple(slice(first, None) if i == a else slice(None) for i in range(len(lo)))] = run
+        return out

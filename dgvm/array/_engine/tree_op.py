@@ -1,0 +1,125 @@
+"""``Elementwise``: the blockwise op that runs an expression tree (``trees``) per chunk.
+
+A deferred result (``deferred``) is computed by one of these: each output chunk reads
+the regions of its leaves that broadcast onto it (through a leaf's ``View`` where it has
+one: ``x.T``, ``x[::2]``) and writes the tree's value straight into the chunk, in one
+pass where it can (``fused``). ``result_placement`` says where such a result's chunks
+go, so that they read their leaves locally.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from dgvm.array._engine import fused, special_values
+from dgvm.array._engine.axes import broadcast_region
+from dgvm.array._engine.placement import picks_near
+from dgvm.array._engine.trees import CLASSIC, NOT_UFUNCS, evaluate
+
+
+@dataclass
+class Elementwise:
+    """Blockwise op: an expression over broadcast inputs; leaf i has shape ``shapes[i]``
+    and reads its input through the View ``views[i]`` (None: as it is)."""
+
+    expr: tuple
+    shapes: list
+    shape: tuple
+    views: list = None
+
+    @classmethod
+    def of(cls, expr, inputs, views, shape):
+        shapes = [a.shape if v is None else v.shape for a, v in zip(inputs, views)]
+        return cls(expr, shapes, shape, list(views))
+
+    @property
+    def aligned(self) -> bool:
+        """Every input is read as it is, without broadcasting: output elements
+        ``[lo, hi)`` read the same elements of each input."""
+        return all(v is None for v in (self.views or [])) and all(tuple(s) == tuple(self.shape) for s in self.shapes)
+
+    def region(self, i: int, lo, hi):
+        """The region of input ``i`` that broadcasts onto output elements ``[lo, hi)``,
+        in the input's own axis order."""
+        rlo, rhi = broadcast_region(self.shapes[i], lo, hi)
+        view = self.views[i] if self.views else None
+        return (rlo, rhi) if view is None else view.region(rlo, rhi)
+
+    def __getstate__(self):  # the stripped tree is made where it is used
+        return {k: v for k, v in self.__dict__.items() if k != "stripped"}
+
+    @functools.cached_property
+    def stripped(self) -> tuple:
+        """``fused.strip(self.expr)``, made once per op: a task runs it over each of its chunks."""
+        return fused.strip(self.expr)
+
+    def leaves(self, read, lo, hi, xp) -> list:
+        out = []
+        for i in range(len(self.shapes)):
+            value = read(i, *self.region(i, lo, hi))
+            view = self.views[i] if self.views else None
+            out.append(value if view is None else view.apply(value))
+        return out
+
+    def block(self, read, lo, hi, xp):
+        return self.value(self.leaves(read, lo, hi, xp), xp)
+
+    def block_into(self, read, lo, hi, xp, target) -> bool:
+        """Write the chunk straight into ``target`` (no temporary); False when the tree
+        cannot (the caller then copies ``block``'s value in)."""
+        if not self.writes_into(target):
+            return False
+        self.leaves_into(self.leaves(read, lo, hi, xp), xp, target)
+        return True
+
+    def writes_into(self, target) -> bool:
+        """Whether ``leaves_into`` can write this tree into ``target``."""
+        kind, *rest = self.expr
+        return kind == "in" or (kind == "call" and np.dtype(rest[2]) == target.dtype)
+
+    def leaves_into(self, leaves, xp, target) -> None:
+        """The tree's value over ``leaves`` written into ``target``: the whole tree in one
+        pass (``fused``), else its last operation as a ufunc with ``out=``."""
+        kind, *rest = self.expr
+        if kind == "in":  # a leaf alone (``x.T`` computed): one copy into the chunk
+            target[...] = leaves[rest[0]]
+            return
+        if fused.run_into(self.expr, leaves, xp, target, self.stripped):
+            return
+        ufunc = getattr(xp, CLASSIC.get(rest[0], rest[0]), None)
+        special = (rest[0] in NOT_UFUNCS or rest[0].startswith("logical_")
+                   or special_values.applies(rest[0], rest[2]))
+        if special or ufunc is None or not hasattr(ufunc, "nin"):
+            target[...] = self.value(leaves, xp)
+            return
+        with np.errstate(all="ignore"):
+            args = [evaluate(a, leaves, xp) for a in rest[1]]
+            ufunc(*args, out=target)
+
+    def value(self, leaves, xp):
+        """The tree's value over ``leaves`` (a new array, or a leaf itself)."""
+        with np.errstate(all="ignore"):
+            return evaluate(self.expr, leaves, xp)
+
+
+def lead_input(x, d):
+    """An input of the deferred ``x`` (tree ``d``) read as it is (no axis order) with
+    ``x``'s shape and chunks: chunk k of ``x`` then reads chunk k of it."""
+    return next((a for a, v in zip(d.inputs, d.views)
+                 if v is None and a.shape == x.shape and a.chunks == x.chunks), None)
+
+
+def result_placement(x, d):
+    """Where the deferred ``x`` (tree ``d``) goes: with its lead input's chunks; else,
+    for an input read through a view of its grid (``x.T``, ``x[::2]``), chunk k goes
+    where the input chunk holding its first element lives."""
+    lead = lead_input(x, d)
+    if lead is not None:
+        return lead
+    for a, v in zip(d.inputs, d.views):
+        if v is not None and v.shape == x.shape and v.chunks == x.chunks:
+            return (a, picks_near(a, x.chunks, v.first_element))
+    return None
