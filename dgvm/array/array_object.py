@@ -165,7 +165,7 @@ class DArray(ArrayCore):
         if self.size == 0:
             return {}  # held on the caller (zero_size)
         grid = self.numblocks
-        self.alloc._fresh()
+        self.alloc.ensure_fresh()
         return {
             chunk_grid.block_index(k, grid): self.alloc.home(k) for k in range(self.alloc.nchunks)
         }

@@ -88,18 +88,19 @@ class AllocationHandle:
 
     def refresh(self) -> None:
         """Fetch the current chunk map from the GVAT (after chunks moved)."""
-        self._check_live()
+        self.check_live()
         self.stale = False
         self._set_map(call_scheduler(messages.CHUNK_MAP, self.client, alloc_id=self.alloc_id))
 
-    def _fresh(self) -> None:
+    def ensure_fresh(self) -> None:
+        """Refresh the chunk map if the GVAT said chunks moved since it was fetched."""
         if self.stale and not self.freed:
             self.refresh()
 
     def migrate(self, indices, worker: str) -> list[int]:
         """Move the home of chunks ``indices`` to ``worker``; returns those that moved.
         The old homes free their copies in the background, before their next task."""
-        self._check_live()
+        self.check_live()
         migrated = call_scheduler(
             messages.MIGRATE, self.client, alloc_id=self.alloc_id,
             indices=[int(i) for i in indices], worker=worker, owner=self.owner,
@@ -117,17 +118,17 @@ class AllocationHandle:
 
     def backends(self) -> set[str]:
         """The backends of the devices its chunks live on (``"cpu"``, ``"cuda"``)."""
-        self._fresh()
+        self.ensure_fresh()
         return {d.split(":")[0] for d in self._devices}
 
     def homes(self) -> list[str]:
         """The home worker of every chunk, from a fresh chunk map."""
-        self._fresh()
+        self.ensure_fresh()
         return [self._workers[h] for h in self._home.tolist()]
 
     def by_home(self, indices=None) -> dict[str, list[int]]:
         """Home worker -> chunk indices (all chunks, or ``indices``) homed there."""
-        self._fresh()
+        self.ensure_fresh()
         if indices is None:
             # Every launch asks this of its output: grouped once per chunk map.
             if self._grouped is None:
@@ -144,7 +145,7 @@ class AllocationHandle:
 
     @property
     def chunks(self) -> list[ChunkInfo]:
-        self._fresh()
+        self.ensure_fresh()
         off = self.offsets
         return [
             ChunkInfo(
@@ -159,7 +160,8 @@ class AllocationHandle:
             for i, h in enumerate(self._home.tolist())
         ]
 
-    def _check_live(self) -> None:
+    def check_live(self) -> None:
+        """Raise ``InvalidAddress`` if the allocation was freed."""
         if self.freed:
             raise InvalidAddress(f"allocation {self.alloc_id} at {self.vaddr:#x} was freed")
 
@@ -192,7 +194,7 @@ class AllocationHandle:
     def _exchange(self, handler: str, pieces) -> tuple[dict, dict]:
         """Send ``pieces`` to their home workers, one request per worker; answers and
         positions by worker. A chunk that moved meanwhile is sent again to its new home."""
-        self._fresh()
+        self.ensure_fresh()
         for attempt in (0, 1):
             by_worker, order = self._route(pieces)
             requests = {
@@ -214,12 +216,12 @@ class AllocationHandle:
 
     def put(self, pieces: list[tuple[int, int, np.ndarray]]) -> None:
         """Write (chunk index, byte offset, host bytes) pieces, one request per worker."""
-        self._check_live()
+        self.check_live()
         self._exchange(messages.WRITE, [(i, o, to_serialize(d)) for i, o, d in pieces])
 
     def get(self, pieces: list[tuple[int, int, int]]) -> list[np.ndarray]:
         """Read (chunk index, byte offset, length) pieces -> host uint8 arrays, in order."""
-        self._check_live()
+        self.check_live()
         answers, order = self._exchange(messages.READ, pieces)
         out: list = [None] * len(pieces)
         for w, arrays in answers.items():

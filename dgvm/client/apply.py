@@ -15,7 +15,7 @@ def map_chunks(alloc, fn, *args, indices=None, name: str | None = None) -> list:
     """Call ``fn(xp, chunk_u8, index, *args)`` for each chunk (all, or ``indices``) on its
     home worker; return the results in chunk order. ``xp`` is the worker's array module
     (numpy or cupy); ``fn`` may write to the chunk in place."""
-    alloc._check_live()
+    alloc.check_live()
     wanted = range(alloc.nchunks) if indices is None else indices
     by_worker = alloc.by_home(wanted)
     tag = name or getattr(fn, "__name__", "fn")

@@ -44,7 +44,7 @@ class GlobalBuffer(AllocationHandle):
 
     def _span(self, offset: int, length: int):
         """(chunk index, offset in chunk, length, offset in the request) for a byte range."""
-        self._check_live()
+        self.check_live()
         if offset < 0 or length < 0 or offset + length > self.nbytes:
             raise InvalidAddress(
                 f"bytes [{offset}, {offset + length}) asked of a buffer of {self.nbytes} bytes "

@@ -176,7 +176,7 @@ class ArrayCore:
     def check_usable(self) -> None:
         """Raise now if this array was freed (computed or not): trees must not read it later."""
         if self._deferred is None:
-            self.alloc._check_live()  # ``alloc`` raises for one freed before it was computed
+            self.alloc.check_live()  # ``alloc`` raises for one freed before it was computed
 
     def materialize(self) -> None:
         """Compute a deferred array now: allocate it (colocated with a leaf of its shape
