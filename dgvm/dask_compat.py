@@ -1,4 +1,4 @@
-"""Every use dgvm makes of Dask's private API, in one place.
+"""Every use dgvm makes of Dask's private API (and of one private hook of Python's), in one place.
 
 dgvm reaches under Dask's public surface where Dask offers no public way to do what it
 needs. Each function or class here says what it relies on; ``tests/test_dask_compat.py``
@@ -8,6 +8,9 @@ distributed only.
 """
 
 from __future__ import annotations
+
+import functools
+import threading
 
 import dask.config
 from distributed import Client
@@ -105,3 +108,14 @@ class SpecClusterHooks:
         """Start the workers of the worker spec and wait for them (``_correct_state``;
         ``scale`` only schedules the start)."""
         self.sync(self._correct_state)
+
+
+# -- process -----------------------------------------------------------------------------
+
+
+def when_main_thread_ends(fn, *args) -> None:
+    """Call ``fn(*args)`` when the program's main thread ends, before Python shuts its
+    thread pools down (``threading._register_atexit``; later ones run first). A cluster
+    running in this process needs those pools to finish the work in flight, and ``atexit``
+    runs after they refused it: Dask then logs each refused step as an error."""
+    threading._register_atexit(functools.partial(fn, *args))

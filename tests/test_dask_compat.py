@@ -3,6 +3,10 @@ these fail when a Dask release changes one."""
 
 from __future__ import annotations
 
+import os
+import pathlib
+import subprocess
+import sys
 import threading
 import time
 
@@ -13,6 +17,8 @@ from distributed import Client
 from distributed.core import Status
 
 from dgvm import dask_compat
+
+ROOT = pathlib.Path(__file__).parent.parent
 
 _release = threading.Event()
 
@@ -116,3 +122,20 @@ def test_spec_cluster_steps_run_the_hooks():
     finally:
         cluster.sync(cluster.close_now)
     assert ("closing", True) in cluster.calls and cluster.status == Status.closed
+
+
+def test_when_main_thread_ends_runs_while_thread_pools_still_take_work(tmp_path):
+    script = tmp_path / "ends.py"
+    script.write_text(
+        "import concurrent.futures\n"
+        "from dgvm import dask_compat\n"
+        "pool = concurrent.futures.ThreadPoolExecutor(1)\n"
+        "def last_words():\n"
+        "    print('pool answered', pool.submit(lambda: 6 * 7).result(), flush=True)\n"
+        "dask_compat.when_main_thread_ends(last_words)\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    # At atexit time the pool would refuse ("cannot schedule new futures after
+    # interpreter shutdown").
+    assert out.returncode == 0 and "pool answered 42" in out.stdout, out.stderr

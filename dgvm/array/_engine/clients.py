@@ -6,12 +6,12 @@ that ``import dgvm.array as np`` is all a NumPy program needs.
 
 from __future__ import annotations
 
-import atexit
-
 from distributed import default_client
+from distributed import wait as dask_wait
 
-from dgvm import config
+from dgvm import config, dask_compat
 from dgvm.backends.cuda import gpu_count
+from dgvm.client.allocation import live_allocations
 from dgvm.client.session import connect
 from dgvm.deploy.spawn_guard import ProgramNotRerunNanny, program_not_rerun
 
@@ -37,14 +37,27 @@ def client_for(client=None):
     else:
         with program_not_rerun():
             client = connect(scheduler_process=True, worker_class=ProgramNotRerunNanny)
-    atexit.register(_close_quietly, client)
+    dask_compat.when_main_thread_ends(_close_quietly, client)
     return client
 
 
+# How long the program's end waits for the work it left running on the implicit cluster.
+EXIT_WAIT = 30.0
+
+
 def _close_quietly(client) -> None:
-    """At exit, the implicit cluster goes away with its memory: close it before Dask's
-    own exit handlers, so no worker is asked to free chunks while it shuts down."""
+    """When the program ends, the implicit cluster goes away with its memory, in order:
+    the tasks still running finish (at most ``EXIT_WAIT`` seconds), then the client
+    closes, then the cluster. Nothing is freed chunk by chunk, and Dask has nothing in
+    flight to complain about."""
+    if client.status != "running":
+        return  # the program closed it itself
     cluster = client.cluster
+    pending = [f for a in live_allocations(client) for f in a.pending.all()]
+    try:
+        dask_wait(pending, timeout=EXIT_WAIT)  # their errors were the program's to see
+    except Exception:  # noqa: BLE001  (timed out, or the cluster is going: close it anyway)
+        pass
     client.close()
     if cluster is not None:
         cluster.close()
