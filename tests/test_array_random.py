@@ -4,6 +4,11 @@ number of workers), calls that advance the stream, distributions within toleranc
 
 from __future__ import annotations
 
+import os
+import pathlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -11,6 +16,8 @@ import dgvm
 import dgvm.array as dnp
 from dgvm.array import random as drandom
 from dgvm.array._engine.lifecycle import settle_releases
+
+ROOT = pathlib.Path(__file__).parent.parent
 
 
 @pytest.mark.parametrize("counter,key,want", [
@@ -127,3 +134,34 @@ def test_bad_arguments_say_what_is_allowed(case):
         rng.integers(0.5, 3, 10)
     none = rng.random((0, 3))  # no element: an empty array held on the caller
     assert none.shape == (0, 3) and dnp.asnumpy(none).shape == (0, 3)
+
+
+SEED_FIRST = """
+import numpy as np
+from distributed import default_client
+import dgvm, dgvm.array as xp
+if __name__ == "__main__":
+    xp.random.seed(0)  # before any cluster: none is started for it
+    try:
+        default_client()
+        print("seed() started a cluster")
+    except ValueError:
+        pass
+    cluster = dgvm.LocalCluster(n_workers=2, backend="cpu", processes=False, dashboard_address=None)
+    client = dgvm.connect(cluster)
+    a = xp.asnumpy(xp.random.random(5))
+    xp.random.seed(0)
+    b = xp.asnumpy(xp.random.random(5))
+    print("seeded draws repeat:", np.array_equal(a, b))
+    client.close(); cluster.close()
+"""
+
+
+def test_seed_before_connecting_seeds_the_next_connection(tmp_path):
+    script = tmp_path / "seed_first.py"
+    script.write_text(SEED_FIRST)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "seed() started a cluster" not in out.stdout
+    assert "seeded draws repeat: True" in out.stdout

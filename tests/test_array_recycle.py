@@ -5,6 +5,10 @@ a stale value or a spurious OutOfDeviceMemory."""
 from __future__ import annotations
 
 import gc
+import os
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -155,3 +159,30 @@ def test_each_client_session_keeps_its_own_released_allocations_and_generator(ca
         settle_releases(other)
     finally:
         other.close()
+
+
+CLIENT_GOES = """
+import gc, weakref
+import dgvm, dgvm.array as xp
+if __name__ == "__main__":
+    cluster = dgvm.LocalCluster(n_workers=2, backend="cpu", processes=False, dashboard_address=None)
+    client = dgvm.connect(cluster)
+    for _ in range(3):
+        y = (xp.ones((64, 64), chunks=(16, 16), client=client) + 1).persist()
+        del y  # released, perhaps kept for reuse by the session
+    client.close(); cluster.close()
+    ref = weakref.ref(client)
+    del client, cluster
+    gc.collect()
+    print("client collected:", ref() is None)
+"""
+
+
+def test_a_closed_client_and_its_session_are_collected(tmp_path):
+    """The session's parts (releases, kept allocations) hold their client weakly."""
+    script = tmp_path / "client_goes.py"
+    script.write_text(CLIENT_GOES)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=240,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parent.parent)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "client collected: True" in out.stdout, out.stdout + out.stderr[-2000:]

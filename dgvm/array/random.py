@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from dgvm.array._engine import blockwise
-from dgvm.array._engine.clients import client_for
+from dgvm.array._engine.clients import client_for, current_client_or_none
 from dgvm.array._engine.philox import Draw, philox4x32
 from dgvm.array.creation import empty
 from dgvm.client.session import session_of
@@ -123,13 +123,31 @@ def default_rng(seed=None) -> Generator:
     return seed if isinstance(seed, Generator) else Generator(seed)
 
 
+class _SeedBeforeConnect:
+    """A ``seed()`` called while no cluster is connected: the next session's module
+    generator starts from it (as ``numpy.random.seed`` then ``numpy.random.random``)."""
+
+    def __init__(self):
+        self.seeded = False
+        self.value = None
+
+    def take(self) -> tuple[bool, object]:
+        seeded, value = self.seeded, self.value
+        self.seeded, self.value = False, None
+        return seeded, value
+
+
+_seed_before_connect = _SeedBeforeConnect()
+
+
 class _ModuleGenerator:
     """The generator of the module's functions (``random``, ``normal``, ...): one per
     client session (``dgvm.client.session``), so two clients in one process draw from
-    their own, and a fresh client starts unseeded."""
+    their own, and a fresh client starts unseeded (or from a seed given before it)."""
 
     def __init__(self, session):
-        self.generator: Generator | None = None
+        seeded, value = _seed_before_connect.take()
+        self.generator: Generator | None = Generator(value) if seeded else None
 
 
 def _module_generator(client=None) -> _ModuleGenerator:
@@ -146,8 +164,12 @@ def _rng(client=None) -> Generator:
 
 
 def seed(seed=None, *, client=None) -> None:
-    """Reset the module's generator (``random``, ``normal``, ...) to ``seed`` (of the
-    session of ``client``, default the current one)."""
+    """Reset the module's generator (``random``, ``normal``, ...) to ``seed``: that of the
+    session of ``client``, default the current one; with no cluster connected, the one the
+    next connection's draws come from (no cluster is started for it)."""
+    if client is None and current_client_or_none() is None:
+        _seed_before_connect.seeded, _seed_before_connect.value = True, seed
+        return
     _module_generator(client).generator = Generator(seed)
 
 

@@ -114,6 +114,11 @@ class Session:
             raise NotConnected(f"the client {self.client_id} of this dgvm session is gone")
         return client
 
+    def running(self) -> bool:
+        """Whether the session's client is still there and connected (or connecting)."""
+        client = self._client()
+        return client is not None and client.status in ("running", "connecting", "newly-created")
+
     def part(self, cls):
         """This session's one instance of ``cls`` (``cls(session)``, made on first use)."""
         with self._lock:
@@ -127,18 +132,18 @@ class Session:
             return list(self._parts.values())
 
 
-# This process's sessions, one per client, each gone with its client.
-_sessions: "weakref.WeakKeyDictionary[Client, Session]" = weakref.WeakKeyDictionary()
 _sessions_lock = threading.Lock()
 
 
 def session_of(client: Client | None = None) -> Session:
-    """The session of ``client`` (default: the current client)."""
+    """The session of ``client`` (default: the current client). It lives among the
+    client's extensions, as the plugins' state does on the scheduler and the workers: it
+    goes with its client, whatever its parts hold (allocation handles hold the client)."""
     client = client or current_client()
     with _sessions_lock:
-        s = _sessions.get(client)
+        s = client.extensions.get(messages.EXTENSION)
         if s is None:
-            s = _sessions[client] = Session(client)
+            s = client.extensions[messages.EXTENSION] = Session(client)
         return s
 
 

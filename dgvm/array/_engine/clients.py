@@ -16,14 +16,19 @@ from dgvm.client.session import connect
 from dgvm.deploy.spawn_guard import ProgramNotRerunNanny, program_not_rerun
 
 
-def client_for(client=None):
-    """The given client, the default one, or a new local cluster's."""
-    if client is not None:
-        return client
+def current_client_or_none():
+    """The default client, or None when no cluster is connected."""
     try:
         return default_client()
     except ValueError:
-        pass
+        return None
+
+
+def client_for(client=None):
+    """The given client, the default one, or a new local cluster's."""
+    client = client or current_client_or_none()
+    if client is not None:
+        return client
     backend = config.get("backend")
     # In-process cpu workers: a script with no ``if __name__ == "__main__":`` guard
     # would otherwise be run again by every spawned worker process. GPU workers are

@@ -31,15 +31,13 @@ class Releases:
     """A client session's releases of unreachable arrays and its kept allocations."""
 
     def __init__(self, session):
-        self.client = session.client
         # Reentrant: a finalizer may run (a garbage collection) while this thread holds it.
         self._lock = threading.RLock()
         self._in_flight = 0
         self._idle = threading.Condition(self._lock)
         self.exiting = False
-        self.kept = KeptAllocations(self.client, self.free_later)
-        # At exit the cluster and its memory go away together: nothing to free one by one.
-        atexit.register(_stop_releasing, weakref.ref(self))
+        self.kept = KeptAllocations(session, self.free_later)
+        _every_releases.add(self)
 
     def release(self, alloc, shape, dtype, chunks) -> None:
         """An array of ``alloc`` became unreachable (its finalizer): keep the allocation
@@ -83,9 +81,14 @@ class Releases:
             return self._idle.wait_for(lambda: self._in_flight == 0, timeout)
 
 
-def _stop_releasing(ref) -> None:
-    releases = ref()
-    if releases is not None:
+# Every session's releases in this process, for the one exit hook below.
+_every_releases: "weakref.WeakSet[Releases]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_releasing() -> None:
+    # At exit the clusters and their memory go away together: nothing to free one by one.
+    for releases in list(_every_releases):
         releases.exiting = True
 
 

@@ -37,11 +37,11 @@ def client_running(client) -> bool:
 
 
 class KeptAllocations:
-    """The released allocations of one client kept for reuse; ``free_later(alloc,
+    """The released allocations of one client session kept for reuse; ``free_later(alloc,
     futures)`` frees one once its tasks are done (the owner's)."""
 
-    def __init__(self, client, free_later):
-        self.client = client
+    def __init__(self, session, free_later):
+        self._session = session  # holds its client weakly: so does this
         self._free_later = free_later
         self._lock = threading.Lock()
         self._offered: collections.deque = collections.deque()  # appends are atomic: safe anywhere
@@ -65,7 +65,7 @@ class KeptAllocations:
         """Move the offered allocations into the pool (caller holds ``_lock``); returns the
         entries to free: past ``MAX_KEPT``, or all of them once the client is gone."""
         drop = []
-        running = client_running(self.client)
+        running = self._session.running()
         while self._offered:
             alloc, shape, dtype, chunks, futures = self._offered.popleft()
             if running:
