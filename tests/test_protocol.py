@@ -69,6 +69,14 @@ def test_every_refusal_comes_back_as_its_error_with_its_message(kind, error):
     assert type(raised.value) is error
 
 
+def test_a_refusal_of_a_subclass_travels_as_its_nearest_refused_base():
+    class Gone(InvalidAddress):
+        pass
+
+    with pytest.raises(InvalidAddress, match="^freed meanwhile$"):
+        messages.decode(_over_the_wire(messages.refusal(Gone("freed meanwhile"))))
+
+
 def test_a_moved_chunk_comes_back_as_a_value():
     assert messages.decode(_over_the_wire(messages.moved())) is messages.MOVED
     descs = [{"shm": "a", "offset": 0, "nbytes": 8}, messages.moved()]

@@ -42,7 +42,17 @@ class LiveAllocations:
 
     def live(self) -> list:
         """The handles not freed."""
-        return [h for h in list(self._handles.values()) if not h.freed]
+        return [h for h in self.held() if not h.freed]
+
+    def held(self) -> list:
+        """Every handle held, freed ones too (those kept for reuse count as freed)."""
+        return list(self._handles.values())
+
+    def all_stale(self) -> None:
+        """Mark every chunk map stale, those of allocations kept for reuse too: the GVAT
+        moved chunks of this client, and its events may still be on their way."""
+        for h in self.held():
+            h.stale = True
 
 
 def live_allocations(client: Client) -> list:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from distributed import Client
 from distributed import wait as dask_wait
 
-from dgvm.client.allocation import live_allocations
-from dgvm.client.session import call_scheduler, current_client
+from dgvm.client.allocation import LiveAllocations, live_allocations
+from dgvm.client.session import call_scheduler, current_client, session_of
 from dgvm.protocol import messages
 
 
@@ -19,6 +19,5 @@ def rebalance(client: Client | None = None) -> dict:
     mine = live_allocations(client)
     dask_wait([f for a in mine for f in a.pending.all()])  # their errors are their callers'
     moved = call_scheduler(messages.REBALANCE, client, owner=client.id)
-    for alloc in mine:
-        alloc.stale = True  # the MOVED_TOPIC events may still be on their way
+    session_of(client).part(LiveAllocations).all_stale()
     return moved

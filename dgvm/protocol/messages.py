@@ -220,9 +220,15 @@ MOVED = _Moved()
 _MOVED_ANSWER = {SPECIAL: "moved"}
 
 
+def _kind(error: DgvmError) -> str | None:
+    """The kind of refusal ``error`` travels as: that of its nearest class in
+    ``REFUSALS`` (a subclass travels as its base); None for none."""
+    return next((_KINDS[c] for c in type(error).__mro__ if c in _KINDS), None)
+
+
 def refusal(error: DgvmError) -> dict:
-    """``error`` as a handler's answer (its type must be one of ``REFUSALS``)."""
-    return {SPECIAL: _KINDS[type(error)], "message": str(error)}
+    """``error`` as a handler's answer, as its nearest class in ``REFUSALS``."""
+    return {SPECIAL: _kind(error), "message": str(error)}
 
 
 def moved() -> dict:
@@ -279,8 +285,8 @@ def served(handler: Callable) -> Callable:
             if inspect.isawaitable(result):
                 result = await result
         except DgvmError as e:
-            if type(e) not in _KINDS:
-                raise
+            if type(e) is not DgvmError and _kind(e) == _KINDS[DgvmError]:
+                raise  # another dgvm error (ConfigError, ...) travels as Dask sends exceptions
             return refusal(e)
         return result.to_dict() if isinstance(result, Record) else result
 

@@ -52,7 +52,10 @@ class Access:
     def here(cls) -> "Access":
         """The access of a task running on this worker."""
         w = get_worker()
-        plugin = w.plugins[messages.STORE_PLUGIN]
+        plugin = w.plugins.get(messages.STORE_PLUGIN)
+        if plugin is None:
+            raise DgvmError(f"worker {w.address} has no dgvm chunk store (start it with "
+                            "--preload dgvm.worker, or connect with dgvm.connect)")
         return cls(w, plugin.store, plugin.transfers)
 
     def ask_scheduler(self, handler: str, **kwargs):
