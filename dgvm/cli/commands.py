@@ -1,5 +1,5 @@
 """The ``dgvm`` command: ``dgvm demo``, ``dgvm info [ADDRESS]``, ``dgvm config``, and
-``dgvm scheduler`` / ``dgvm worker`` (Dask's CLI with the dgvm preloads, see ``deploy.py``)."""
+``dgvm scheduler`` / ``dgvm worker`` (Dask's CLI with the dgvm preloads, see ``dgvm.deploy.commands``)."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def _run(command, dry_run: bool) -> None:
 @click.argument("dask_args", nargs=-1, type=click.UNPROCESSED, metavar="[DASK_SCHEDULER_ARGS]...")
 def scheduler(port, dashboard_address, dry_run, dask_args):
     """Start a Dask scheduler that keeps the GVAT: runs 'dask scheduler --preload
-    dgvm.scheduler.plugin' with these defaults; every other argument goes to 'dask scheduler'
+    dgvm.scheduler' with these defaults; every other argument goes to 'dask scheduler'
     (e.g. --host, --scheduler-file, --no-dashboard)."""
     _run(_checked(deploy.scheduler_command, port, dashboard_address, dask_args), dry_run)
 
@@ -113,7 +113,7 @@ def scheduler(port, dashboard_address, dry_run, dask_args):
                 metavar="[SCHEDULER_ADDRESS] [DASK_WORKER_ARGS]...")
 def worker(backend, device_memory, device_speed, nworkers, nthreads, dry_run, dask_args):
     """Start workers that hold chunks: runs 'dask worker SCHEDULER_ADDRESS --preload
-    dgvm.worker.plugin' on cpu hosts and 'dask cuda worker ...' (one worker per GPU) on GPU hosts;
+    dgvm.worker' on cpu hosts and 'dask cuda worker ...' (one worker per GPU) on GPU hosts;
     every other argument goes to Dask (e.g. --scheduler-file, --memory-limit, --name)."""
     command = _checked(deploy.worker_command, dask_args, backend, device_memory, device_speed, nworkers, nthreads)
     _run(command, dry_run)

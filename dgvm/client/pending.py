@@ -27,9 +27,8 @@ class Pending:
 
     __slots__ = ("writes", "reads")
 
-    def __init__(self, after=()):
-        # ``after``: tasks that still use a reused allocation (dgvm.array recycling).
-        self.writes: list = list(after)
+    def __init__(self):
+        self.writes: list = []
         self.reads: list = []
 
     def writers(self) -> list:

@@ -18,8 +18,6 @@ from dgvm.client import thread_switch
 from dgvm.deploy.cluster import LocalCluster
 from dgvm.protocol import messages
 from dgvm.protocol.errors import DgvmError, NotConnected
-from dgvm.scheduler.plugin import GVATPlugin
-from dgvm.worker.plugin import ChunkStorePlugin
 
 
 def connect(address=None, **cluster_kwargs) -> Client:
@@ -64,6 +62,12 @@ def attach(address: str, set_as_default: bool = False) -> Client:
 
 def ensure_plugins(client: Client, timeout: float = 30) -> None:
     """Install the GVAT and chunk-store plugins where the cluster lacks them."""
+    # The scheduler's and workers' sides load in the program's process only to be sent to a
+    # cluster started without the preloads: importing the scheduler plugin lists the
+    # dashboard's routes for every scheduler this process starts (dgvm.dashboard.mount).
+    from dgvm.scheduler.plugin import GVATPlugin
+    from dgvm.worker.plugin import ChunkStorePlugin
+
     gvat, store = messages.GVAT_PLUGIN, messages.EXTENSION  # travel with the functions
 
     def has_gvat(dask_scheduler=None):

@@ -218,9 +218,7 @@ class ArrayCore:
 
     # -- the allocation ------------------------------------------------------------------------
     def _adopt(self, alloc: AllocationHandle) -> None:
-        self._alloc = alloc
-        # Futures of the launches that last wrote this array and of later launches that
-        # read it: the next launch orders itself after them (see dgvm.client.dispatch).
+        self._alloc = alloc  # its pending tasks order the next ones (dgvm.client.dispatch)
         release_when_unreachable(self, alloc)
 
     @property
