@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import dask
 import pytest
 
 import dgvm
@@ -17,6 +18,13 @@ from dgvm.client.session import call_scheduler
 from dgvm.protocol import messages
 
 MiB = 2**20
+
+# Dask's statistical profiler samples every thread's frames from a thread of its own, and
+# CPython 3.11 can crash doing that while another thread is building a frame (seen here: a
+# segfault in distributed/profile.py during a full run, with the task threads in
+# ``sync``). The tests read no profile: it is off for them and for the processes they start.
+os.environ["DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"] = "False"
+dask.config.set({"distributed.worker.profile.enabled": False})
 
 
 @dataclass
