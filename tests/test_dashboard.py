@@ -326,15 +326,17 @@ def dashboard():
 @pytest.fixture
 def arrays(dashboard):
     """x: 24 blocks over the workers, 10 with replicas where out (all on one worker) read
-    them; a byte buffer beside them."""
+    them; a byte buffer beside them; and the cluster's misses before the launch (the
+    totals are the module cluster's since it started: other tests count in them too)."""
     client, _ = dashboard
+    misses_before = sum(w["misses"] for w in dgvm.stats()["workers"].values())
     x = dnp.from_numpy(np.arange(2048 * 3072.0).reshape(2048, 3072), chunks=(512, 512))
     out = dnp.zeros(x.shape, chunks=(512, 512), placement="packed")
     buf = dgvm.malloc(40 * MiB, chunk_bytes=8 * MiB, placement="round_robin")
     try:
         dgvm.launch(copy2d, x, out=out)
         dgvm.wait(out)
-        yield x, out, buf
+        yield x, out, buf, misses_before
     finally:
         for a in (x, out, buf):
             a.free()
@@ -342,7 +344,7 @@ def arrays(dashboard):
 
 def test_pages_in_the_dashboard_menu_and_documents(dashboard, arrays):
     client, base = dashboard
-    x, out, buf = arrays
+    x, out, buf, misses_before = arrays
     status = get(base, "status")
     for url in pages.APPLICATIONS:
         assert f'href="{url.strip("/")}"' in status  # the "More..." menu of every page
@@ -362,7 +364,7 @@ def test_pages_in_the_dashboard_menu_and_documents(dashboard, arrays):
         assert keys == {f"allocation {a.alloc_id}" for a in (x, out, buf)} | {"replicas"}
     with pull_document(base, "individual-dgvm-migration") as session:
         text = session.document.get_model_by_name("dgvm-migration-totals").text
-        assert "misses</b> 10" in text and "shm" in text
+        assert f"misses</b> {misses_before + 10}" in text and "shm" in text
 
 
 def _browser():
@@ -414,7 +416,7 @@ def test_dashboard_in_a_browser(dashboard, arrays, tmp_path):
     from selenium.webdriver.common.by import By
 
     client, base = dashboard
-    x, out, buf = arrays
+    x, out, buf, _ = arrays
     homes = {short(c.worker) for c in dgvm.table(x.alloc_id, chunks=True)[0].chunks}
     driver, profile = _browser()
     try:
