@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from distributed import Client
 
@@ -241,3 +242,25 @@ def test_a_free_after_the_allocation_went_is_answered_not_a_handler_failure(case
         with pytest.raises(dgvm.InvalidAddress, match="already freed"):
             call_scheduler(op, client, alloc_id=alloc.alloc_id, **kw)
     del x
+
+
+def test_arrays_and_buffers_of_a_closed_cluster_say_so_in_one_way():
+    cluster = dgvm.LocalCluster(n_workers=2, backend="cpu", processes=False, dashboard_address=None)
+    client = dgvm.connect(cluster)
+    x = dnp.from_numpy(np.arange(16.0).reshape(4, 4), chunks=(2, 2), client=client)
+    buf = dgvm.malloc(1024, client=client)
+    client.close()
+    cluster.close()
+    uses = {
+        "asnumpy": lambda: dnp.asnumpy(x),
+        "an operation": lambda: (x + 1).wait(),
+        "a reduction": lambda: float(x.sum()),
+        "a buffer read": lambda: buf.read(0, 4),
+        "the GVAT table": lambda: dgvm.table(client=client),
+        "a new array on it": lambda: dnp.ones(4, client=client),
+    }
+    for what, use in uses.items():
+        with pytest.raises(dgvm.NotConnected, match="cluster of this array or buffer is closed"):
+            use()
+    x.free()  # its memory went with the cluster: nothing to give back, nothing raised
+    buf.free()

@@ -15,7 +15,7 @@ from distributed import Client
 from distributed.protocol import to_serialize
 
 from dgvm.client.pending import Pending
-from dgvm.client.session import Session, call_scheduler, call_workers, current_client, session_of
+from dgvm.client.session import Session, call_scheduler, call_workers, current_client, is_closed, session_of
 from dgvm.protocol import messages
 from dgvm.protocol.errors import ChunkLost, InvalidAddress
 from dgvm.protocol.messages import ChunkMap
@@ -179,6 +179,9 @@ class AllocationHandle:
         """Release the allocation's device memory and virtual range."""
         if self.freed:
             raise InvalidAddress(f"double free of allocation {self.alloc_id} at {self.vaddr:#x}")
+        if is_closed(self.client):  # the memory went with the cluster: nothing to give back
+            self.freed = True
+            return
         try:
             call_scheduler(messages.FREE, self.client, alloc_id=self.alloc_id, owner=self.owner)
         except InvalidAddress:  # freed elsewhere meanwhile

@@ -16,6 +16,7 @@ from distributed import wait as dask_wait
 
 from dgvm.client.ordering import TaskChunks
 from dgvm.client.pending import unfinished
+from dgvm.client.session import ensure_open
 from dgvm.protocol.errors import detached_task_errors
 from dgvm.protocol.messages import TASK_PREFIX
 
@@ -24,6 +25,7 @@ def submit(client, fn, args: tuple, homes: dict[str, list[int]], deps, name: str
     """One task ``fn(*args, indices, deps)`` per worker of ``homes`` (worker -> chunk
     indices), pinned there; ``deps`` is one list for all or a dict per worker. Returns
     the futures in ``homes``' order."""
+    ensure_open(client)
     return [
         client.submit(
             fn, *args, idx, deps[w] if isinstance(deps, dict) else deps,
@@ -81,6 +83,7 @@ def add_readers(arrays, futures) -> None:
 def gather(client, futures, direct: bool = False) -> list:
     """The results of ``futures``; a worker's exception raised here as it was raised
     there, without the frames that would keep the caller's arrays alive."""
+    ensure_open(client)
     with detached_task_errors():
         return client.gather(futures, direct=direct)
 

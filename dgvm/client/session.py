@@ -161,18 +161,34 @@ def current_client() -> Client:
         ) from None
 
 
+def is_closed(client: Client) -> bool:
+    """Whether ``client`` was closed (and its arrays' cluster with it, or gone)."""
+    return client.status in ("closing", "closed")
+
+
+def ensure_open(client: Client) -> Client:
+    """``client``; ``NotConnected`` if it was closed: every use of an array or buffer of a
+    closed cluster says so in one way (not Dask's ClosedClientError or a closed event loop)."""
+    if is_closed(client):
+        raise NotConnected(
+            f"the dgvm cluster of this array or buffer is closed (its client {client.id} was "
+            "closed): its memory went with it; connect again (dgvm.connect) and make it anew"
+        )
+    return client
+
+
 def call_scheduler(handler: str, client: Client | None = None, **kwargs):
     """Call the GVAT's ``handler`` (a name of ``dgvm.protocol.messages``) and return its
     answer (blocking), decoded: a structured answer as its record, a refusal raised as
     its error (``messages.call``)."""
-    client = client or current_client()
+    client = ensure_open(client or current_client())
     return client.sync(messages.call, client.scheduler, handler, **kwargs)
 
 
 def call_workers(handler: str, requests: dict[str, dict], client: Client | None = None) -> dict:
     """Call ``handler`` on several workers at once: {address: kwargs} -> {address: answer},
     decoded as ``call_scheduler`` does; the first refusal is raised."""
-    client = client or current_client()
+    client = ensure_open(client or current_client())
 
     async def _all():
         answers = await asyncio.gather(
