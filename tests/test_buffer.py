@@ -126,3 +126,10 @@ def test_worker_side_failure_rolls_back_every_worker(case):
         assert dgvm.table() == []
     finally:
         case.client.run(give_back, workers=[victim])
+
+
+def test_too_many_chunks_are_refused_at_once_naming_the_count(case):
+    # 2**24 chunks of 8 bytes: refused before anything is placed or booked.
+    with pytest.raises(dgvm.InvalidAddress, match=r"16777216 chunks was asked; at most 1048576"):
+        dgvm.malloc(2**27, chunk_bytes=8, client=case.client)
+    assert dgvm.table(client=case.client) == []

@@ -194,6 +194,21 @@ class GVATPlugin(SchedulerPlugin):
         return await messages.call(self.scheduler.rpc(worker), handler, **kwargs)
 
     # -- handlers ------------------------------------------------------------------------
+    @staticmethod
+    def _check_chunk_count(nbytes, chunk_bytes, chunks) -> None:
+        """Refuse an allocation of more chunks than ``dgvm.max-chunks`` before building
+        anything for it (a table of millions of chunks takes seconds to place)."""
+        limit = int(config.get("max-chunks"))
+        if chunks is not None:
+            n = int(np.prod([len(axis) for axis in chunks], dtype=object))
+        else:
+            n = -(-int(nbytes) // max(int(chunk_bytes), 1))
+        if n > limit:
+            raise InvalidAddress(
+                f"an allocation of {n} chunks was asked; at most {limit} are allowed "
+                "(dgvm.max-chunks): use larger chunks"
+            )
+
     async def allocate(
         self,
         owner: ClientId,
@@ -208,6 +223,7 @@ class GVATPlugin(SchedulerPlugin):
     ) -> ChunkMap:
         """Reserve, place and create an allocation; all or nothing. ``zero=False``: the
         chunks are not zero-filled (the caller's next task writes all of them)."""
+        self._check_chunk_count(nbytes, chunk_bytes, chunks)
         self._sync_inventory()
         if shape is not None:
             grid = tuple(tuple(int(b) for b in axis) for axis in chunks)
