@@ -186,9 +186,9 @@ def main(argv=None) -> int:
         host_x, host_y = dnp.asnumpy(xm), dnp.asnumpy(ym)
         assert np.allclose(check, host_x @ host_y)
         del x, xm, ym
-        from dgvm.array._engine.lifecycle import settle_releases
+        from dgvm.array._engine.lifecycle import drain_releases
 
-        settle_releases()
+        drain_releases()
         big_chain = None
         nc = args.n_chain or (90000 if backend == "cuda" else None)
         if nc:  # before dask.array's arrays take their share of device memory
@@ -199,7 +199,7 @@ def main(argv=None) -> int:
             big_chain = (nc, {"elementwise chain": median_time(lambda: chain(xc).wait(), args.reps),
                               **loop_times(lambda k: chains_back_to_back(xc, k), args.reps)})
             del xc
-            settle_releases()
+            drain_releases()
 
         dx = da.random.random((n, n), chunks=c).map_blocks(on_device, backend=backend).persist()
         dxm = da.random.random((nm, nm), chunks=cm).map_blocks(on_device, backend=backend).persist()

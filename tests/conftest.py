@@ -91,9 +91,9 @@ def case(dgvm_cluster):
     """A cluster case that must be left as found: no allocation, no chunk in any store."""
     yield dgvm_cluster
     # DArrays free themselves when unreachable: let those releases reach the GVAT first.
-    from dgvm.array._engine.lifecycle import settle_releases
+    from dgvm.array._engine.lifecycle import drain_releases
 
-    settle_releases()
+    drain_releases()
     leftover = dgvm.table(client=dgvm_cluster.client)
     for a in leftover:
         call_scheduler(messages.FREE, dgvm_cluster.client, alloc_id=a.alloc_id)

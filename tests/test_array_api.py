@@ -340,9 +340,9 @@ def test_unreachable_arrays_are_freed_in_long_loops(case):
     for _ in range(40):
         x = x + 1  # each step makes a new array; the old one must go away
     same(x, np.full((64, 64), 40.0))
-    from dgvm.array._engine.lifecycle import settle_releases
+    from dgvm.array._engine.lifecycle import drain_releases
 
-    assert settle_releases()
+    assert drain_releases()
     assert case.allocations() == 1
     del x
 
@@ -376,9 +376,9 @@ def test_a_result_that_does_not_fit_raises_and_leaves_the_input(case):
         y.wait()
     assert repr(y).endswith("deferred>")  # still not computed, nothing allocated
     del y
-    from dgvm.array._engine.lifecycle import settle_releases
+    from dgvm.array._engine.lifecycle import drain_releases
 
-    settle_releases()
+    drain_releases()
     assert [a.alloc_id for a in dgvm.table(client=case.client)] == [a.alloc_id for a in before]
     assert float(x[:3].sum()) == 6.0
     del x

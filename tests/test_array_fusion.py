@@ -180,9 +180,9 @@ def test_a_reduction_of_a_deferred_array_allocates_nothing(case):
     np.testing.assert_allclose(dnp.asnumpy(((x - 0.5) ** 2).mean(axis=0)), ((h - 0.5) ** 2).mean(axis=0), rtol=1e-10)
     assert int(dnp.argmax(y * -1)) == int(np.argmax(-(h + h.T)))
     assert repr(y).endswith("deferred>")  # reduced where its leaves live, never stored
-    from dgvm.array._engine.lifecycle import settle_releases
+    from dgvm.array._engine.lifecycle import drain_releases
 
-    settle_releases()  # the small results were temporaries
+    drain_releases()  # the small results were temporaries
     assert case.allocations() == before  # and y was never stored
     np.testing.assert_allclose(dnp.asnumpy(y), h + h.T)  # and still computable
 
@@ -254,9 +254,9 @@ def test_basic_indexing_makes_views_read_in_place(case):
     # A stencil reads x's chunks through four views in one pass; a reduction stores nothing.
     s = x[:-2, 1:-1] + x[2:, 1:-1] - 2 * x[1:-1, 1:-1]
     np.testing.assert_allclose(float(x[::3, ::-2].sum()), h[::3, ::-2].sum(), rtol=1e-10)
-    from dgvm.array._engine.lifecycle import settle_releases
+    from dgvm.array._engine.lifecycle import drain_releases
 
-    settle_releases()  # the sum's small result was a temporary
+    drain_releases()  # the sum's small result was a temporary
     assert case.allocations() == before
     np.testing.assert_allclose(dnp.asnumpy(s), h[:-2, 1:-1] + h[2:, 1:-1] - 2 * h[1:-1, 1:-1], rtol=1e-12)
     for k, v in zip(keys, views):
@@ -329,7 +329,7 @@ def test_reductions_of_views_store_nothing_and_readers_do_not_pile_up(case):
 
     gc.collect()
     assert len(x.readers()) <= 1  # entries go with the deferred results that read x
-    from dgvm.array._engine.lifecycle import settle_releases
+    from dgvm.array._engine.lifecycle import drain_releases
 
-    settle_releases()
+    drain_releases()
     assert case.allocations() == before

@@ -15,7 +15,7 @@ import pytest
 import dgvm
 import dgvm.array as dnp
 from dgvm.array import random as drandom
-from dgvm.array._engine.lifecycle import settle_releases
+from dgvm.array._engine.lifecycle import drain_releases
 
 ROOT = pathlib.Path(__file__).parent.parent
 
@@ -63,7 +63,7 @@ def test_same_values_on_another_cluster(case):
     try:
         there = draws(dnp.random.default_rng(7), (30, 5), client=client)
     finally:
-        settle_releases()  # its arrays are unreachable: let them go before it closes
+        drain_releases()  # its arrays are unreachable: let them go before it closes
         client.close()
         cluster.close()
     for x, y in zip(here, there):

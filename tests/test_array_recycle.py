@@ -49,11 +49,11 @@ def test_explicit_free_and_host_data_are_not_kept(case):
     y.free()  # an explicit free gives the memory back at once
     z = dnp.from_numpy(np.zeros((100, 100)), chunks=50)
     del z
-    from dgvm.array._engine.lifecycle import settle_releases
+    from dgvm.array._engine.lifecycle import drain_releases
 
     gc.collect()
     assert releases_of(case.client).kept.flush() == 0
-    settle_releases()
+    drain_releases()
     assert case.allocations() == 1
 
 
@@ -138,7 +138,7 @@ def test_each_client_session_keeps_its_own_released_allocations_and_generator(ca
     none of them."""
     from distributed import Client
 
-    from dgvm.array._engine.lifecycle import settle_releases
+    from dgvm.array._engine.lifecycle import drain_releases
 
     other = Client(case.cluster, set_as_default=False)
     try:
@@ -156,7 +156,7 @@ def test_each_client_session_keeps_its_own_released_allocations_and_generator(ca
         theirs = dnp.asnumpy(dnp.random.random(8, client=other))
         np.testing.assert_array_equal(mine, theirs)  # each generator at its first call
         del x
-        settle_releases(other)
+        drain_releases(other)
     finally:
         other.close()
 

@@ -88,9 +88,9 @@ def gather(client, futures, direct: bool = False) -> list:
         return client.gather(futures, direct=direct)
 
 
-def settle(futures) -> None:
+def wait_raising(futures) -> None:
     """Wait for the tasks of ``futures`` to end; raise the first one's error here, as it
-    was raised on its worker (``DArray.settle`` waits so for an array's writers)."""
+    was raised on its worker (``DArray.wait`` waits so for an array's writers)."""
     if not futures:
         return
     dask_wait(futures)

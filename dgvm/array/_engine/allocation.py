@@ -52,7 +52,7 @@ def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zer
     except OutOfDeviceMemory:
         if not releases.kept.flush():
             raise
-        releases.settle()  # the kept allocations are freed: room, perhaps
+        releases.drain()  # the kept allocations are freed: room, perhaps
         alloc = create()
     alloc.reusable = reusable
     return alloc

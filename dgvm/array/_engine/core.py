@@ -36,7 +36,7 @@ from dgvm.array._engine.tree_op import Elementwise, result_placement
 from dgvm.array._engine.trees import nodes
 from dgvm.client import progress
 from dgvm.client.allocation import AllocationHandle
-from dgvm.client.dispatch import settle
+from dgvm.client.dispatch import wait_raising
 from dgvm.client.pending import Pending
 from dgvm.protocol import chunk_grid
 from dgvm.protocol.errors import DgvmError
@@ -292,7 +292,7 @@ class ArrayCore:
         """Block until every launch writing this array has finished."""
         if self.host_value is not None:
             return self  # its values are on the caller already, or it has none
-        settle(self.pending.writes)
+        wait_raising(self.pending.writes)
         return self
 
     def free(self) -> None:
@@ -326,7 +326,7 @@ class ArrayCore:
     def write_blocks(self, source: np.ndarray) -> None:
         """Copy a host array of this shape into the blocks, one request per worker."""
         self.before_write()
-        settle(self.pending.writes)
+        wait_raising(self.pending.writes)
         dask_wait(self.pending.readers())  # their errors are theirs
         pieces = []
         for k, sl in enumerate(chunk_grid.block_slices(self.chunks)):

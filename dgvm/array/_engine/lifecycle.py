@@ -72,7 +72,7 @@ class Releases:
                 self._in_flight -= 1
                 self._idle.notify_all()
 
-    def settle(self, timeout: float = 30.0) -> bool:
+    def drain(self, timeout: float = 30.0) -> bool:
         """Wait until the releases already started have reached the GVAT, the kept
         allocations freed too (tests, shutdown, an allocation short of room)."""
         gc.collect()
@@ -103,12 +103,12 @@ def release_when_unreachable(array, alloc) -> None:
     f.atexit = False  # at interpreter exit the cluster goes away with its memory
 
 
-def settle_releases(client=None, timeout: float = 30.0) -> bool:
-    """``Releases.settle`` of ``client``'s session (None: the current client's; with no
-    client connected there is nothing to settle)."""
+def drain_releases(client=None, timeout: float = 30.0) -> bool:
+    """``Releases.drain`` of ``client``'s session (None: the current client's; with no
+    client connected there is nothing to drain)."""
     try:
         releases = releases_of(client)
     except NotConnected:
         gc.collect()
         return True
-    return releases.settle(timeout)
+    return releases.drain(timeout)

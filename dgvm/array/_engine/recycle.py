@@ -13,7 +13,7 @@ for any write.
 
 One ``KeptAllocations`` per client session, owned by its ``lifecycle.Releases``. Bounded:
 at most ``MAX_KEPT`` allocations wait, the oldest is freed first, an allocation refused
-for room frees them all and is tried again, and ``lifecycle.settle_releases`` (tests,
+for room frees them all and is tried again, and ``lifecycle.drain_releases`` (tests,
 shutdown) frees them. Explicit ``x.free()`` and ``with`` blocks always free at once.
 
 Releases come from finalizers, which may run in any thread, even inside this module
@@ -61,7 +61,7 @@ class KeptAllocations:
         self._offered.append((alloc, shape, dtype, chunks, still_reading(futures)))
         return True
 
-    def _settle_offers(self) -> list:
+    def _pool_offers(self) -> list:
         """Move the offered allocations into the pool (caller holds ``_lock``); returns the
         entries to free: past ``MAX_KEPT``, or all of them once the client is gone."""
         drop = []
@@ -92,7 +92,7 @@ class KeptAllocations:
         futures its first task must follow; None if there is none."""
         key = self._key(shape, dtype, chunks)
         with self._lock:
-            drop = self._settle_offers()
+            drop = self._pool_offers()
             entries = self._kept.get(key)
         self._free(drop)
         if not entries:
@@ -124,7 +124,7 @@ class KeptAllocations:
     def flush(self) -> int:
         """Free every kept allocation; returns how many."""
         with self._lock:
-            drop = self._settle_offers()
+            drop = self._pool_offers()
             kept = [entry for entries in self._kept.values() for entry in entries]
             self._kept.clear()
         self._free(drop + kept)

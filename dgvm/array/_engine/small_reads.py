@@ -19,7 +19,7 @@ import numpy as np
 
 from dgvm.array._engine.deferred import view_shape
 from dgvm.array._engine.trees import evaluate
-from dgvm.client.dispatch import settle
+from dgvm.client.dispatch import wait_raising
 
 MAX_ELEMENTS = 4096
 
@@ -33,7 +33,7 @@ def read_view(x) -> np.ndarray | None:
     # result it broadcasts into), checked before anything is read.
     if any(b.ndim == 0 or not b.is_stored for b in d.inputs):
         return None
-    settle([f for b in d.inputs for f in b.pending.writes])  # values as of the views
+    wait_raising([f for b in d.inputs for f in b.pending.writes])  # values as of the views
     leaves = _read(d.inputs, d.views)
     with np.errstate(all="ignore"):
         value = evaluate(d.expr, leaves, np)
