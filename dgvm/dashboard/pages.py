@@ -35,9 +35,12 @@ class Page:
         self.panels = panels
         self._failed = False
 
-    def update(self) -> None:
+    def update(self, fresh: bool = False) -> None:
+        """Show the latest snapshot: a fresh one (``fresh``: a page just opened shows the
+        GVAT as it is now), else one shared with the other open pages that is at most
+        half a refresh period old."""
         try:
-            snap = self.source.snapshot(max_age=self.source.refresh / 2)
+            snap = self.source.snapshot(max_age=0.0 if fresh else self.source.refresh / 2)
             for p in self.panels:
                 p.update(snap)
         except Exception:
@@ -47,7 +50,7 @@ class Page:
 
 
 def _start(doc, page: Page) -> None:
-    page.update()
+    page.update(fresh=True)
     ref = weakref.ref(page)
 
     def tick():
