@@ -6,6 +6,8 @@ that ``import dgvm.array as np`` is all a NumPy program needs.
 
 from __future__ import annotations
 
+import logging
+
 from distributed import default_client
 from distributed import wait as dask_wait
 
@@ -63,6 +65,14 @@ def _close_quietly(client) -> None:
         dask_wait(pending, timeout=EXIT_WAIT)  # their errors were the program's to see
     except Exception:  # noqa: BLE001  (timed out, or the cluster is going: close it anyway)
         pass
-    client.close()
-    if cluster is not None:
-        cluster.close()
+    # Dask may still log a heartbeat cut short by the closing scheduler: the program is
+    # ending and the cluster is its own, so its last words are not the program's output.
+    distributed_log = logging.getLogger("distributed")
+    level = distributed_log.level
+    distributed_log.setLevel(logging.CRITICAL)
+    try:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+    finally:
+        distributed_log.setLevel(level)
