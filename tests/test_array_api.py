@@ -374,7 +374,7 @@ def test_a_result_that_does_not_fit_raises_and_leaves_the_input(case):
     y = x + 1  # deferred: the allocation is made when the values are needed
     with pytest.raises(dgvm.OutOfDeviceMemory, match="cannot place .* free device memory per worker"):
         y.wait()
-    assert repr(y).endswith("deferred>")  # still not computed, nothing allocated
+    assert y.describe().endswith("deferred>")  # still not computed, nothing allocated
     del y
     from dgvm.array._engine.lifecycle import drain_releases
 

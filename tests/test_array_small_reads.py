@@ -21,8 +21,9 @@ def test_elements_and_small_views_are_read_in_place(case):
     np.testing.assert_array_equal(dnp.asnumpy(t), np.transpose(h, (2, 0, 1))[1:3, 2])
     assert case.allocations() == before  # read from x's chunks: nothing computed
     row = x[3]
-    x[3, 0, 0] = -1.0  # the view keeps the values it was made from; x has the new one
-    assert float(row[0, 0]) == h[3, 0, 0] and float(x[3, 0, 0]) == -1.0
+    x[3, 0, 0] = -1.0  # a view shows its base's memory, as in NumPy
+    h[3, 0, 0] = -1.0
+    assert float(row[0, 0]) == -1.0 and float(x[3, 0, 0]) == -1.0
     # Small trees over views are evaluated on the caller from the leaves' elements.
     before = case.allocations()
     assert bool(x[2, 3, 1] == h[2, 3, 1]) and not bool(x[2, 3, 1] > 1e9)

@@ -27,6 +27,8 @@ from dgvm.array import (
 )
 from dgvm.array._engine import namespace
 from dgvm.array._engine.apply import apply
+from dgvm.array._engine.complex_parts import part
+from dgvm.array._engine.printing import array_format, array_repr, array_str
 from dgvm.array._engine.core import ArrayCore
 from dgvm.array._engine.getitem import getitem
 from dgvm.array._engine.setitem import setitem
@@ -261,9 +263,23 @@ class DArray(ArrayCore):
         return manipulation.transpose(self, (axes[0] if len(axes) == 1 else axes) if axes else None)
 
     def flatten(self):
+        """A copy of the elements in one axis, C order."""
         return self.reshape(-1, copy=True)
 
-    ravel = flatten
+    def ravel(self):
+        """The elements in one axis, C order: a view where NumPy's is one."""
+        return self.reshape(-1)
+
+    @property
+    def real(self):
+        """The real part: a view of this array's memory, as NumPy's."""
+        return part(self, "real")
+
+    @property
+    def imag(self):
+        """The imaginary part: a view of this array's memory (read-only zeros for a real
+        array), as NumPy's."""
+        return part(self, "imag")
 
     def fill(self, value) -> None:
         self[...] = value
@@ -272,6 +288,20 @@ class DArray(ArrayCore):
         return self.to_numpy().tolist()
 
     # -- Python's protocols ------------------------------------------------------------------
+    def __str__(self) -> str:
+        return array_str(self)
+
+    def __repr__(self) -> str:
+        return array_repr(self)
+
+    def __format__(self, spec: str) -> str:
+        return array_format(self, spec)
+
+    def describe(self) -> str:
+        """Where the array stands: shape, dtype, blocks, and its global address (or
+        whether it is deferred or a view), without reading any value."""
+        return ArrayCore.__repr__(self)
+
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d DArray")

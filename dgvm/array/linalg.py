@@ -21,7 +21,7 @@ from dgvm.array._engine.axes import normalize_axis
 from dgvm.array._engine.core import ArrayCore
 from dgvm.array._engine.zero_size import empty_aware
 from dgvm.array.creation import eye
-from dgvm.array.linear_algebra import diagonal_of, dot, matmul, matrix_transpose, outer, tensordot, vecdot
+from dgvm.array.linear_algebra import diagonal_view, dot, matmul, matrix_transpose, outer, tensordot, vecdot
 from dgvm.array.manipulation import broadcast_to, expand_dims, permute_dims, reshape, stack
 from dgvm.array.statistical import max as max_of, min as min_of, sum as total_of
 
@@ -93,7 +93,7 @@ def diagonal(x, /, *, offset=0):
     """Diagonal ``offset`` (above the main one when positive) of the matrices in the
     last two axes."""
     per_matrix.check_matrices("diagonal", x)
-    return diagonal_of(x, offset, (x.ndim - 2, x.ndim - 1))
+    return diagonal_view(x, offset, (x.ndim - 2, x.ndim - 1))
 
 
 @empty_aware(numpy=np.linalg)

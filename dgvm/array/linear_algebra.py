@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from dgvm.array._engine import blockwise, per_matrix
+from dgvm.array._engine.aliases import derived, stand_in
 from dgvm.array._engine.apply import apply
 from dgvm.array._engine.axes import broadcast_region, normalize_axis
 from dgvm.array._engine.core import ArrayCore
@@ -20,7 +21,7 @@ from dgvm.array._engine.dtypes import result_type
 from dgvm.array._engine.matrix_ops import Diag, Diagonal, MatMul, input_coords
 from dgvm.array._engine.placement import result_like
 from dgvm.array._engine.zero_size import empty_aware
-from dgvm.array.manipulation import expand_dims, permute_dims, reshape, squeeze
+from dgvm.array.manipulation import expand_dims, permute_dims, reshape, reshaped, squeeze
 from dgvm.array.statistical import sum as total_of
 
 __all__ = ["diag", "diagonal", "dot", "matmul", "matrix_transpose", "outer", "tensordot", "trace", "vecdot"]
@@ -88,10 +89,10 @@ def tensordot(x1, x2, /, *, axes=2):
     n = int(np.prod([x2.shape[a] for a in free2], dtype=np.int64))
     k = int(np.prod([x1.shape[a] for a in a1], dtype=np.int64))
     # permute_dims copies even in the identity order: skipped then
-    left = reshape(x1 if free1 + a1 == list(range(x1.ndim)) else permute_dims(x1, free1 + a1), (m, k))
-    right = reshape(x2 if a2 + free2 == list(range(x2.ndim)) else permute_dims(x2, a2 + free2), (k, n))
+    left = reshaped(x1 if free1 + a1 == list(range(x1.ndim)) else permute_dims(x1, free1 + a1), (m, k))
+    right = reshaped(x2 if a2 + free2 == list(range(x2.ndim)) else permute_dims(x2, a2 + free2), (k, n))
     out = matmul(left, right)
-    return reshape(out, tuple(x1.shape[a] for a in free1) + tuple(x2.shape[a] for a in free2))
+    return reshaped(out, tuple(x1.shape[a] for a in free1) + tuple(x2.shape[a] for a in free2))
 
 
 @empty_aware
@@ -151,14 +152,21 @@ def diagonal_of(x, offset: int, axes: tuple):
 @empty_aware
 def diagonal(a, offset=0, axis1=0, axis2=1):
     """NumPy's ``diagonal``: diagonal ``offset`` of the matrices in axes ``axis1`` and
-    ``axis2``, as the last axis of the result (read where it lies: no copy of ``a``)."""
-    return diagonal_of(a, offset, _axes(a, axis1, axis2, "diagonal"))
+    ``axis2``, as the last axis of the result: a read-only view, as NumPy's."""
+    axes = _axes(a, axis1, axis2, "diagonal")
+    return diagonal_view(a, offset, axes)
+
+
+def diagonal_view(a, offset: int, axes: tuple):
+    """``diagonal_of`` as a read-only view of ``a`` (its values those of ``a`` when read)."""
+    layout = np.diagonal(stand_in(a), offset, *axes)
+    return derived(a, lambda s: diagonal_of(s, offset, axes), readonly=True, layout=layout)
 
 
 @empty_aware
 def trace(a, offset=0, axis1=0, axis2=1, dtype=None):
     """NumPy's ``trace``: sums along diagonal ``offset`` of axes ``axis1`` and ``axis2``."""
-    return total_of(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
+    return total_of(diagonal_of(a, offset, _axes(a, axis1, axis2, "trace")), axis=-1, dtype=dtype)
 
 
 @empty_aware

@@ -1,7 +1,7 @@
 """Manipulation functions: transpose, reshape, broadcast, concatenate, flip, roll, repeat, ...
 
-Axis permutations, ``expand_dims`` and ``squeeze`` are views (no copy: a deferred
-array that reads its input in place, ``_engine.deferred``). The others are blockwise
+Axis permutations, ``expand_dims``, ``squeeze`` and ``flip`` are views of their input's
+memory, as in NumPy (``_engine.aliases``). The others are blockwise
 ops: an output chunk is made on its worker from the input regions it maps to (read
 through the migration layer), and placed near the input chunk that holds its first
 element, so a flip, a roll or a broadcast mostly reads local chunks
@@ -15,7 +15,8 @@ import itertools
 
 import numpy as np
 
-from dgvm.array._engine import blockwise, deferred
+from dgvm.array._engine import blockwise
+from dgvm.array._engine.aliases import derived, stand_in, view_of
 from dgvm.array._engine.axes import broadcast_chunks, broadcast_region, normalize_axis
 from dgvm.array._engine.core import ArrayCore
 from dgvm.array._engine.dtypes import result_type
@@ -40,7 +41,7 @@ __all__ = [
 def _axis_view(x, src: tuple, name: str):
     # Deferred like an elementwise result: ``x + x.T`` reads x's chunks in place (those of
     # other workers as replicas, which stay valid until x is written) and copies nothing.
-    return deferred.view(x, View.of_axes(x, src), name)
+    return view_of(x, View.of_axes(x, src), name)
 
 
 @empty_aware
@@ -95,10 +96,15 @@ def squeeze(x, /, axis):
 # -- broadcasting ----------------------------------------------------------------------------
 @empty_aware
 def broadcast_to(x, /, shape):
-    """``x`` repeated along new or length-1 axes to ``shape``."""
+    """``x`` repeated along new or length-1 axes to ``shape``: a read-only view, as NumPy's."""
     shape = tuple(int(s) for s in shape)
     if tuple(np.broadcast_shapes(x.shape, shape)) != shape:
         raise ValueError(f"cannot broadcast shape {x.shape} to {shape}")
+    layout = np.broadcast_to(stand_in(x), shape)
+    return derived(x, lambda s: _broadcast_copy(s, shape), readonly=True, layout=layout)
+
+
+def _broadcast_copy(x, shape):
     chunks = broadcast_chunks([x], shape)
     out = result_like(x, shape, x.dtype, chunks, lambda lo: broadcast_region(x.shape, lo, lo)[0])
     blockwise.run(Elementwise(("in", 0), [x.shape], shape), out, [x], "broadcast_to")
@@ -116,8 +122,7 @@ def broadcast_arrays(*arrays):
 def flip(x, /, *, axis=None):
     """``x`` with the order of elements reversed along ``axis`` (None: all axes)."""
     axes = normalize_axis(axis, x.ndim)
-    maps = [np.arange(x.shape[a] - 1, -1, -1) if a in axes else None for a in range(x.ndim)]
-    return take_along_maps(x, maps, "flip")
+    return getitem(x, tuple(slice(None, None, -1) if a in axes else slice(None) for a in range(x.ndim)))
 
 
 @empty_aware
@@ -233,10 +238,28 @@ def reshape(x, /, shape, *, copy=None):
         shape = tuple(x.size // known if s == -1 else s for s in shape)
     if int(np.prod(shape, dtype=np.int64)) != x.size:
         raise ValueError(f"cannot reshape an array of size {x.size} into shape {shape}")
-    if copy is False:
-        raise ValueError("reshape(copy=False): a DArray's reshape always makes a new array")
     if shape == x.shape:
         return astype(x, x.dtype) if copy else x
+    if copy:
+        return reshaped(x, shape)
+    try:  # a view where NumPy's would be one (its elements in C order in the base's memory)
+        layout = np.reshape(stand_in(x), shape, copy=False)
+    except ValueError:
+        if copy is False:
+            raise ValueError(f"reshape(copy=False): this view of shape {x.shape} cannot be "
+                             f"reshaped to {shape} without a copy") from None
+        return reshaped(x, shape)
+    return derived(x, lambda s: reshaped(s, shape), _reshape_back, layout=layout)
+
+
+def _reshape_back(source, values) -> None:
+    source[...] = reshaped(values, source.shape)
+
+
+def reshaped(x, shape):
+    """A new array of ``x``'s elements in C order, of ``shape`` (its size)."""
+    if shape == x.shape:
+        return astype(x, x.dtype)
     if not shape:
         chunks = ()
     else:

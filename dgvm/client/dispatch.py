@@ -36,7 +36,8 @@ def submit(client, fn, args: tuple, homes: dict[str, list[int]], deps, name: str
     ]
 
 
-def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = False) -> None:
+def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = False,
+             chunks=None) -> None:
     """Submit ``fn(*task_args, indices, deps)`` as one task per home worker of ``out``'s
     chunks, ordered after earlier tasks: after those that wrote ``inputs`` or ``out``,
     and after those that read ``out``, where they touched the task's chunks
@@ -46,6 +47,9 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
     second task per worker, ``fn2(*args2, indices, results)`` with the results of every
     first task (a step all workers must finish first), recorded instead.
 
+    ``chunks``: only these chunk indices of ``out`` are written (a write through a view);
+    their workers alone get a task.
+
     ``out`` and ``inputs`` are arrays: ``alloc`` (the allocation handle), ``chunks``,
     ``pending`` (``dgvm.client.pending.Pending``) and ``before_write()``."""
     out.before_write()  # deferred readers of out run first
@@ -54,7 +58,7 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
     input_writers = unfinished([f for a in inputs for f in a.pending.writes])
     client = out.alloc.client
     touched = out.alloc.session.part(TaskChunks)
-    homes = out.alloc.by_home()
+    homes = out.alloc.by_home(chunks)
     if then is None:
         deps = {w: touched.after(idx, aligned, out_tasks, input_writers) for w, idx in homes.items()}
     else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 
 from dgvm.array import DArray
+from dgvm.array._engine.view_writes import write_view
 from dgvm.client.dispatch import dispatch
 from dgvm.kernels.blocks import Blocks
 from dgvm.kernels.kernel import Kernel
@@ -63,6 +64,13 @@ def launch(kernel, *args, out, halo: int = 0, pass_origin: bool = False,
         raise ValueError(f"halo must be >= 0, got {halo}")
     check_args(args, out)
     if out.size == 0:  # no chunk to run on (dgvm.array._engine.zero_size)
+        return
+    if out.alias is not None:
+        # A view: the kernel runs on a copy of its values, written through to its base
+        # after (ordered after the kernel; a failed kernel leaves the base as it was).
+        copy = out.alias.copy_of(out)
+        launch(kernel, *args, out=copy, halo=halo, pass_origin=pass_origin, threads_per_block=threads_per_block)
+        write_view(out, copy)
         return
     specs = [_spec(a) for a in args]
     # Each array argument is read at the output chunk's own index (checked above).

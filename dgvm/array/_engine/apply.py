@@ -17,11 +17,13 @@ import warnings
 import numpy as np
 
 from dgvm.array._engine import blockwise, deferred
+from dgvm.array._engine.aliases import view_of
 from dgvm.array._engine.axes import broadcast_chunks
 from dgvm.array._engine.core import ArrayCore
 from dgvm.array._engine.deferred import Deferred
 from dgvm.array._engine.tree_op import Elementwise
 from dgvm.array._engine.trees import call
+from dgvm.array._engine.view_writes import write_view
 
 
 def _probe(x):
@@ -93,6 +95,9 @@ def apply(name: str, *args, dtype=None, out=None):
         raise ValueError(f"in-place {name}: the result's shape {shape} is not the array's {out.shape}")
     if math.prod(shape) == 0:  # no element to compute (zero_size)
         return out if out is not None else type(arrays[0]).empty_on_caller(shape, dtype, arrays[0].client)
+    if out is not None and out.alias is not None:  # in place on a view: its base is written
+        write_view(out, apply(name, *args, dtype=dtype))
+        return out
     if all(a.host_value is not None for a in arrays) and (out is None or out.host_value is not None):
         return _on_caller(name, args, dtype, out, arrays[0])
     if out is not None and out.deferred is None:
@@ -111,6 +116,11 @@ def apply(name: str, *args, dtype=None, out=None):
         out.undefer()
         out.defer(Deferred(expr, inputs, name, views))
         return out
+    for i, (a, v) in enumerate(zip(inputs, views)):
+        if a is out and v is not None:
+            # out read in other positions than it is written (x += x.T, x -= x[3]): those
+            # leaves read a copy taken before the write, as NumPy does for overlapping operands.
+            inputs[i], views[i] = view_of(out, v, name).stored(), None
     blockwise.run(Elementwise.of(expr, inputs, views, shape), out, inputs, name)
     return out
 

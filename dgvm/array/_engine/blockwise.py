@@ -25,13 +25,19 @@ from dgvm.protocol import chunk_grid
 from dgvm.protocol.records import ArraySpec
 
 
-def run(op, out, inputs, name: str) -> None:
-    """Compute every chunk of ``out`` with ``op`` from the arrays ``inputs`` (asynchronous)."""
+def run(op, out, inputs, name: str, chunks=None) -> None:
+    """Compute every chunk of ``out`` (or the chunk indices ``chunks``) with ``op`` from the
+    arrays ``inputs`` (asynchronous)."""
     if out.size == 0:  # no chunk: held on the caller (``zero_size``)
         return
+    if out.alias is not None:
+        raise TypeError("blockwise.run writes arrays that own their memory; a view is written "
+                        "through view_writes")
+    # A view is read as its copy (``ArrayCore.stored``), taken now: before this writes out.
+    inputs = [a.stored() if a.alias is not None else a for a in inputs]
     specs = [ArraySpec.of(a) for a in inputs]
     dispatch(blockwise_tasks.blockwise_here, out, list(inputs), name, op, ArraySpec.of(out), specs,
-             aligned=getattr(op, "aligned", False))
+             aligned=getattr(op, "aligned", False), chunks=chunks)
 
 
 def collect(op, x, name: str) -> dict[tuple, object]:

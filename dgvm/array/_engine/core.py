@@ -28,6 +28,7 @@ from dgvm.array._engine import blockwise
 from dgvm.array._engine.allocation import NoElements, allocate
 from dgvm.array._engine.axes import normalize_shape
 from dgvm.array._engine.clients import client_for
+from dgvm.array._engine.aliases import Alias
 from dgvm.array._engine.deferred import Deferred
 from dgvm.array._engine.dtypes import check
 from dgvm.array._engine.lifecycle import release_when_unreachable, releases_of
@@ -65,6 +66,12 @@ class ArrayCore:
         # Deferred arrays that read this one: a write materializes them first.
         self._readers: dict = {}
         self._alloc = None
+        # A view: the array whose memory it shares, and how (``aliases``); its copy for
+        # operations that need stored chunks, with the base's write count it was made at.
+        self._alias: Alias | None = None
+        self._snapshot: tuple | None = None
+        # Writes begun on this array (``before_write``): views' copies older than that are stale.
+        self._writes = 0
         if alloc is not None:
             self._adopt(alloc)
 
@@ -117,6 +124,49 @@ class ArrayCore:
         out.defer(tree)
         return out
 
+    @classmethod
+    def aliasing(cls, alias: Alias, shape, dtype, chunks, name: str):
+        """A view (``aliases``): an array sharing the memory of ``alias.base``. A strided
+        view reads its base in place as a one-leaf deferred tree (which is never computed
+        into memory of its own, and is no reader of the base: it follows its writes)."""
+        out = cls(None, shape, dtype, chunks)
+        out._alias = alias
+        if alias.view is not None:
+            out._deferred = Deferred(("in", 0), [alias.base], name, [alias.view])
+        return out
+
+    # -- views -------------------------------------------------------------------------------------
+    @property
+    def alias(self) -> Alias | None:
+        """How this array shares another's memory (None: it owns its values)."""
+        return self._alias
+
+    @property
+    def base(self):
+        """NumPy's ``base``: the array whose memory this view shares (None if it owns its
+        memory)."""
+        return None if self._alias is None else self._alias.base
+
+    def stored(self) -> "ArrayCore":
+        """The array whose allocation holds these values now: this one (computed if
+        deferred), or for a view a copy of its elements, made once per state of its base
+        (operations that need stored chunks read that; writes go through ``view_writes``)."""
+        a = self._alias
+        if a is None:
+            self.alloc
+            return self
+        a.base.check_usable()
+        root = a.root
+        snap = self._snapshot
+        if snap is None or snap[1] != root._writes or (snap[0]._alloc is not None and snap[0]._alloc.freed):
+            self._snapshot = snap = (a.copy_of(self), root._writes)
+        snap[0].alloc  # computed now, before any later write to the base
+        return snap[0]
+
+    def keep_copy(self, copy) -> None:
+        """Keep ``copy`` (a new array of this view's present values) as its copy."""
+        self._snapshot = (copy, self._alias.root._writes)
+
     # -- the deferred tree ---------------------------------------------------------------------
     @property
     def deferred(self) -> Deferred | None:
@@ -167,7 +217,14 @@ class ArrayCore:
         return [r for r in (ref() for ref in list(self._readers.values())) if r is not None]
 
     def before_write(self) -> None:
-        """Deferred results made from this array's present values are computed first."""
+        """Deferred results made from this array's present values are computed first (a
+        view's: its base's). Views' copies of the old values are stale from now on."""
+        if self._alias is not None:
+            if self._alias.readonly:
+                raise ValueError("assignment destination is read-only")
+            self._alias.base.before_write()
+            return
+        self._writes += 1
         if self._readers:
             for reader in self.readers():
                 reader.materialize()
@@ -175,7 +232,9 @@ class ArrayCore:
 
     def check_usable(self) -> None:
         """Raise now if this array was freed (computed or not): trees must not read it later."""
-        if self._deferred is None:
+        if self._alias is not None:
+            self._alias.base.check_usable()
+        elif self._deferred is None:
             self.alloc.check_live()  # ``alloc`` raises for one freed before it was computed
 
     def materialize(self) -> None:
@@ -183,7 +242,7 @@ class ArrayCore:
         and chunks) and run its whole tree in one pass, one task per worker; a host value
         is written from the caller. Not zero-filled: every element is written next."""
         d = self._deferred
-        if d is None:
+        if d is None or self._alias is not None:  # a view's values are its base's
             return
         if self.size == 0:  # an empty host value: it has no allocation
             raise NoElements(self.shape, self.dtype, d.client, type(self))
@@ -223,7 +282,10 @@ class ArrayCore:
 
     @property
     def alloc(self) -> AllocationHandle:
-        """The GVAT allocation behind the array (made now if the array is deferred)."""
+        """The GVAT allocation behind the array (made now if the array is deferred; a
+        view's copy, ``stored``)."""
+        if self._alias is not None:
+            return self.stored().alloc
         if self._alloc is None:
             self.materialize()
             if self._alloc is None:
@@ -233,6 +295,8 @@ class ArrayCore:
     @property
     def client(self):
         """The Dask client of the array's cluster (known without computing a deferred array)."""
+        if self._alias is not None:
+            return self._alias.base.client
         d = self._deferred
         if self._alloc is None and d is not None:
             return d.client or d.inputs[0].client  # a host value has no inputs
@@ -272,6 +336,8 @@ class ArrayCore:
     # -- life cycle ------------------------------------------------------------------------------
     def settle(self) -> None:
         """Let every pending launch that writes or reads this array finish."""
+        if self._alias is not None:
+            return self._alias.base.settle()
         if self.host_value is not None:
             return  # held on the caller: nothing runs on it
         pending = self.pending.all()
@@ -284,19 +350,28 @@ class ArrayCore:
         A deferred elementwise result runs when its values are first needed. A loop that
         makes several results before it looks at any calls ``persist()`` on each, so their
         tasks queue on the workers back to back instead of each waiting for a round trip."""
-        if self.host_value is None:
+        if self._alias is not None:
+            self._alias.base.persist()
+        elif self.host_value is None:
             self.alloc  # a deferred result is materialized: its tasks are submitted, not awaited
         return self
 
     def wait(self):
         """Block until every launch writing this array has finished."""
+        if self._alias is not None:
+            self._alias.base.wait()
+            return self
         if self.host_value is not None:
             return self  # its values are on the caller already, or it has none
         wait_raising(self.pending.writes)
         return self
 
     def free(self) -> None:
-        """Give the array's device memory back now (also done when it becomes unreachable)."""
+        """Give the array's device memory back now (also done when it becomes unreachable).
+        A view gives back only its own copy, never its base's memory, and is unusable after."""
+        if self._alias is not None:
+            self._alias = self._snapshot = self._deferred = None
+            return
         if self._alloc is None:  # deferred: nothing computed, nothing to give back
             self.undefer()
             return
@@ -310,10 +385,13 @@ class ArrayCore:
         return self
 
     def __exit__(self, *exc):
-        if self._alloc is None or not self._alloc.freed:
+        if self._alias is not None or self._alloc is None or not self._alloc.freed:
             self.free()
 
     def __repr__(self):
+        if self._alias is not None:
+            return (f"dgvm.DArray<shape={self.shape}, dtype={self.dtype}, "
+                    f"numblocks={self.numblocks}, view of {self._alias.base.describe_short()}>")
         if self._alloc is None:
             return (f"dgvm.DArray<shape={self.shape}, dtype={self.dtype}, "
                     f"numblocks={self.numblocks}, deferred>")
@@ -321,6 +399,10 @@ class ArrayCore:
             f"dgvm.DArray<shape={self.shape}, dtype={self.dtype}, numblocks={self.numblocks}, "
             f"vaddr={self.vaddr:#x}>"
         )
+
+    def describe_short(self) -> str:
+        state = "deferred" if self._alloc is None else f"vaddr={self._alloc.vaddr:#x}"
+        return f"<shape={self.shape}, dtype={self.dtype}, {state}>"
 
     # -- host round trip -------------------------------------------------------------------------
     def write_blocks(self, source: np.ndarray) -> None:
@@ -342,6 +424,8 @@ class ArrayCore:
         small = read_view(self)  # x[i, j]: read in place, nothing computed
         if small is not None:
             return small
+        if self._alias is not None:
+            return self.stored().to_numpy()
         self.wait()
         out = np.empty(self.shape, dtype=self.dtype)
         slices = chunk_grid.block_slices(self.chunks)

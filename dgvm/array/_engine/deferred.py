@@ -20,7 +20,7 @@ written once), ``float()``/``asnumpy`` read it without a request, a 0-d one ente
 elementwise trees as a constant, and elementwise operations on host values alone run on
 the caller with NumPy. So ``alpha = rr / (p @ q)`` costs no device memory or task.
 
-Here: the record (``Deferred``) and how trees are built from arrays (``leaf``, ``view``).
+Here: the record (``Deferred``) and how trees are built from arrays (``leaf``).
 An array keeps its own tree and its readers (``ArrayCore.defer``, ``undefer``,
 ``before_write``, ``materialize``); the arrays here are only asked.
 """
@@ -61,23 +61,6 @@ def view_shape(a, view) -> tuple:
     return a.shape if view is None else view.shape
 
 
-def view(x, v, name: str):
-    """A deferred array (of ``x``'s class) reading ``x`` through the View ``v`` (no copy).
-    A view of a view reads the first array through one View; other deferred ``x`` are
-    computed."""
-    d = x.deferred
-    x.check_usable()  # a view of a freed array fails here, not at first use
-    if 0 in v.shape:  # nothing to read: held on the caller (zero_size)
-        return type(x).empty_on_caller(v.shape, x.dtype, x.client)
-    if d is not None and d.expr[0] == "in":
-        inner = d.views[d.expr[1]]
-        x = d.inputs[d.expr[1]]
-        v = inner.then(v) if inner is not None else v
-    else:
-        x.materialize()
-    return type(x).of_deferred(v.shape, x.dtype, v.chunks, Deferred(("in", 0), [x], name, [v]))
-
-
 def _index(a, axes, inputs: list, views: list):
     for i, (b, v) in enumerate(zip(inputs, views)):
         if b is a and v == axes:
@@ -100,6 +83,8 @@ def leaf(a, inputs: list, views: list):
         )
         if d.nodes < MAX_NODES and len(inputs) + fresh <= MAX_INPUTS:
             return _renumber(d.expr, d, inputs, views)
+    if a.alias is not None:  # a view too large to inline: its values now, not later
+        return _index(a.stored(), None, inputs, views)
     a.materialize()
     return _index(a, None, inputs, views)
 

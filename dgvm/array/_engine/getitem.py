@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm.array._engine import blockwise, deferred
+from dgvm.array._engine import blockwise
+from dgvm.array._engine.aliases import view_of
+from dgvm.array._engine.apply import apply
 from dgvm.array._engine.gather import take_along_maps
 from dgvm.array._engine.keys import added_axes, basic_view, is_mask, plan
 from dgvm.array._engine.views import View
@@ -22,7 +24,7 @@ from dgvm.array._engine.views import View
 
 def _axis_view(x, src: tuple, name: str):
     """``x`` with view axis k reading axis ``src[k]`` (None: a new axis of length 1)."""
-    return deferred.view(x, View.of_axes(x, src), name)
+    return view_of(x, View.of_axes(x, src), name)
 
 
 def getitem(x, key):
@@ -34,12 +36,15 @@ def getitem(x, key):
         src = list(range(inner.ndim))
         src.insert(axis, None)
         out = _axis_view(inner, tuple(src), "expand_dims")
-        return out if added.true else out[(slice(None),) * axis + (slice(0, 0),)]
+        if not added.true:
+            return out[(slice(None),) * axis + (slice(0, 0),)]
+        # A 0-d boolean is an advanced index: NumPy's result is a copy, not a view.
+        return apply("astype", out, dtype=out.dtype)
     if is_mask(key):
         return _masked(x, key[0] if isinstance(key, tuple) else key)
     view = basic_view(x, key)
     if view is not None:  # no copy now: a deferred view, read in place or computed on use
-        return deferred.view(x, view, "getitem")
+        return view_of(x, view, "getitem")
     # An index array along one axis: a gather, then the axes integers drop and None adds.
     maps, drop, new_axes = plan(x, key)
     out = take_along_maps(x, maps, "getitem")

@@ -7,75 +7,16 @@ by each chunk's task for its own positions. A mask takes a scalar.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from dgvm.array._engine import blockwise
 from dgvm.array._engine.apply import apply
+from dgvm.array._engine.assign_ops import Assign, MaskAssign
 from dgvm.array._engine.core import ArrayCore
-from dgvm.array._engine.keys import added_axes, fit_value, fitted, is_mask, plan, storable
+from dgvm.array._engine.getitem import getitem
+from dgvm.array._engine.keys import added_axes, basic_view, fit_value, fitted, is_mask, plan, storable
+from dgvm.array._engine.view_writes import write_view
 from dgvm.array._engine.zero_size import empty_aware
-
-
-@dataclass
-class _Assign:
-    """For a chunk of ``x``: the positions the key selects in it, set from the value (a
-    scalar, or input 1 broadcast over the selection's shape)."""
-
-    maps: tuple  # per axis of x: coordinate list of the selection (None: whole axis)
-    sel_shape: tuple  # shape of the selection (ints dropped), the value broadcasts to it
-    keep: tuple  # axes of x that are axes of the selection
-    value: object
-    value_shape: tuple | None
-
-    def block_into(self, read, lo, hi, xp, target) -> bool:
-        self._assign(read, lo, hi, xp, target)  # only the selected positions are written
-        return True
-
-    def block(self, read, lo, hi, xp):  # the chunk's home moved: assign into a copy
-        out = read(0, lo, hi).copy()
-        self._assign(read, lo, hi, xp, out)
-        return out
-
-    def _assign(self, read, lo, hi, xp, dst) -> None:
-        local, sel = [], []
-        for a, m in enumerate(self.maps):
-            if m is None:
-                local.append(np.arange(hi[a] - lo[a]))
-                sel.append(np.arange(lo[a], hi[a]))
-                continue
-            j = np.flatnonzero((m >= lo[a]) & (m < hi[a]))
-            if not len(j):
-                return  # the key selects nothing in this chunk
-            local.append(m[j] - lo[a])
-            sel.append(j)
-        if self.value_shape is None:
-            value = self.value
-        else:
-            vsh = self.value_shape
-            d = len(self.sel_shape) - len(vsh)
-            coords = [sel[self.keep[i + d]] for i in range(len(vsh))]
-            vlo = [0 if n == 1 else int(c.min()) for n, c in zip(vsh, coords)]
-            vhi = [1 if n == 1 else int(c.max()) + 1 for n, c in zip(vsh, coords)]
-            region = read(1, vlo, vhi)
-            picks = [np.zeros(1, np.int64) if n == 1 else c - l for n, c, l in zip(vsh, coords, vlo)]
-            value = region[xp.ix_(*(xp.asarray(p) for p in picks))] if picks else region
-            value = xp.broadcast_to(value, [len(sel[a]) for a in self.keep])
-            value = value.reshape([len(v) for v in local])
-        dst[xp.ix_(*(xp.asarray(v) for v in local))] = value
-
-
-@dataclass
-class _MaskAssign:
-    value: object
-
-    def block_into(self, read, lo, hi, xp, target) -> bool:
-        target[read(1, lo, hi)] = self.value
-        return True
-
-    def block(self, read, lo, hi, xp):  # the chunk's home moved: a new array
-        return xp.where(read(1, lo, hi), self.value, read(0, lo, hi))
 
 
 def _setitem_on_host(x, key, value):
@@ -87,6 +28,9 @@ def _setitem_on_host(x, key, value):
 @empty_aware(host=_setitem_on_host)
 def setitem(x, key, value) -> None:
     """``x[key] = value`` (``DArray.__setitem__``)."""
+    if x.alias is not None:
+        _setitem_view(x, key, value)
+        return
     if isinstance(value, list):
         value = np.asarray(value, dtype=x.dtype)
     added = added_axes(x, key)
@@ -106,7 +50,7 @@ def setitem(x, key, value) -> None:
             mask = type(x).from_host(mask, chunks=x.chunks)
         if mask.shape != x.shape:
             raise IndexError(f"boolean mask of shape {mask.shape} does not match the array's {x.shape}")
-        blockwise.run(_MaskAssign(value), x, [x, mask], "setitem-mask")
+        blockwise.run(MaskAssign(value), x, [x, mask], "setitem-mask")
         return
     maps, drop, new_axes = plan(x, key)
     keep = tuple(a for a in range(x.ndim) if a not in drop)
@@ -119,8 +63,30 @@ def setitem(x, key, value) -> None:
             # The tasks write x while reading it across chunks (x[::-1] = x): read a copy,
             # deferred and so computed before the write, like any reader of x.
             value = apply("astype", value, dtype=x.dtype)
-        op = _Assign(tuple(maps), sel_shape, keep, None, vshape)
+        op = Assign(tuple(maps), sel_shape, keep, None, vshape)
         blockwise.run(op, x, [x, value], "setitem")
     else:
         storable(value, x.dtype)
-        blockwise.run(_Assign(tuple(maps), sel_shape, keep, value, None), x, [x], "setitem")
+        blockwise.run(Assign(tuple(maps), sel_shape, keep, value, None), x, [x], "setitem")
+
+
+def _setitem_view(x, key, value) -> None:
+    """``x[key] = value`` for a view ``x``: written through to its base (``view_writes``).
+    A basic key selects a view of the view; any other key is applied to a copy of the
+    view's values, which is then written through whole."""
+    if x.alias.readonly:
+        raise ValueError("assignment destination is read-only")
+    if key is Ellipsis or (isinstance(key, tuple) and not key):
+        write_view(x, value)
+        return
+    strided = x.alias.view is not None
+    if strided and not is_mask(key) and added_axes(x, key, bools_only=True) is None and basic_view(x, key) is not None:
+        target = getitem(x, key)
+        if target.alias is None:  # it selects nothing (zero_size): NumPy's checks only
+            _setitem_on_host(target, (), value)
+            return
+        write_view(target, value)
+        return
+    copy = x.alias.copy_of(x)
+    setitem(copy, key, value)
+    write_view(x, copy)

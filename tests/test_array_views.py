@@ -1,0 +1,320 @@
+"""Views alias their base, as NumPy's do: basic indexing, permutations and flips share
+memory; writes through any view reach the base and every other view; overlapping
+assignments give NumPy's result. Hypothesis draws the chunkings, the index expressions
+and the sequences of writes and reads; every read is compared with NumPy element for
+element."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import dgvm
+import dgvm.array as dnp
+from numba import cuda
+
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+@st.composite
+def chunked(draw, max_dims=3, max_side=7):
+    ndim = draw(st.integers(1, max_dims))
+    shape = tuple(draw(st.integers(1, max_side)) for _ in range(ndim))
+    chunks = tuple(draw(st.integers(1, s)) for s in shape)
+    return shape, chunks
+
+
+def basic_key(draw, shape):
+    """A basic index of an array of ``shape``: slices with any step, integers, None, ..."""
+    key = []
+    for n in shape:
+        kind = draw(st.sampled_from(["slice", "slice", "int", "all"]))
+        if kind == "int":
+            key.append(draw(st.integers(-n, n - 1)))
+        elif kind == "all":
+            key.append(slice(None))
+        else:
+            step = draw(st.sampled_from([1, 1, 2, 3, -1, -2]))
+            start = draw(st.one_of(st.none(), st.integers(-n, n)))
+            stop = draw(st.one_of(st.none(), st.integers(-n, n)))
+            key.append(slice(start, stop, step))
+    if draw(st.booleans()):
+        key.insert(draw(st.integers(0, len(key))), None)
+    if key and draw(st.booleans()):  # trailing full slices become an ellipsis
+        while key and key[-1] == slice(None):
+            key.pop()
+        key.append(Ellipsis)
+    return tuple(key)
+
+
+def a_view(draw, x, h):
+    """A view of ``x`` and the same view of its NumPy twin ``h``."""
+    kind = draw(st.sampled_from(["key", "key", "T", "flip", "permute", "ravel"]))
+    if kind == "ravel":  # a view where NumPy's is one, else a copy, as NumPy decides
+        return x.reshape(-1), h.reshape(-1)
+    if kind == "T":
+        return (x.T, h.T) if x.ndim == 2 else (dnp.transpose(x), np.transpose(h))
+    if kind == "flip":
+        return dnp.flip(x, axis=0), np.flip(h, axis=0)
+    if kind == "permute":
+        order = tuple(draw(st.permutations(range(x.ndim))))
+        return dnp.permute_dims(x, order), np.transpose(h, order)
+    key = basic_key(draw, x.shape)
+    return x[key], h[key]
+
+
+def same(got, want):
+    np.testing.assert_array_equal(dnp.asnumpy(got), np.asarray(want))
+
+
+@SETTINGS
+@given(data=chunked(), draw=st.data())
+def test_writes_through_views_reach_the_base_and_every_other_view(case, data, draw):
+    shape, chunks = data
+    h = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
+    x = dnp.asarray(h, chunks=chunks)
+    views = [(x, h)]
+    for step in range(draw.draw(st.integers(2, 6))):
+        x_v, h_v = views[draw.draw(st.integers(0, len(views) - 1))]
+        action = draw.draw(st.sampled_from(["view", "view", "scalar", "array", "iadd", "overlap", "read"]))
+        if action == "view" and x_v.size:
+            views.append(a_view(draw.draw, x_v, h_v))
+            continue
+        if x_v.size == 0:
+            continue
+        if action == "scalar":
+            key = basic_key(draw.draw, x_v.shape)
+            x_v[key] = -step - 1.0
+            h_v[key] = -step - 1.0
+        elif action == "array":
+            sub = np.shape(h_v[...])
+            value = np.arange(np.prod(sub), dtype=np.float64).reshape(sub) * 10 + step
+            if draw.draw(st.booleans()) and h_v.ndim:  # broadcast a last-axis row
+                value = value[(0,) * (h_v.ndim - 1)]
+            x_v[...] = value
+            h_v[...] = value
+        elif action == "iadd":
+            x_v += 0.5
+            h_v += 0.5
+        elif action == "overlap":  # the value is another view of the same memory
+            x_w, h_w = views[draw.draw(st.integers(0, len(views) - 1))]
+            if np.shape(h_w) != np.shape(h_v) or h_w.size == 0:
+                continue
+            x_v[...] = x_w[::-1] if x_w.ndim else x_w
+            h_v[...] = h_w[::-1].copy() if h_w.ndim else h_w.copy()
+        for x_r, h_r in views:  # every view and the base agree with NumPy after each write
+            same(x_r, h_r)
+    same(x, h)
+
+
+def test_the_issue_programs_see_their_writes(case):
+    n = 12
+    grid = dnp.zeros((n, n), chunks=(5, 5))
+    center = grid[1:-1, 1:-1]
+    work = dnp.asarray(np.arange((n - 2) ** 2, dtype=float).reshape(n - 2, n - 2), chunks=(4, 4))
+    center[:] = work
+    want = np.zeros((n, n))
+    want[1:-1, 1:-1] = np.arange((n - 2) ** 2).reshape(n - 2, n - 2)
+    same(grid, want)
+    CALL = dnp.zeros((4, 6), chunks=(2, 3))
+    out = CALL[2]
+    out[...] = 3.0
+    want = np.zeros((4, 6))
+    want[2] = 3.0
+    same(CALL, want)
+    a = dnp.asarray(np.arange(10.0), chunks=3)
+    v = a[2:6]
+    a[3] = 5.0
+    same(v, [2.0, 5.0, 4.0, 5.0])
+
+
+def test_overlapping_assignments_give_numpys_result(case):
+    h = np.arange(20.0)
+    for key_to, key_from in [(np.s_[1:], np.s_[:-1]), (np.s_[:], np.s_[::-1]), (np.s_[:-3], np.s_[3:]),
+                             (np.s_[::2], np.s_[1::2]), (np.s_[10:0:-1], np.s_[:10])]:
+        x = dnp.asarray(h, chunks=(3,))
+        x[key_to] = x[key_from]
+        want = h.copy()
+        want[key_to] = want[key_from]
+        assert (want[key_to] == h[key_from]).all()  # NumPy's result: the values read before the write
+        same(x, want)
+    m = np.arange(36.0).reshape(6, 6)
+    x = dnp.asarray(m, chunks=(4, 4))
+    x[...] = x.T
+    same(x, m.T)
+    x = dnp.asarray(m, chunks=(4, 4))
+    x[1:, :] += x[:-1, :]
+    want = m.copy()
+    want[1:, :] += want[:-1, :]
+    same(x, want)
+
+
+def test_views_of_views_compose_and_results_keep_their_values(case):
+    h = np.arange(60.0).reshape(3, 4, 5)
+    x = dnp.asarray(h, chunks=(2, 3, 2))
+    v = dnp.permute_dims(x[::-1, 1:], (2, 0, 1))[1:4, None, :, ::2]
+    hv = np.transpose(h[::-1, 1:], (2, 0, 1))[1:4, None, :, ::2]
+    assert v.base is x and x.base is None
+    y = v * 2  # a result: a new array with the values of now
+    hy = hv * 2
+    v[0, 0, 1, 0] = -1.0
+    hv[0, 0, 1, 0] = -1.0
+    same(x, h)
+    same(y, hy)
+    s = dnp.sort(v, axis=-1)  # an operation that needs stored chunks reads the view's values now
+    same(s, np.sort(hv, axis=-1))
+    x[...] = 0.0
+    same(s, np.sort(hv, axis=-1))
+    same(v, np.zeros(hv.shape))
+
+
+def test_in_place_operators_and_out_through_views(case):
+    h = np.arange(48.0).reshape(6, 8)
+    x = dnp.asarray(h, chunks=(4, 3))
+    col = x[:, 2]
+    col *= 10
+    h[:, 2] *= 10
+    t = x.T[::2]
+    t -= 1
+    h.T[::2] -= 1
+    d = x[1:3]
+    d *= 2
+    h[1:3] *= 2
+    same(x, h)
+
+
+@dgvm.kernel
+def fill(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = 7.0 + out[i]
+
+
+def test_launch_into_a_view_writes_its_base(case):
+    x = dnp.zeros(12, chunks=5)
+    dgvm.launch(fill, out=x[2:9:3])
+    want = np.zeros(12)
+    want[2:9:3] = 7.0
+    same(x, want)
+
+
+def test_a_view_reads_only_the_chunks_it_covers_and_copies_nothing(case, monkeypatch):
+    x = dnp.asarray(np.arange(100.0), chunks=10)
+    before = case.allocations()
+    v = x[20:35]
+    assert case.allocations() == before  # making a view copies nothing
+    assert float(v.sum()) == float(np.arange(20, 35).sum())
+    from dgvm.array._engine.lifecycle import drain_releases
+
+    drain_releases()
+    assert case.allocations() == before  # a reduction of a view reads it in place
+    from dgvm.client import dispatch
+
+    calls = []
+    real = dispatch.submit
+
+    def spy(client, fn, args, homes, deps, name):
+        calls.append(homes)
+        return real(client, fn, args, homes, deps, name)
+
+    monkeypatch.setattr(dispatch, "submit", spy)
+    v[...] = 1.0
+    monkeypatch.undo()
+    chunks = {k for idx in calls[0].values() for k in idx}
+    assert chunks <= {2, 3}, chunks  # the write's tasks cover the view's chunks only
+    want = np.arange(100.0)
+    want[20:35] = 1.0
+    same(x, want)
+
+
+def test_writing_a_read_only_or_freed_view_raises(case):
+    x = dnp.asarray(np.arange(6.0), chunks=4)
+    v = x[1:4]
+    v.free()  # a view's free gives back nothing of its base's
+    same(x, np.arange(6.0))
+    with pytest.raises(dgvm.DgvmError):
+        dnp.asnumpy(v)
+
+
+def test_reshape_and_ravel_are_views_where_numpys_are(case):
+    h = np.arange(24.0).reshape(4, 6)
+    x = dnp.asarray(h, chunks=(3, 4))
+    r = x.reshape(2, 12)
+    f = x.ravel()
+    r[1, 3] = -5.0
+    h.reshape(2, 12)[1, 3] = -5.0
+    same(x, h)
+    same(f, h.ravel())
+    f[::5] = 100.0
+    h.ravel()[::5] = 100.0
+    same(x, h)
+    same(r, h.reshape(2, 12))
+    rows = x[1:3].reshape(-1)  # whole rows: contiguous, a view in NumPy too
+    rows += 1
+    h[1:3].reshape(-1)[...] += 1
+    same(x, h)
+    t = x.T.reshape(-1)  # NumPy copies here: writing it leaves x alone
+    t[0] = 999.0
+    same(x, h)
+    with pytest.raises(ValueError):
+        x.T.reshape(-1, copy=False)
+    flat = x.flatten()  # always a copy
+    flat[0] = -1.0
+    same(x, h)
+
+
+def test_real_imag_diagonal_and_broadcast_to_views(case):
+    hz = (np.arange(12.0) + 1j * np.arange(12.0, 0, -1)).reshape(3, 4)
+    z = dnp.asarray(hz, chunks=(2, 3))
+    z.real[0] = 7.0
+    hz.real[0] = 7.0
+    z.imag[:, 1] += 0.5
+    hz.imag[:, 1] += 0.5
+    same(z, hz)
+    hr = np.arange(9.0).reshape(3, 3)
+    x = dnp.asarray(hr, chunks=(2, 2))
+    d = dnp.diagonal(x)
+    b = dnp.broadcast_to(x[0], (4, 3))
+    x[1, 1] = -1.0
+    x[0, 2] = -2.0
+    hr[1, 1] = -1.0
+    hr[0, 2] = -2.0
+    same(d, np.diagonal(hr))
+    same(b, np.broadcast_to(hr[0], (4, 3)))
+    for ro in (d, b, x.imag, d[1:]):
+        with pytest.raises(ValueError, match="read-only"):
+            ro[...] = 0.0
+    assert x.real is x
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 4), (2000,), (7, 8, 30), (2, 3, 4, 5, 6), (10000, 3), (0, 3)])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.uint8, bool, np.complex128])
+def test_print_shows_numpys_text(case, shape, dtype):
+    rng = np.random.default_rng(sum(shape))
+    h = rng.random(shape) > 0.5 if dtype is bool else (rng.standard_normal(shape) * 100).astype(dtype)
+    x = dnp.asarray(h, chunks=tuple(max(1, s // 3) for s in shape))
+    assert str(x) == str(h) and repr(x) == repr(h)
+    assert f"{x}" == f"{h}"
+
+
+def test_print_of_a_large_array_reads_only_the_elements_shown(case, monkeypatch):
+    from dgvm.client.allocation import AllocationHandle
+
+    x = dnp.asarray(np.arange(4000 * 500, dtype=np.float64).reshape(4000, 500), chunks=(500, 100))
+    h = dnp.asnumpy(x)
+    read = []
+    real = AllocationHandle.get
+
+    def spy(self, pieces):
+        read.append(sum(p[2] for p in pieces))
+        return real(self, pieces)
+
+    monkeypatch.setattr(AllocationHandle, "get", spy)
+    assert str(x) == str(h) and repr(x) == repr(h)
+    assert sum(read) <= 2 * 36 * 8, read  # the 6 x 6 corner elements, for each of str and repr
+    s = x.sum()
+    assert str(s) == str(h.sum()) and f"{s:.3f}" == f"{h.sum():.3f}" and repr(s) == repr(np.asarray(h.sum()))
+    with pytest.raises(TypeError):
+        format(x, ".3f")
