@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 import dgvm.array as dnp
 from dgvm.array._engine.fft_ops import Step, joins, pass_chunks, split
-from test_array_api import sample
+from test_array_api import SETTINGS, chunked, sample
 
 # (shape, chunks): whole axes, cut axes, uneven cuts.
 LAYOUTS = [
@@ -102,6 +103,39 @@ def test_n_d_transforms_match_numpy(case, layout, dtype):
                 continue
             want = getattr(np.fft, name)(a, s=s, axes=axes, norm=norm)
             close(getattr(dnp.fft, name)(x, s=s, axes=axes, norm=norm), want)
+
+
+@st.composite
+def transforms(draw):
+    """A function, an array and its chunks, and arguments of the kinds the standard's
+    test suite draws: n around the array's size, any axes in any order with s."""
+    shape, chunks = draw(chunked(max_dims=3, max_side=7))
+    name = draw(st.sampled_from(ONE_D + ["fftn", "ifftn", "rfftn", "irfftn"]))
+    real = name in ("rfft", "ihfft", "rfftn")
+    dtype = draw(st.sampled_from(["float32", "float64"] if real else DTYPES))
+    kw = {"norm": draw(st.sampled_from(["backward", "ortho", "forward"]))}
+    if name.endswith("n"):
+        axes = draw(st.none() | st.lists(st.integers(-len(shape), len(shape) - 1), min_size=1, max_size=len(shape),
+                                         unique_by=lambda a: a % len(shape)))
+        sides = [shape[a] for a in (range(len(shape)) if axes is None else axes)]
+        kw["axes"] = axes
+        kw["s"] = draw(st.none() | st.tuples(*[st.integers(max(1, m // 2), m * 2) for m in sides]))
+        if name == "irfftn" and kw["s"] is None and shape[(axes or [-1])[-1]] < 2:
+            kw["s"] = tuple(sides[:-1]) + (3,)  # the default length would be 0
+    else:
+        kw["axis"] = draw(st.integers(-len(shape), len(shape) - 1))
+        kw["n"] = draw(st.none() | st.integers(1, 2 * shape[kw["axis"]] + 2))
+        if name in ("irfft", "hfft") and kw["n"] is None and shape[kw["axis"]] < 2:
+            kw["n"] = 3
+    return name, shape, chunks, dtype, kw, draw(st.integers(0, 2**16))
+
+
+@SETTINGS
+@given(t=transforms())
+def test_drawn_transforms_match_numpy(case, t):
+    name, shape, chunks, dtype, kw, seed = t
+    a = sample(shape, dtype, seed)
+    close(getattr(dnp.fft, name)(dnp.from_numpy(a, chunks=chunks), **kw), getattr(np.fft, name)(a, **kw))
 
 
 def test_repeated_axes_transform_twice_as_numpy(case):
