@@ -167,6 +167,26 @@ def test_results_hold_the_transformed_axis_whole(case):
     close(y, np.fft.fftn(a))
 
 
+def test_result_chunks_are_made_where_their_input_lives(case):
+    a = sample((12, 10), "float64")
+    x = dnp.from_numpy(a, chunks=(2, 10))  # rows spread over the workers, axis 1 whole
+    homes = x.alloc.homes()
+    assert len(set(homes)) > 1
+    assert dnp.fft.fft(x).alloc.homes() == homes  # every read a local view
+    x = dnp.from_numpy(a, chunks=(2, 5))  # axis 1 cut: each row block gathered to its first piece
+    y = dnp.fft.rfft(x)
+    assert y.chunks == ((2,) * 6, (6,))
+    assert y.alloc.homes() == x.alloc.homes()[::2]
+
+
+def test_deferred_and_view_inputs_are_read_as_their_values(case):
+    a = sample((6, 10), "float64")
+    x = dnp.from_numpy(a, chunks=(4, 3))
+    close(dnp.fft.fft(x.T, axis=0), np.fft.fft(a.T, axis=0))
+    close(dnp.fft.rfftn(2 * x[::2] + 1), np.fft.rfftn(2 * a[::2] + 1))
+    close(dnp.fft.ifft(dnp.fft.fftshift(x), axis=0, n=4), np.fft.ifft(np.fft.fftshift(a), axis=0, n=4))
+
+
 def test_arrays_with_no_elements_answer_numpy(case):
     a = np.zeros((3, 0))
     x = dnp.zeros((3, 0))
