@@ -102,7 +102,7 @@ def _pass(x, steps: list, norm: str):
     for s in steps:
         lengths[s.axis] = s.out_length()
     shape = tuple(lengths.get(a, m) for a, m in enumerate(x.shape))
-    limit = limit_bytes(x.chunks, x.dtype.itemsize, dtype.itemsize)
+    limit = limit_bytes(x.chunks, dtype.itemsize)
     chunks = pass_chunks(x.chunks, lengths, dtype.itemsize, limit)
     out = result_like(x, shape, dtype, chunks, lambda lo: [0 if a in lengths else v for a, v in enumerate(lo)])
     op = FFTPass(tuple(steps), norm, reads_of(steps, x.shape), cast, dtype)

@@ -45,8 +45,8 @@ class Step:
 class FFTPass:
     """Steps run one after the other on each result chunk; ``reads``: per transformed
     axis, how many of its input elements are read (from 0); ``cast``: the dtype the
-    input is computed in when it is not its own (integers and bool: float64, as in
-    NumPy); ``dtype``: the result's."""
+    first step takes, as NumPy casts to it (complex for ``fft``, real for ``rfft``;
+    integers and bool as float64); ``dtype``: the result's."""
 
     steps: tuple  # Step, in order
     norm: str
@@ -59,8 +59,7 @@ class FFTPass:
         for axis, count in self.reads:
             ilo[axis], ihi[axis] = 0, count
         a = read(0, ilo, ihi)
-        if self.cast is not None:
-            a = a.astype(self.cast)
+        a = a.astype(self.cast, copy=False)
         for s in self.steps:
             a = getattr(xp.fft, s.name)(a, n=s.n, axis=s.axis, norm=self.norm)
         return a.astype(self.dtype, copy=False)
@@ -82,12 +81,12 @@ def reads_of(steps, shape) -> tuple:
     return tuple(reads.items())
 
 
-def limit_bytes(chunks, in_itemsize: int, out_itemsize: int) -> int:
+def limit_bytes(chunks, itemsize: int) -> int:
     """The largest block a pass's result may have before its other axes are cut finer:
-    the input's largest block in the result's dtype, or Dask's chunk size for "auto"
-    where that is larger."""
-    largest = math.prod(max(c) for c in chunks) if chunks else 1
-    return max(largest * out_itemsize // max(in_itemsize, 1), parse_bytes(dask.config.get("array.chunk-size")))
+    the input's largest block (``chunks``) in the result's ``itemsize``, or Dask's chunk
+    size for "auto" where that is larger."""
+    largest = math.prod(max(c) for c in chunks)
+    return max(largest * itemsize, parse_bytes(dask.config.get("array.chunk-size")))
 
 
 def pass_chunks(chunks, lengths: dict, itemsize: int, limit: int) -> tuple:
