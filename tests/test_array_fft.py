@@ -320,7 +320,7 @@ def test_pass_chunks_cut_other_axes_finer_where_blocks_would_grow():
     # One row already over the limit: one row per block, never nothing.
     assert pass_chunks(((4,), (8,)), {1: 8}, 16, 16) == ((1, 1, 1, 1), (8,))
     # The limit: the input's largest block in the result's dtype, at least Dask's "auto" size.
-    assert limit_bytes(((4000,), (2000, 2000)), 16) == 4000 * 2000 * 16
+    assert limit_bytes(((8000,), (2000, 2000)), 16) == 8000 * 2000 * 16
     assert limit_bytes(((10,), (10,)), 16) == 128 * 2**20
     assert split(10, 4) == [4, 3, 3]
     assert split(8, 8) == [8]
