@@ -4,8 +4,10 @@ lengths that crop and pad, negative axes; frequencies, shifts, NumPy's dispatch,
 
 from __future__ import annotations
 
+import dask.config
 import numpy as np
 import pytest
+from dask.utils import parse_bytes
 from hypothesis import given, strategies as st
 
 import dgvm.array as dnp
@@ -320,7 +322,8 @@ def test_pass_chunks_cut_other_axes_finer_where_blocks_would_grow():
     # One row already over the limit: one row per block, never nothing.
     assert pass_chunks(((4,), (8,)), {1: 8}, 16, 16) == ((1, 1, 1, 1), (8,))
     # The limit: the input's largest block in the result's dtype, at least Dask's "auto" size.
-    assert limit_bytes(((8000,), (2000, 2000)), 16) == 8000 * 2000 * 16
-    assert limit_bytes(((10,), (10,)), 16) == 128 * 2**20
+    auto = parse_bytes(dask.config.get("array.chunk-size"))  # 128 MiB unless configured
+    assert limit_bytes(((8000,), (auto // 8000 + 1,)), 16) == 8000 * (auto // 8000 + 1) * 16
+    assert limit_bytes(((10,), (10,)), 16) == auto
     assert split(10, 4) == [4, 3, 3]
     assert split(8, 8) == [8]
