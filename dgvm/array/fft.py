@@ -81,7 +81,8 @@ def _nd_args(x, s, axes, name: str) -> tuple[list, list]:
     if axes is None:
         axes = list(range(x.ndim))
     else:
-        axes = [_axis(a, x.ndim, name, "axes entry") for a in ((axes,) if isinstance(axes, (int, np.integer)) else axes)]
+        axes = (axes,) if isinstance(axes, (int, np.integer)) else axes
+        axes = [_axis(a, x.ndim, name, "axes entry") for a in axes]
     if s is None:
         return axes, [x.shape[a] for a in axes]
     s = [s] if isinstance(s, (int, np.integer)) else list(s)
@@ -124,7 +125,8 @@ def _one(name: str, x, n, axis, norm):
     _check(x, name)
     norm = _norm(norm, name)
     if x.ndim == 0:
-        raise np.exceptions.AxisError(f"dgvm.array.fft.{name} needs an array of at least one dimension, got a 0-d array")
+        raise np.exceptions.AxisError(
+            f"dgvm.array.fft.{name} needs an array of at least one dimension, got a 0-d array")
     axis = _axis(axis, x.ndim, name)
     if n is None:
         m = x.shape[axis]
