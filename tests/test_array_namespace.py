@@ -6,14 +6,14 @@ import types
 
 import dgvm.array as dnp
 
-# The category files that make up dgvm.array's namespace; linalg and random are public
-# submodules, interop is NumPy's dispatch into the namespace.
+# The category files that make up dgvm.array's namespace; linalg, fft and random are
+# public submodules, interop is NumPy's dispatch into the namespace.
 CATEGORIES = [
     "array_object", "constants", "conversion", "creation", "data_types", "elementwise",
     "indexing", "info", "linear_algebra", "manipulation", "searching", "sets", "sorting",
     "statistical", "utility",
 ]
-SUBMODULES = ["interop", "linalg", "random"]
+SUBMODULES = ["fft", "interop", "linalg", "random"]
 
 # dgvm.array's public names before it was laid out by category (the standard's 2023.12
 # names, NumPy's that programs use most, dgvm's own).
@@ -63,7 +63,7 @@ def test_every_name_it_had_is_there_and_every_name_resolves():
     for name in dnp.__all__:
         value = getattr(dnp, name)
         assert not isinstance(value, types.ModuleType), name
-    for module in (dnp.linalg, dnp.random):
+    for module in (dnp.fft, dnp.linalg, dnp.random):
         for name in module.__all__:
             getattr(module, name)
 

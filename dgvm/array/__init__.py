@@ -8,7 +8,8 @@ indexing and transposes are deferred until their values are needed, then run as 
 pass, with the values they would have had if run at once.
 
 Layout. The namespace is the union of the category files below, one per category of the
-standard, each with its ``__all__``; ``linalg`` and ``random`` are public submodules.
+standard, each with its ``__all__``; ``linalg`` and ``fft`` (the standard's extensions)
+and ``random`` are public submodules.
 They sit over ``_engine/``, the machinery (the array's core and life cycle, deferred
 trees, fusion, the blockwise ops and their tasks, placement, reuse of memory, arrays with
 no elements, ...), which never imports them.
@@ -22,8 +23,8 @@ no elements, ...), which never imports them.
 
 import sys as _sys
 
-from dgvm.array import (  # noqa: F401  (linalg, random: public submodules)
-    array_object, constants, conversion, creation, data_types, elementwise, indexing, info,
+from dgvm.array import (  # noqa: F401  (linalg, fft, random: public submodules)
+    array_object, constants, conversion, creation, data_types, elementwise, fft, indexing, info,
     interop, linalg, linear_algebra, manipulation, random, searching, sets, sorting,
     statistical, utility,
 )

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from dgvm.array import (
-    creation, data_types, elementwise, indexing, linalg, linear_algebra, manipulation, searching,
-    sorting, statistical, utility,
+    creation, data_types, elementwise, fft, indexing, linalg, linear_algebra, manipulation,
+    searching, sorting, statistical, utility,
 )
 from dgvm.array.array_object import DArray
 
@@ -118,6 +118,30 @@ def _round(a, decimals, name):
     return elementwise.round(a) if decimals == 0 else _unsupported(name, "decimals")
 
 
+def _fft_1d(fn):
+    """NumPy's 1-d transform of ``fn``'s name: n, axis and norm positional too."""
+    def call(a, n=None, axis=-1, norm=None, out=None):
+        _numpy_keywords({"out": out})
+        return fn(a, n=n, axis=axis, norm=norm)
+    return call
+
+
+def _fft_nd(fn, default_axes=None):
+    """NumPy's n-d transform (``fft2``'s family: the last two axes by default)."""
+    def call(a, s=None, axes=default_axes, norm=None, out=None):
+        _numpy_keywords({"out": out})
+        return fn(a, s=s, axes=axes, norm=norm)
+    return call
+
+
+_FFT = {
+    **{f"fft.{fn.__name__}": _fft_1d(fn) for fn in (fft.fft, fft.ifft, fft.rfft, fft.irfft, fft.hfft, fft.ihfft)},
+    **{f"fft.{fn.__name__}": _fft_nd(fn) for fn in (fft.fftn, fft.ifftn, fft.rfftn, fft.irfftn)},
+    **{f"fft.{fn.__name__[:-1]}2": _fft_nd(fn, (-2, -1)) for fn in (fft.fftn, fft.ifftn, fft.rfftn, fft.irfftn)},
+    "fft.fftshift": lambda x, axes=None: fft.fftshift(x, axes=axes),
+    "fft.ifftshift": lambda x, axes=None: fft.ifftshift(x, axes=axes),
+}
+
 _FUNCTIONS = {
     "sum": _reduction(statistical.sum), "prod": _reduction(statistical.prod),
     "mean": _reduction(statistical.mean), "var": _reduction(statistical.var, True),
@@ -171,14 +195,15 @@ _FUNCTIONS = {
     "trace": _same(linear_algebra.trace),
     "shape": lambda a: a.shape, "ndim": lambda a: a.ndim, "size": lambda a: a.size,
     "result_type": lambda *a: data_types.result_type(*a),
+    **_FFT,
 }
 
 
 def array_function(func, types, args, kwargs):
     name = func.__name__
     module = getattr(func, "__module__", "") or ""
-    if module.endswith("linalg"):
-        name = f"linalg.{name}"
+    if module.endswith(("linalg", "fft")):
+        name = f"{module.rsplit('.', 1)[-1]}.{name}"
     impl = _FUNCTIONS.get(name)
     if impl is None:
         raise TypeError(
