@@ -37,10 +37,21 @@ _SCALARS = (bool, int, float, complex, np.generic)
 
 
 def _operand(v, name: str, arg: str):
-    """A DArray, or a scalar (a product with it is elementwise)."""
+    """A DArray, or a scalar (a product with it is elementwise). A Python scalar counts
+    as a NumPy one of its default dtype, as NumPy's ``dot`` and ``inner`` take it (not as
+    the weak scalar of an elementwise function)."""
     if not isinstance(v, (ArrayCore,) + _SCALARS):
         raise TypeError(f"dgvm.array.{name}: {arg} must be a DArray or a scalar, not {type(v).__name__}")
-    return v
+    return v if isinstance(v, (ArrayCore, np.generic)) else np.asarray(v)[()]
+
+
+def _scalar_product(a, b, name: str):
+    """The product of ``a`` and ``b`` when one is a scalar or 0-d (elementwise), else None."""
+    if not isinstance(a, ArrayCore) and not isinstance(b, ArrayCore):
+        return getattr(np, name)(a, b)  # two scalars: NumPy's scalar
+    if _is_scalar(a) or _is_scalar(b):
+        return apply("multiply", a, b)
+    return None
 
 
 def _is_scalar(v) -> bool:
@@ -130,9 +141,10 @@ def dot(a, b, /):
     """NumPy's ``dot``: vectors -> inner product, matrices -> matmul, a scalar -> the
     elementwise product, else tensordot over the last axis of ``a`` and the
     second-to-last of ``b``."""
-    _operand(a, "dot", "a"), _operand(b, "dot", "b")
-    if _is_scalar(a) or _is_scalar(b):
-        return apply("multiply", a, b)
+    a, b = _operand(a, "dot", "a"), _operand(b, "dot", "b")
+    scaled = _scalar_product(a, b, "dot")
+    if scaled is not None:
+        return scaled
     if a.ndim == 1 and b.ndim == 1:
         prod = apply("multiply", a, b)
         return total_of(prod, dtype=prod.dtype)
@@ -146,9 +158,10 @@ def inner(a, b, /):
     """NumPy's ``inner``: sums of products over the last axes of ``a`` and ``b`` (no
     conjugation); a scalar gives the elementwise product. The result's shape is
     ``a.shape[:-1] + b.shape[:-1]``."""
-    _operand(a, "inner", "a"), _operand(b, "inner", "b")
-    if _is_scalar(a) or _is_scalar(b):
-        return apply("multiply", a, b)
+    a, b = _operand(a, "inner", "a"), _operand(b, "inner", "b")
+    scaled = _scalar_product(a, b, "inner")
+    if scaled is not None:
+        return scaled
     if a.shape[-1] != b.shape[-1]:
         raise ValueError(f"inner: shapes {a.shape} and {b.shape} not aligned: their last axes "
                          f"have {a.shape[-1]} and {b.shape[-1]} elements")

@@ -79,6 +79,7 @@ class Generator:
         return f"dgvm.array.random.Generator(Philox4x32, key={key}, calls={self._calls})"
 
     def _draw(self, kind, size, dtype, params, chunks, client):
+        size = _shape(size)
         op = Draw(kind, self._key, self._calls, (), np.dtype(dtype).str, params)
         self._calls += 1
         if size is None:
@@ -175,14 +176,18 @@ class Generator:
         return self.random(size, chunks=chunks, client=client)
 
 
-def _shape(size):
-    """``size`` as a shape (None: one value, a scalar)."""
+def _shape(size, what: str = "size"):
+    """``size`` as a shape (None: one value, a scalar); NumPy's TypeError for others."""
     if size is None:
         return None
     try:
         return (operator.index(size),)
     except TypeError:
+        pass
+    try:
         return tuple(operator.index(s) for s in size)
+    except TypeError:
+        raise TypeError(f"dgvm.array.random: {what} must be an int or a tuple of ints, got {size!r}") from None
 
 
 def _population(a) -> tuple:
@@ -314,12 +319,12 @@ def integers(low, high=None, size=None, dtype=np.int64, endpoint=False, *, chunk
 
 def rand(*shape, chunks="auto"):
     """NumPy's legacy ``rand(d0, d1, ...)``: ``random(shape)``."""
-    return random(shape or None, chunks=chunks)
+    return random(_shape(shape, "each dimension") or None, chunks=chunks)
 
 
 def randn(*shape, chunks="auto"):
     """NumPy's legacy ``randn(d0, d1, ...)``: ``standard_normal(shape)``."""
-    return standard_normal(shape or None, chunks=chunks)
+    return standard_normal(_shape(shape, "each dimension") or None, chunks=chunks)
 
 
 def randint(low, high=None, size=None, dtype=np.int64, *, chunks="auto"):
