@@ -18,6 +18,7 @@ from dgvm.protocol.errors import (
     InvalidAddress,
     KernelError,
     NotConnected,
+    NotSupported,
     OutOfDeviceMemory,
 )
 from dgvm.kernels.blocks import blocks
@@ -45,6 +46,7 @@ __all__ = [
     "LocalCluster",
     "Location",
     "NotConnected",
+    "NotSupported",
     "OutOfDeviceMemory",
     "WorkerInfo",
     "blocks",

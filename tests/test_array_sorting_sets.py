@@ -131,7 +131,9 @@ def test_sort_errors(case):
     with pytest.raises(ValueError, match="0-d"):
         dnp.sort(dnp.from_numpy(np.float64(1.0)))
     with pytest.raises(TypeError, match="axis must be an int"):
-        dnp.sort(x, axis=None)
+        dnp.sort(x, axis=1.0)
+    # NumPy's axis=None: the flattened array
+    np.testing.assert_array_equal(dnp.asnumpy(dnp.sort(x, axis=None)), np.sort(np.arange(6.0).reshape(2, 3), axis=None))
 
 
 # -- searching ---------------------------------------------------------------------------

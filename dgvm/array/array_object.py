@@ -23,7 +23,7 @@ import numpy as np
 
 from dgvm.array import (
     data_types, elementwise, indexing, info, linear_algebra, manipulation, searching,
-    statistical, utility,
+    sorting, statistical, utility,
 )
 from dgvm.array._engine import namespace
 from dgvm.array._engine.apply import apply
@@ -235,8 +235,19 @@ class DArray(ArrayCore):
         x = self if axis is not None or self.ndim == 1 else manipulation.reshape(self, (-1,))
         return statistical.cumulative_sum(x, axis=axis, dtype=dtype)
 
-    def astype(self, dtype, /, *, copy=True, device=None):
-        return data_types.astype(self, dtype, copy=copy, device=device)
+    def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True, *, device=None):
+        """NumPy's ``astype`` (``dtype`` by keyword too: ``x.astype(dtype=...)``)."""
+        return data_types.array_astype(self, dtype, order, casting, subok, copy, device=device)
+
+    def sort(self, axis=-1, kind=None, order=None) -> None:
+        """Sort in place along ``axis``, as NumPy's method does (stable, NaN last)."""
+        self[...] = sorting.sort(self, axis, kind, order)
+
+    def argsort(self, axis=-1, kind=None, order=None):
+        return sorting.argsort(self, axis, kind, order)
+
+    def swapaxes(self, axis1, axis2):
+        return manipulation.swapaxes(self, axis1, axis2)
 
     def copy(self):
         return data_types.astype(self, self.dtype, copy=True)
@@ -266,9 +277,9 @@ class DArray(ArrayCore):
         """A copy of the elements in one axis, C order."""
         return self.reshape(-1, copy=True)
 
-    def ravel(self):
-        """The elements in one axis, C order: a view where NumPy's is one."""
-        return self.reshape(-1)
+    def ravel(self, order="C"):
+        """The elements in one axis: a view where NumPy's is one."""
+        return manipulation.ravel(self, order)
 
     @property
     def real(self):

@@ -8,6 +8,7 @@ the caller. The first array made with no cluster connected starts a local one
 
 from __future__ import annotations
 
+import builtins
 import math
 
 import numpy as np
@@ -19,10 +20,13 @@ from dgvm.array._engine.fill_ops import Eye, Fill, Grid, Range, Triangle
 from dgvm.array._engine.zero_size import empty_aware
 from dgvm.array.array_object import DArray
 from dgvm.array.conversion import from_dask, from_numpy
+from dgvm.array.data_types import astype
+from dgvm.array.manipulation import expand_dims, stack
 
 __all__ = [
-    "arange", "asarray", "empty", "empty_like", "eye", "from_dlpack", "full", "full_like",
-    "linspace", "meshgrid", "ones", "ones_like", "tril", "triu", "zeros", "zeros_like",
+    "arange", "array", "asarray", "copy", "empty", "empty_like", "eye", "from_dlpack", "full",
+    "full_like", "linspace", "meshgrid", "ones", "ones_like", "tril", "triu", "zeros",
+    "zeros_like",
 ]
 
 
@@ -206,3 +210,56 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None, chunks="auto") -> DAr
     if dtype is None and a.dtype.kind == "i" and not isinstance(obj, (np.ndarray, np.generic)):
         a = a.astype(np.int64)
     return from_numpy(a, chunks)
+
+
+_ORDERS = ("K", "A", "C", "F", None)
+
+
+def _holds_darrays(obj) -> bool:
+    """Whether a nested list or tuple holds a DArray somewhere."""
+    return isinstance(obj, (list, tuple)) and any(
+        isinstance(o, DArray) or _holds_darrays(o) for o in obj)
+
+
+def array(object, dtype=None, *, copy=True, order="K", subok=False, ndmin=0, like=None,  # noqa: A002
+          chunks="auto") -> DArray:
+    """NumPy's ``array``: a DArray from a DArray (a copy unless ``copy`` is False or None;
+    ``copy=False`` refuses a change of dtype, as NumPy's), from a list or tuple whose
+    items are DArrays (stacked where they live, as NumPy stacks arrays), or from host data
+    (nested lists, NumPy arrays, scalars, dask arrays), which is copied into global device
+    memory. ``ndmin`` prepends length-1 axes; a DArray is C-ordered, so ``order`` is only
+    validated; ``chunks`` is dgvm's."""
+    if order not in _ORDERS:
+        raise ValueError(f"dgvm.array.array: order must be one of 'K', 'A', 'C', 'F', not {order!r}")
+    if isinstance(ndmin, builtins.bool) or not isinstance(ndmin, (int, np.integer)) or ndmin < 0:
+        raise TypeError(f"dgvm.array.array: ndmin must be a non-negative int, not {ndmin!r}")
+    if isinstance(object, DArray):
+        target = object.dtype if dtype is None else check(dtype)
+        if copy is False and target != object.dtype:
+            raise ValueError(f"dgvm.array.array: copy=False, but the dtype changes from "
+                             f"{object.dtype} to {target}, which needs a copy")
+        x = astype(object, target, copy=builtins.bool(copy))
+    elif _holds_darrays(object):
+        if copy is False:
+            raise ValueError("dgvm.array.array: copy=False, but stacking a sequence of arrays makes a new one")
+        items = [array(o, copy=None, chunks=chunks) for o in object]
+        shapes = {i.shape for i in items}
+        if len(shapes) > 1:
+            raise ValueError(f"dgvm.array.array: the items have shapes {sorted(shapes)}: an "
+                             "inhomogeneous sequence makes no array")
+        x = stack(items)
+        if dtype is not None:
+            x = astype(x, dtype, copy=False)
+    else:
+        if copy is False:
+            raise ValueError("dgvm.array.array: copy=False, but host data always moves to device memory")
+        x = asarray(object, dtype=dtype, chunks=chunks)
+    for _ in range(ndmin - x.ndim):
+        x = expand_dims(x, axis=0)
+    return x
+
+
+def copy(a, order="K", subok=False) -> DArray:
+    """NumPy's ``copy``: a new DArray with the values of ``a`` (a DArray, copied where it
+    lives; host data, copied into global device memory)."""
+    return array(a, copy=True, order=order)

@@ -1,9 +1,13 @@
 """Data types, and the standard's data type functions.
 
-The dtypes are NumPy's (``dgvm.array.float32`` is NumPy's float32 dtype), so a DArray's
-``dtype`` compares equal to the NumPy dtype of the same name. Promotion between arrays
-follows the standard's table, which NumPy 2 implements; Python scalars are weak (they
-take the array's dtype when their kind allows, NEP 50), as in NumPy.
+The names are NumPy's scalar types (``dgvm.array.float32`` is ``numpy.float32``:
+``float32(5)`` is NumPy's scalar, and a DArray's ``dtype`` compares equal to it, as a
+NumPy array's does), and ``dgvm.array.dtype`` is ``numpy.dtype``. Promotion between
+arrays follows the standard's table, which NumPy 2 implements; Python scalars are weak
+(they take the array's dtype when their kind allows, NEP 50), as in NumPy.
+
+``float16`` names NumPy's type, for programs that spell it; an array of it is refused
+(``TypeError``): dgvm.array, like the standard, has no float16 arrays.
 """
 
 from __future__ import annotations
@@ -18,16 +22,19 @@ from dgvm.array._engine.dtypes import check, dtype_of, isdtype, result_type
 from dgvm.array._engine.zero_size import empty_aware
 
 __all__ = [
-    "astype", "bool", "can_cast", "complex128", "complex64", "finfo", "float32", "float64",
-    "iinfo", "int16", "int32", "int64", "int8", "isdtype", "result_type", "uint16", "uint32",
-    "uint64", "uint8",
+    "astype", "bool", "bool_", "can_cast", "complex128", "complex64", "dtype", "finfo",
+    "float16", "float32", "float64", "iinfo", "int16", "int32", "int64", "int8", "int_",
+    "intp", "isdtype", "result_type", "uint16", "uint32", "uint64", "uint8",
 ]
 
-bool = np.dtype("bool")  # noqa: A001  (the standard's name)
-int8, int16, int32, int64 = (np.dtype(f"int{n}") for n in (8, 16, 32, 64))
-uint8, uint16, uint32, uint64 = (np.dtype(f"uint{n}") for n in (8, 16, 32, 64))
-float32, float64 = np.dtype("float32"), np.dtype("float64")
-complex64, complex128 = np.dtype("complex64"), np.dtype("complex128")
+# NumPy's scalar types under the standard's names (and NumPy's few aliases programs use).
+bool = bool_ = np.bool_  # noqa: A001  (the standard's name)
+int8, int16, int32, int64 = np.int8, np.int16, np.int32, np.int64
+uint8, uint16, uint32, uint64 = np.uint8, np.uint16, np.uint32, np.uint64
+float16, float32, float64 = np.float16, np.float32, np.float64
+complex64, complex128 = np.complex64, np.complex128
+int_, intp = np.int_, np.intp
+dtype = np.dtype
 
 
 @empty_aware
@@ -37,6 +44,25 @@ def astype(x, dtype, /, *, copy: builtins.bool = True, device=None):
     if not copy and dtype == x.dtype:
         return x
     return apply("astype", x, dtype=dtype)
+
+
+_ORDERS = ("K", "A", "C", "F")
+_CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+
+
+def array_astype(x, dtype, order="K", casting="unsafe", subok=True, copy=True, *, device=None):
+    """NumPy's ``ndarray.astype(dtype, order, casting, subok, copy)`` of a DArray: the
+    standard's ``astype`` with NumPy's arguments (``dtype`` by keyword too, ``casting``
+    checked as NumPy checks it). A DArray is C-ordered: ``order`` is only validated."""
+    if order not in _ORDERS:
+        raise ValueError(f"astype: order must be one of {_ORDERS}, not {order!r}")
+    if casting not in _CASTINGS:
+        raise ValueError(f"astype: casting must be one of {_CASTINGS}, not {casting!r}")
+    target = check(dtype)
+    if not np.can_cast(x.dtype, target, casting=casting):
+        raise TypeError(f"astype: cannot cast array data from {x.dtype} to {target} "
+                        f"according to the rule {casting!r}")
+    return astype(x, target, copy=builtins.bool(copy), device=device)
 
 
 def can_cast(from_, to) -> builtins.bool:

@@ -4,12 +4,18 @@ Each call makes one new *deferred* DArray: an expression tree over the arrays it
 into which later elementwise calls inline, computed as one fused pass when its values
 are needed (``_engine.apply``, ``_engine.deferred``, ``_engine.fused``). Arguments are
 DArrays or Python scalars; result dtypes follow NumPy's rules, which are the standard's.
-An array with no elements gives one (held on the caller) without a NumPy call.
+An array with no elements gives one (held on the caller) without a NumPy call. Given
+only scalars (Python's or NumPy's) a function answers as NumPy's does, with a NumPy
+scalar computed here: ``sqrt(2.0)`` is ``numpy.sqrt(2.0)``.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from dgvm.array._engine.apply import apply
+from dgvm.array._engine.core import ArrayCore
+from dgvm.array._engine.trees import call
 from dgvm.array._engine.zero_size import empty_aware
 from dgvm.array.data_types import astype
 
@@ -25,8 +31,31 @@ __all__ = [
 ]
 
 
+_SCALARS = (bool, int, float, complex, np.generic)
+
+
+def _scalars_only(name, args) -> bool:
+    """Whether NumPy answers this call here: no DArray among ``args``, all of them
+    scalars. An array that is not a DArray (a list, a NumPy array) is refused: its values
+    would be computed on the caller."""
+    if any(isinstance(a, ArrayCore) for a in args):
+        return False
+    for a in args:
+        if a is not None and not isinstance(a, _SCALARS):
+            raise TypeError(f"dgvm.array.{name} takes DArrays and scalars, not {type(a).__name__}: "
+                            "make it a DArray with dgvm.array.asarray")
+    return True
+
+
+def _numpy_scalar(name, args):
+    """NumPy's answer to ``name`` of scalars (a NumPy scalar, NumPy's dtype and warnings)."""
+    return call(np, name, list(args))
+
+
 def _unary(name):
     def f(x, /):
+        if _scalars_only(name, (x,)):
+            return _numpy_scalar(name, (x,))
         return apply(name, x)
 
     f.__name__ = f.__qualname__ = name
@@ -36,6 +65,8 @@ def _unary(name):
 
 def _binary(name):
     def f(x1, x2, /):
+        if _scalars_only(name, (x1, x2)):
+            return _numpy_scalar(name, (x1, x2))
         return apply(name, x1, x2)
 
     f.__name__ = f.__qualname__ = name
@@ -116,6 +147,8 @@ subtract = _binary("subtract")
 @empty_aware
 def clip(x, /, min=None, max=None):  # noqa: A002  (the standard's names)
     """Clamp every element to ``[min, max]`` (either may be None, a scalar or a DArray)."""
+    if _scalars_only("clip", (x, min, max)):
+        return np.clip(x, min, max)
     if min is None and max is None:
         return astype(x, x.dtype, copy=True)
     return apply("clip", x, min, max, dtype=x.dtype)

@@ -97,7 +97,7 @@ def _cumsum(a, axis=None, dtype=None):
 def _svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     if hermitian:
         return _unsupported("linalg.svd", "hermitian")
-    return linalg.svd(a, full_matrices=full_matrices) if compute_uv else linalg.svdvals(a)
+    return linalg.svd(a, full_matrices, compute_uv)
 
 
 def _pinv(a, rcond=None, hermitian=False, *, rtol=None):
@@ -151,7 +151,13 @@ _FUNCTIONS = {
     "argmax": lambda a, axis=None, **kw: searching.argmax(a, axis=axis, **_numpy_keywords(kw)),
     "argmin": lambda a, axis=None, **kw: searching.argmin(a, axis=axis, **_numpy_keywords(kw)),
     "cumsum": _cumsum,
-    "concatenate": lambda arrays, axis=0: manipulation.concat(arrays, axis=axis),
+    "concatenate": _same(manipulation.concatenate),
+    **{fn.__name__: _same(fn) for fn in (
+        manipulation.array_split, manipulation.atleast_1d, manipulation.atleast_2d,
+        manipulation.atleast_3d, manipulation.column_stack, manipulation.dstack, manipulation.hstack,
+        manipulation.pad, manipulation.ravel, manipulation.split, manipulation.swapaxes,
+        manipulation.vstack, linear_algebra.einsum, linear_algebra.inner, linear_algebra.vdot,
+        creation.copy)},
     "stack": lambda arrays, axis=0: manipulation.stack(arrays, axis=axis),
     "transpose": lambda a, axes=None: manipulation.transpose(a, axes),
     "reshape": lambda a, shape=None, **kw: manipulation.reshape(a, shape if shape is not None else kw.pop("newshape")),
@@ -169,8 +175,7 @@ _FUNCTIONS = {
     "expand_dims": lambda a, axis: manipulation.expand_dims(a, axis=axis),
     "broadcast_to": _same(manipulation.broadcast_to), "broadcast_arrays": _same(manipulation.broadcast_arrays),
     "take": lambda a, indices, axis=None: indexing.take(a, indices, axis=axis),
-    "sort": lambda a, axis=-1, **kw: sorting.sort(a, axis=axis),
-    "argsort": lambda a, axis=-1, **kw: sorting.argsort(a, axis=axis),
+    "sort": _same(sorting.sort), "argsort": _same(sorting.argsort),
     "searchsorted": lambda a, v, side="left", sorter=None: searching.searchsorted(a, v, side=side, sorter=sorter),
     "nonzero": _same(searching.nonzero), "count_nonzero": _same(searching.count_nonzero),
     "tril": lambda m, k=0: creation.tril(m, k=k), "triu": lambda m, k=0: creation.triu(m, k=k),

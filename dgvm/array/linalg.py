@@ -24,6 +24,7 @@ from dgvm.array.creation import eye
 from dgvm.array.linear_algebra import diagonal_view, dot, matmul, matrix_transpose, outer, tensordot, vecdot
 from dgvm.array.manipulation import broadcast_to, expand_dims, permute_dims, reshape, stack
 from dgvm.array.statistical import max as max_of, min as min_of, sum as total_of
+from dgvm.protocol.errors import NotSupported
 
 __all__ = [
     "EighResult", "QRResult", "SVDResult", "SlogdetResult", "cholesky", "cross", "det", "diagonal",
@@ -255,9 +256,17 @@ def solve(x1, x2, /):
 
 
 @empty_aware(numpy=np.linalg)
-def svd(x, /, *, full_matrices=True) -> SVDResult:
+def svd(x, /, full_matrices=True, compute_uv=True, hermitian=False) -> SVDResult:
     """Singular value decomposition ``U @ diag(S) @ Vh`` of each matrix, singular values
-    descending (``full_matrices``: U is M x M and Vh N x N, else M x K and K x N)."""
+    descending (``full_matrices``: U is M x M and Vh N x N, else M x K and K x N), with
+    NumPy's positional arguments: ``compute_uv=False`` gives the singular values alone
+    (``svdvals``). NumPy's ``hermitian=True`` (factors from ``eigh``, other signs) is
+    not offered."""
+    if hermitian:
+        raise NotSupported("linalg.svd(hermitian=True) is not supported by dgvm.array; "
+                           "the general svd (hermitian=False) factors Hermitian matrices too")
+    if not compute_uv:
+        return svdvals(x)
     t = _matrices("svd", x, square=False)
     m, n = x.shape[-2:]
     k = builtins.min(m, n)

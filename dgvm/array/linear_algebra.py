@@ -1,11 +1,14 @@
 """Linear algebra functions of the main namespace: ``matmul``/``@``, ``matrix_transpose``,
-``tensordot``, ``vecdot``, and NumPy's ``dot``, ``outer``, ``diag``, ``diagonal``, ``trace``.
+``tensordot``, ``vecdot``, and NumPy's ``dot``, ``inner``, ``vdot``, ``outer``, ``einsum``,
+``diag``, ``diagonal``, ``trace``.
 
 The matrix product is blocked by output chunk (``_engine.matrix_ops.MatMul``): the worker
 that holds output block (i, j) multiplies row panel i of ``x1`` by column panel j of
 ``x2``, reading the blocks it lacks through the migration layer. ``diagonal`` and
-``trace`` read only the blocks the diagonal crosses. The standard's ``linalg`` extension
-is ``dgvm.array.linalg``.
+``trace`` read only the blocks the diagonal crosses. ``einsum`` is planned on the
+caller from its subscripts (``_engine.einsum_spec``) and runs as these operations:
+diagonals, sums, axis permutations, products and ``matmul``. The standard's ``linalg``
+extension is ``dgvm.array.linalg``.
 """
 
 from __future__ import annotations
@@ -17,14 +20,43 @@ from dgvm.array._engine.aliases import derived, stand_in
 from dgvm.array._engine.apply import apply
 from dgvm.array._engine.axes import broadcast_region, normalize_axis
 from dgvm.array._engine.core import ArrayCore
-from dgvm.array._engine.dtypes import result_type
+from dgvm.array._engine.dtypes import check, result_type
+from dgvm.array._engine.einsum_spec import from_sublists, parse
 from dgvm.array._engine.matrix_ops import Diag, Diagonal, MatMul, input_coords
 from dgvm.array._engine.placement import result_like
 from dgvm.array._engine.zero_size import empty_aware
-from dgvm.array.manipulation import expand_dims, permute_dims, reshape, reshaped, squeeze
+from dgvm.array.manipulation import broadcast_to, expand_dims, permute_dims, reshape, reshaped, squeeze
 from dgvm.array.statistical import sum as total_of
+from dgvm.protocol.errors import NotSupported
 
-__all__ = ["diag", "diagonal", "dot", "matmul", "matrix_transpose", "outer", "tensordot", "trace", "vecdot"]
+__all__ = [
+    "diag", "diagonal", "dot", "einsum", "inner", "matmul", "matrix_transpose", "outer", "tensordot",
+    "trace", "vdot", "vecdot",
+]
+
+_SCALARS = (bool, int, float, complex, np.generic)
+
+
+def _operand(v, name: str, arg: str):
+    """A DArray, or a scalar (a product with it is elementwise). A Python scalar counts
+    as a NumPy one of its default dtype, as NumPy's ``dot`` and ``inner`` take it (not as
+    the weak scalar of an elementwise function)."""
+    if not isinstance(v, (ArrayCore,) + _SCALARS):
+        raise TypeError(f"dgvm.array.{name}: {arg} must be a DArray or a scalar, not {type(v).__name__}")
+    return v if isinstance(v, (ArrayCore, np.generic)) else np.asarray(v)[()]
+
+
+def _scalar_product(a, b, name: str):
+    """The product of ``a`` and ``b`` when one is a scalar or 0-d (elementwise), else None."""
+    if not isinstance(a, ArrayCore) and not isinstance(b, ArrayCore):
+        return getattr(np, name)(a, b)  # two scalars: NumPy's scalar
+    if _is_scalar(a) or _is_scalar(b):
+        return apply("multiply", a, b)
+    return None
+
+
+def _is_scalar(v) -> bool:
+    return not isinstance(v, ArrayCore) or v.ndim == 0
 
 
 @empty_aware
@@ -107,14 +139,50 @@ def vecdot(x1, x2, /, *, axis=-1):
 
 @empty_aware
 def dot(a, b, /):
-    """NumPy's ``dot``: vectors -> inner product, matrices -> matmul, else tensordot over
-    the last axis of ``a`` and the second-to-last of ``b``."""
+    """NumPy's ``dot``: vectors -> inner product, matrices -> matmul, a scalar -> the
+    elementwise product, else tensordot over the last axis of ``a`` and the
+    second-to-last of ``b``."""
+    a, b = _operand(a, "dot", "a"), _operand(b, "dot", "b")
+    scaled = _scalar_product(a, b, "dot")
+    if scaled is not None:
+        return scaled
     if a.ndim == 1 and b.ndim == 1:
         prod = apply("multiply", a, b)
         return total_of(prod, dtype=prod.dtype)
     if a.ndim <= 2 and b.ndim <= 2:
         return matmul(a, b)
     return tensordot(a, b, axes=([-1], [max(b.ndim - 2, 0)]))
+
+
+@empty_aware
+def inner(a, b, /):
+    """NumPy's ``inner``: sums of products over the last axes of ``a`` and ``b`` (no
+    conjugation); a scalar gives the elementwise product. The result's shape is
+    ``a.shape[:-1] + b.shape[:-1]``."""
+    a, b = _operand(a, "inner", "a"), _operand(b, "inner", "b")
+    scaled = _scalar_product(a, b, "inner")
+    if scaled is not None:
+        return scaled
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(f"inner: shapes {a.shape} and {b.shape} not aligned: their last axes "
+                         f"have {a.shape[-1]} and {b.shape[-1]} elements")
+    if a.ndim == 1 and b.ndim == 1:
+        return dot(a, b)
+    return tensordot(a, b, axes=([-1], [-1]))
+
+
+@empty_aware
+def vdot(a, b, /):
+    """NumPy's ``vdot``: the dot product of ``a`` and ``b`` flattened, ``a`` conjugated
+    when complex (a 0-d DArray)."""
+    for v, arg in ((a, "a"), (b, "b")):
+        if not isinstance(v, ArrayCore):
+            raise TypeError(f"dgvm.array.vdot: {arg} must be a DArray, not {type(v).__name__}")
+    if a.size != b.size:
+        raise ValueError(f"vdot: vectors have different lengths ({a.size} and {b.size} elements)")
+    a, b = reshape(a, (-1,)), reshape(b, (-1,))
+    prod = apply("multiply", apply("conj", a) if a.dtype.kind == "c" else a, b)
+    return total_of(prod, dtype=prod.dtype)
 
 
 @empty_aware
@@ -184,3 +252,142 @@ def diag(v, k=0):
     out = type(v).allocated((n, n), v.dtype, (side, side))  # zero-filled: Diag writes the diagonal only
     blockwise.run(Diag(int(k), v.dtype), out, [v], "diag")
     return out
+
+
+# -- einsum -----------------------------------------------------------------------------
+_CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+
+
+def _take_order(x, labels: list, order: list):
+    """``x`` with its axes in the order of ``order``'s labels (all of ``labels``)."""
+    axes = [labels.index(lab) for lab in order]
+    return x if axes == list(range(x.ndim)) else permute_dims(x, axes)
+
+
+def _reduced(x, labels: list, keep: set):
+    """``x`` with repeated labels taken as their diagonal, then the labels not in
+    ``keep`` summed over (in x's dtype, as NumPy's einsum)."""
+    labels = list(labels)
+    while True:
+        dup = next((lab for lab in labels if labels.count(lab) > 1), None)
+        if dup is None:
+            break
+        p = labels.index(dup)
+        q = labels.index(dup, p + 1)
+        if x.shape[p] != x.shape[q]:
+            raise ValueError(f"einsum: subscript {dup!r} is repeated on axes of {x.shape[p]} and "
+                             f"{x.shape[q]} elements")
+        x = diagonal_of(x, 0, (p, q))  # the diagonal becomes the last axis
+        labels = [lab for i, lab in enumerate(labels) if i not in (p, q)] + [dup]
+    gone = tuple(i for i, lab in enumerate(labels) if lab not in keep)
+    if gone:
+        x = total_of(x, axis=gone, dtype=x.dtype)
+        labels = [lab for i, lab in enumerate(labels) if i not in gone]
+    return x, labels
+
+
+def _sizes(x, labels: list, group: list) -> tuple:
+    return tuple(x.shape[labels.index(lab)] for lab in group)
+
+
+def _contracted(a, la: list, b, lb: list, keep: set):
+    """The product of ``a`` and ``b`` summed over their shared labels not in ``keep``,
+    and its labels: the shared ones kept, then a's own, then b's own."""
+    batch = [lab for lab in la if lab in lb and lab in keep]
+    summed = [lab for lab in la if lab in lb and lab not in keep]
+    own_a = [lab for lab in la if lab not in lb]
+    own_b = [lab for lab in lb if lab not in la]
+    out_labels = batch + own_a + own_b
+    if not summed:  # an outer or elementwise product, broadcast
+        a2 = _take_order(a, la, batch + own_a)
+        for _ in own_b:
+            a2 = expand_dims(a2, axis=a2.ndim)
+        b2 = _take_order(b, lb, batch + own_b)
+        for _ in own_a:
+            b2 = expand_dims(b2, axis=len(batch))
+        return apply("multiply", a2, b2), out_labels
+    if not own_a and not own_b:  # products summed along rows: no matrices to multiply
+        prod = apply("multiply", _take_order(a, la, batch + summed), _take_order(b, lb, batch + summed))
+        return total_of(prod, axis=tuple(range(len(batch), prod.ndim)), dtype=prod.dtype), out_labels
+    # Summed labels of one element on one side and more on the other broadcast (NumPy's rule).
+    ka, kb = _sizes(a, la, summed), _sizes(b, lb, summed)
+    if ka != kb:
+        full = tuple(max(p, q) for p, q in zip(ka, kb))
+        if ka != full:
+            a = broadcast_to(a, tuple(full[summed.index(lab)] if lab in summed else n for lab, n in zip(la, a.shape)))
+        else:
+            b = broadcast_to(b, tuple(full[summed.index(lab)] if lab in summed else n for lab, n in zip(lb, b.shape)))
+    k = int(np.prod(_sizes(a, la, summed), dtype=np.int64))
+    m = int(np.prod(_sizes(a, la, own_a), dtype=np.int64))
+    n = int(np.prod(_sizes(b, lb, own_b), dtype=np.int64))
+    a2 = reshape(_take_order(a, la, batch + own_a + summed), _sizes(a, la, batch) + (m, k))
+    b2 = reshape(_take_order(b, lb, batch + summed + own_b), _sizes(b, lb, batch) + (k, n))
+    out = matmul(a2, b2)
+    return reshape(out, out.shape[:len(batch)] + _sizes(a, la, own_a) + _sizes(b, lb, own_b)), out_labels
+
+
+def _label_sizes(operands, inputs) -> None:
+    """Each label has one size, or one size and 1 (broadcast), over the operands."""
+    seen: dict = {}
+    for x, labels in zip(operands, inputs):
+        for lab, n in zip(labels, x.shape):
+            if n == 1:
+                continue
+            if seen.setdefault(lab, n) != n:
+                name = "an ellipsis axis" if lab.startswith("..") else f"subscript {lab!r}"
+                raise ValueError(f"einsum: operands could not be broadcast together: {name} has "
+                                 f"{seen[lab]} and {n} elements")
+
+
+@empty_aware
+def einsum(*operands, out=None, dtype=None, order="K", casting="safe", optimize=False):
+    """NumPy's ``einsum``: ``einsum("ij,jk->ik", a, b)``, implicit output (``"ij,jk"``),
+    ``...`` broadcasting, and the sublist form ``einsum(a, [0, 1], b, [1, 2], [0, 2])``.
+
+    The subscripts become distributed operations: a repeated subscript in one operand is
+    its diagonal (``"ii->i"``, ``"ii"`` the trace), a subscript in one operand only and
+    not in the output is summed (``"ij->i"``), the operands are multiplied pairwise from
+    the left, shared subscripts summed by ``matmul`` (``"ij,jk"``, ``"bij,bjk->bik"``) or
+    by a product and a sum (``"i,i"``), the others by a broadcast product (``"i,j"``),
+    and the result's axes are permuted into place (``"ij->ji"``). Sums keep the operands'
+    dtype, as NumPy's einsum does; ``dtype`` casts the operands first (by ``casting``).
+    ``optimize`` is accepted and changes nothing (pairs are taken from the left); a 0-d
+    result is a 0-d DArray."""
+    if out is not None:
+        raise NotSupported("einsum(..., out=) is not supported by dgvm.array; assign the result instead")
+    if order not in ("K", "A", "C", "F"):
+        raise ValueError(f"einsum: order must be one of 'K', 'A', 'C', 'F', not {order!r}")
+    if casting not in _CASTINGS:
+        raise ValueError(f"einsum: casting must be one of {_CASTINGS}, not {casting!r}")
+    if not operands:
+        raise TypeError("einsum: no subscripts and no operands given")
+    if isinstance(operands[0], str):
+        subscripts, arrays = operands[0], list(operands[1:])
+    else:
+        subscripts, arrays = from_sublists(operands)
+    if not arrays:
+        raise ValueError("einsum: no operands given")
+    for i, x in enumerate(arrays):
+        if not isinstance(x, ArrayCore):
+            raise TypeError(f"dgvm.array.einsum: operand {i} must be a DArray, not {type(x).__name__}")
+    spec = parse(subscripts, [x.ndim for x in arrays])
+    if dtype is not None:
+        target = check(dtype)
+        for i, x in enumerate(arrays):
+            if not np.can_cast(x.dtype, target, casting=casting):
+                raise TypeError(f"einsum: cannot cast operand {i} from {x.dtype} to {target} "
+                                f"according to the rule {casting!r}")
+        arrays = [x if x.dtype == target else apply("astype", x, dtype=target) for x in arrays]
+    _label_sizes(arrays, spec.inputs)
+    output = list(spec.output)
+    # Each operand alone: diagonals, and sums over the labels no one else needs.
+    reduced = []
+    for i, (x, labels) in enumerate(zip(arrays, spec.inputs)):
+        others = {lab for j, ls in enumerate(spec.inputs) if j != i for lab in ls}
+        reduced.append(_reduced(x, labels, others | set(output)))
+    cur, labels = reduced[0]
+    for j in range(1, len(reduced)):
+        later = {lab for _, ls in reduced[j + 1:] for lab in ls}
+        cur, labels = _contracted(cur, labels, *reduced[j], later | set(output))
+    cur, labels = _reduced(cur, labels, set(output))
+    return _take_order(cur, labels, output)

@@ -6,12 +6,19 @@ ops: an output chunk is made on its worker from the input regions it maps to (re
 through the migration layer), and placed near the input chunk that holds its first
 element, so a flip, a roll or a broadcast mostly reads local chunks
 (``_engine.gather``, ``_engine.layout_ops``).
+
+NumPy's own names compose these: ``swapaxes`` and ``atleast_*d`` are views,
+``hstack``/``vstack``/``column_stack``/``dstack`` concatenations, ``split`` and
+``array_split`` basic slices (views), ``ravel`` a reshape, and ``pad`` a gather of the
+array's own elements (``edge``, ``reflect``, ``symmetric``, ``wrap``: ``_engine.padding``)
+or a concatenation with filled blocks (``constant``).
 """
 
 from __future__ import annotations
 
 import builtins
 import itertools
+import operator
 
 import numpy as np
 
@@ -19,7 +26,9 @@ from dgvm.array._engine import blockwise
 from dgvm.array._engine.aliases import derived, stand_in, view_of
 from dgvm.array._engine.axes import broadcast_chunks, broadcast_region, normalize_axis
 from dgvm.array._engine.core import ArrayCore
-from dgvm.array._engine.dtypes import result_type
+from dgvm.array._engine import padding
+from dgvm.array._engine.dtypes import check, result_type
+from dgvm.array._engine.fill_ops import Fill
 from dgvm.array._engine.gather import take_along_maps
 from dgvm.array._engine.getitem import getitem
 from dgvm.array._engine.layout_ops import Concat, Copy, Reshape
@@ -31,10 +40,23 @@ from dgvm.array.data_types import astype
 from dgvm.protocol import chunk_grid
 
 __all__ = [
-    "broadcast_arrays", "broadcast_to", "concat", "concatenate", "expand_dims", "flip",
-    "moveaxis", "permute_dims", "rechunk", "repeat", "reshape", "roll", "squeeze", "stack",
-    "tile", "transpose", "unstack",
+    "array_split", "atleast_1d", "atleast_2d", "atleast_3d", "broadcast_arrays", "broadcast_to",
+    "column_stack", "concat", "concatenate", "dstack", "expand_dims", "flip", "hstack", "moveaxis",
+    "pad", "permute_dims", "ravel", "rechunk", "repeat", "reshape", "roll", "split", "squeeze",
+    "stack", "swapaxes", "tile", "transpose", "unstack", "vstack",
 ]
+
+
+def _darray(x, name: str, arg: str = "a"):
+    if not isinstance(x, ArrayCore):
+        raise TypeError(f"dgvm.array.{name}: {arg} must be a DArray, not {type(x).__name__}")
+    return x
+
+
+def _one_axis(axis, ndim: int, name: str, arg: str = "axis") -> int:
+    if isinstance(axis, builtins.bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"dgvm.array.{name}: {arg} must be an int, not {axis!r}")
+    return normalize_axis(axis, ndim)[0]
 
 
 # -- axis maps: views, no copy ---------------------------------------------------------------
@@ -211,7 +233,71 @@ def concat(arrays, /, *, axis=0):
     return out
 
 
-concatenate = concat
+def _sequence(arrays, name: str) -> list:
+    """NumPy's joins take a list or tuple of arrays (not a generator, not one array)."""
+    if not isinstance(arrays, (list, tuple)):
+        raise TypeError(f"dgvm.array.{name}: arrays to join must be passed as a list or tuple, "
+                        f"not {type(arrays).__name__}")
+    if not arrays:
+        raise ValueError(f"dgvm.array.{name}: need at least one array to concatenate")
+    for i, a in enumerate(arrays):
+        _darray(a, name, f"array {i}")
+    return list(arrays)
+
+
+def _cast_all(arrays: list, dtype, casting: str, name: str) -> list:
+    """The arrays in ``dtype`` (None: as they are), each cast allowed by ``casting``."""
+    if dtype is None:
+        return arrays
+    target = check(dtype)
+    for a in arrays:
+        if not np.can_cast(a.dtype, target, casting=casting):
+            raise TypeError(f"dgvm.array.{name}: cannot cast array data from {a.dtype} to "
+                            f"{target} according to the rule {casting!r}")
+    return [a if a.dtype == target else astype(a, target) for a in arrays]
+
+
+@empty_aware(mixed=True)
+def concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    """NumPy's ``concatenate``: ``concat`` with ``axis`` positional too and NumPy's
+    ``dtype``/``casting`` (``out=`` is refused: assign the result instead)."""
+    if out is not None:
+        raise TypeError("dgvm.array.concatenate: out= is not supported for DArrays; assign the result instead")
+    arrays = _sequence(arrays, "concatenate")
+    return concat(_cast_all(arrays, dtype, casting, "concatenate"), axis=axis)
+
+
+@empty_aware(mixed=True)
+def hstack(tup, *, dtype=None, casting="same_kind"):
+    """NumPy's ``hstack``: join along the second axis (the first for 1-d arrays)."""
+    arrays = [atleast_1d(a) for a in _sequence(tup, "hstack")]
+    return concatenate(arrays, 0 if arrays[0].ndim == 1 else 1, dtype=dtype, casting=casting)
+
+
+@empty_aware(mixed=True)
+def vstack(tup, *, dtype=None, casting="same_kind"):
+    """NumPy's ``vstack``: join along the first axis, 1-d arrays as rows."""
+    arrays = [atleast_2d(a) for a in _sequence(tup, "vstack")]
+    return concatenate(arrays, 0, dtype=dtype, casting=casting)
+
+
+@empty_aware(mixed=True)
+def dstack(tup):
+    """NumPy's ``dstack``: join along the third axis (``atleast_3d`` first)."""
+    return concatenate([atleast_3d(a) for a in _sequence(tup, "dstack")], 2)
+
+
+@empty_aware(mixed=True)
+def column_stack(tup):
+    """NumPy's ``column_stack``: 1-d arrays as columns, joined along the second axis."""
+    cols = []
+    for a in _sequence(tup, "column_stack"):
+        if a.ndim == 0:
+            a = reshape(a, (1, 1))
+        elif a.ndim == 1:
+            a = expand_dims(a, axis=1)
+        cols.append(a)
+    return concatenate(cols, 1)
 
 
 @empty_aware
@@ -281,3 +367,151 @@ def rechunk(x, /, chunks):
     out = result_like(x, x.shape, x.dtype, grid, list)
     blockwise.run(Copy(), out, [x], "rechunk")
     return out
+
+
+# -- NumPy's views and reshapes: swapaxes, atleast_*d, ravel, split ------------------------
+@empty_aware
+def swapaxes(a, axis1, axis2):
+    """NumPy's ``swapaxes``: ``a`` with two axes interchanged (a view)."""
+    _darray(a, "swapaxes")
+    i, j = _one_axis(axis1, a.ndim, "swapaxes", "axis1"), _one_axis(axis2, a.ndim, "swapaxes", "axis2")
+    order = list(range(a.ndim))
+    order[i], order[j] = order[j], order[i]
+    return permute_dims(a, order)
+
+
+def _atleast(arrays, n: int, name: str, grow):
+    out = []
+    for i, a in enumerate(arrays):
+        a = _darray(a, name, f"array {i}")
+        while a.ndim < n:
+            a = grow(a)
+        out.append(a)
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+@empty_aware
+def atleast_1d(*arys):
+    """NumPy's ``atleast_1d``: 0-d arrays as 1-d (views); several arrays give a tuple."""
+    return _atleast(arys, 1, "atleast_1d", lambda a: expand_dims(a, axis=0))
+
+
+@empty_aware
+def atleast_2d(*arys):
+    """NumPy's ``atleast_2d``: 0-d as (1, 1), 1-d (N,) as (1, N) (views)."""
+    return _atleast(arys, 2, "atleast_2d", lambda a: expand_dims(a, axis=0))
+
+
+@empty_aware
+def atleast_3d(*arys):
+    """NumPy's ``atleast_3d``: 0-d as (1, 1, 1), 1-d (N,) as (1, N, 1), 2-d (M, N) as
+    (M, N, 1) (views)."""
+    def grow(a):
+        if a.ndim == 0:
+            return reshape(a, (1, 1, 1))
+        return expand_dims(expand_dims(a, axis=0), axis=2) if a.ndim == 1 else expand_dims(a, axis=2)
+
+    return _atleast(arys, 3, "atleast_3d", grow)
+
+
+@empty_aware
+def ravel(a, order="C"):
+    """NumPy's ``ravel``: the elements of ``a`` as a 1-d array, in C order (``order="F"``:
+    Fortran order; "A" and "K" are C order for a DArray, which is C-ordered)."""
+    _darray(a, "ravel")
+    if order not in ("C", "F", "A", "K"):
+        raise ValueError(f"dgvm.array.ravel: order must be one of 'C', 'F', 'A', 'K', not {order!r}")
+    if order == "F" and a.ndim > 1:
+        a = permute_dims(a, tuple(reversed(range(a.ndim))))
+    return reshape(a, (-1,))
+
+
+def _split_bounds(n: int, indices_or_sections, equal: bool, name: str) -> list[tuple]:
+    """(start, stop) of each piece along an axis of ``n`` elements, as NumPy's split."""
+    if isinstance(indices_or_sections, (int, np.integer)) and not isinstance(indices_or_sections, builtins.bool):
+        sections = int(indices_or_sections)
+        if sections <= 0:
+            raise ValueError(f"dgvm.array.{name}: number sections must be larger than 0, got {sections}")
+        if equal and n % sections:
+            raise ValueError(f"dgvm.array.{name}: array split does not result in an equal division "
+                             f"({n} elements in {sections} sections)")
+        each, extra = divmod(n, sections)
+        sizes = [each + 1] * extra + [each] * (sections - extra)
+        stops = np.cumsum(sizes).tolist()
+        return list(zip([0] + stops[:-1], stops))
+    try:
+        points = [operator.index(i) for i in indices_or_sections]
+    except TypeError:
+        raise TypeError(f"dgvm.array.{name}: indices_or_sections must be an int or a sequence of ints, "
+                        f"not {indices_or_sections!r}") from None
+    return list(zip([0] + points, points + [n]))
+
+
+def _pieces(ary, indices_or_sections, axis, equal: bool, name: str) -> list:
+    _darray(ary, name, "ary")
+    if ary.ndim == 0:
+        raise ValueError(f"dgvm.array.{name}: a 0-d array cannot be split")
+    axis = _one_axis(axis, ary.ndim, name)
+    lead = (slice(None),) * axis
+    return [getitem(ary, lead + (slice(b, e),))
+            for b, e in _split_bounds(ary.shape[axis], indices_or_sections, equal, name)]
+
+
+@empty_aware
+def split(ary, indices_or_sections, axis=0):
+    """NumPy's ``split``: a list of views of ``ary`` along ``axis``, in ``N`` equal pieces
+    (an int, which must divide the axis) or cut before each of a list of indices."""
+    return _pieces(ary, indices_or_sections, axis, True, "split")
+
+
+@empty_aware
+def array_split(ary, indices_or_sections, axis=0):
+    """NumPy's ``array_split``: as ``split``, but ``N`` pieces need not be equal (the
+    first ``len % N`` have one element more)."""
+    return _pieces(ary, indices_or_sections, axis, False, "array_split")
+
+
+# -- pad ------------------------------------------------------------------------------------
+def _filled(like, shape: tuple, chunks: tuple, value):
+    """A new array of ``shape`` filled with ``value``, made where it is placed."""
+    out = type(like).allocated(shape, like.dtype, chunks, client=like.client)
+    if value != 0:
+        blockwise.run(Fill(value, like.dtype), out, [], "pad")
+    return out
+
+
+def _runs(total: int, step: int) -> tuple:
+    """``total`` cut into pieces of ``step`` (the last shorter)."""
+    step = builtins.max(1, step)
+    return tuple([step] * (total // step) + ([total % step] if total % step else []))
+
+
+@empty_aware
+def pad(array, pad_width, mode="constant", **kwargs):
+    """NumPy's ``pad``, modes ``constant`` (``constant_values``), ``edge``, ``reflect``,
+    ``symmetric``, ``wrap`` (and ``empty``, whose undefined values are zeros here);
+    ``pad_width`` and ``constant_values`` in NumPy's forms (a number, ``(before, after)``
+    or one pair per axis). The modes that repeat the array's elements are one gather of
+    them where they live; ``constant`` joins filled blocks, axis after axis as NumPy
+    pads (so a corner takes the later axis's value). Other modes raise ``NotSupported``."""
+    x = _darray(array, "pad", "array")
+    padding.check_mode(mode, kwargs)
+    pairs = padding.widths(pad_width, x.ndim)
+    if not builtins.any(b or a for b, a in pairs):
+        return astype(x, x.dtype)  # a copy, as NumPy's
+    if mode in padding.GATHERED:
+        return take_along_maps(x, padding.maps(x.shape, pairs, mode), "pad")
+    values = padding.constants(kwargs.get("constant_values", 0) if mode == "constant" else 0, x.ndim, x.dtype)
+    y = x
+    for axis, ((b, e), (vb, ve)) in enumerate(zip(pairs, values)):
+        if not (b or e):
+            continue
+        step = builtins.max(y.chunks[axis])
+        parts = []
+        for width, value in ((b, vb), (e, ve)):
+            if width:
+                shape = y.shape[:axis] + (width,) + y.shape[axis + 1:]
+                chunks = y.chunks[:axis] + (_runs(width, step),) + y.chunks[axis + 1:]
+                parts.append(_filled(y, shape, chunks, value))
+        y = concat(parts[:1] + [y] + parts[1:] if b else [y] + parts, axis=axis)
+    return y

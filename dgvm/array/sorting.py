@@ -16,6 +16,7 @@ from dgvm.array._engine.sort_keys import block_starts
 from dgvm.array._engine.sort_ops import LocalSort, Merge, TakeLocal
 from dgvm.array._engine.sort_splits import splits
 from dgvm.array._engine.zero_size import empty_aware
+from dgvm.array.manipulation import reshape
 
 __all__ = ["argsort", "sort"]
 
@@ -62,17 +63,36 @@ def _sorted(x, axis: int, descending: bool, indices: bool, name: str):
     return out  # the temporaries free themselves once the merge has read them
 
 
+_KINDS = (None, "quicksort", "mergesort", "heapsort", "stable")
+
+
+def _numpy_args(x, axis, kind, order, name: str):
+    """NumPy's ``axis`` (None: the flattened array), ``kind`` (every kind sorts stably
+    here) and ``order`` (for fields, which a DArray has not): the array and axis to sort."""
+    check_array(x, name)
+    if kind not in _KINDS:
+        raise ValueError(f"dgvm.array.{name}: kind must be one of {_KINDS[1:]}, not {kind!r}")
+    if order is not None:
+        raise ValueError(f"dgvm.array.{name}: order= names fields, and a DArray has none")
+    if axis is None:
+        return reshape(x, (-1,)), 0
+    return x, _axis(axis, x, name)
+
+
 @empty_aware
-def sort(x, /, *, axis=-1, descending=False, stable=True):
+def sort(x, /, axis=-1, kind=None, order=None, *, descending=False, stable=True):
     """A sorted copy of ``x`` along ``axis`` (same shape and chunks); stable, NaN last
-    (first when ``descending``)."""
-    check_array(x, "sort")
-    return _sorted(x, _axis(axis, x, "sort"), bool(descending), False, "sort")
+    (first when ``descending``). ``axis`` may be given by position and None sorts the
+    flattened array, as NumPy's; every ``kind`` sorts stably."""
+    x, axis = _numpy_args(x, axis, kind, order, "sort")
+    return _sorted(x, axis, bool(descending), False, "sort")
 
 
 @empty_aware
-def argsort(x, /, *, axis=-1, descending=False, stable=True):
+def argsort(x, /, axis=-1, kind=None, order=None, *, descending=False, stable=True):
     """The int64 indices along ``axis`` that sort ``x`` (stable: ties keep their order,
-    also when ``descending``)."""
-    check_array(x, "argsort")
-    return _sorted(x, _axis(axis, x, "argsort"), bool(descending), True, "argsort")
+    also when ``descending``). ``axis`` may be given by position and None gives indices
+    into the flattened array, as NumPy's; every ``kind`` sorts stably (NumPy's default
+    quicksort may order ties otherwise)."""
+    x, axis = _numpy_args(x, axis, kind, order, "argsort")
+    return _sorted(x, axis, bool(descending), True, "argsort")

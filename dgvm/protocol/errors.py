@@ -41,6 +41,11 @@ class AccessDenied(PermissionError, DgvmError):
     """A request touches an allocation that belongs to another client."""
 
 
+class NotSupported(NotImplementedError, DgvmError):
+    """A form of a NumPy call that dgvm.array does not offer (an ``einsum`` form, a ``pad``
+    mode): the message names the form and what is offered instead."""
+
+
 class ChunkLost(DgvmError):
     """A chunk's home worker left the cluster; its data is gone until recovered."""
 

@@ -37,6 +37,9 @@ def dtype_of(x) -> np.dtype:
 def check(dtype) -> np.dtype:
     """``dtype`` as a NumPy dtype, if the array API (and so dgvm) supports it."""
     d = np.dtype(dtype)
+    if d == np.float16:
+        raise TypeError("float16 arrays are not supported by dgvm.array (the array API has no "
+                        "float16; results NumPy gives as float16 are float32 here): use float32")
     if d not in SUPPORTED:
         raise TypeError(
             f"dtype {d} is not supported by dgvm.array; supported: "
