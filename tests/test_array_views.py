@@ -76,11 +76,16 @@ def test_writes_through_views_reach_the_base_and_every_other_view(case, data, dr
     h = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
     x = dnp.asarray(h, chunks=chunks)
     views = [(x, h)]
+    scalars = []
     for step in range(draw.draw(st.integers(2, 6))):
         x_v, h_v = views[draw.draw(st.integers(0, len(views) - 1))]
         action = draw.draw(st.sampled_from(["view", "view", "scalar", "array", "iadd", "overlap", "read"]))
         if action == "view" and x_v.size:
-            views.append(a_view(draw.draw, x_v, h_v))
+            x_w, h_w = a_view(draw.draw, x_v, h_v)
+            if isinstance(h_w, np.ndarray):
+                views.append((x_w, h_w))
+            else:  # an integer per axis: NumPy's scalar, a value that later writes leave alone
+                scalars.append((x_w, h_w))
             continue
         if x_v.size == 0:
             continue
@@ -106,6 +111,8 @@ def test_writes_through_views_reach_the_base_and_every_other_view(case, data, dr
             h_v[...] = h_w[::-1].copy() if h_w.ndim else h_w.copy()
         for x_r, h_r in views:  # every view and the base agree with NumPy after each write
             same(x_r, h_r)
+        for x_s, h_s in scalars:
+            assert float(x_s) == float(h_s)
     same(x, h)
 
 

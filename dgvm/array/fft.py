@@ -12,7 +12,8 @@ are computed where their chunks live.
 
 Results are complex128 (complex64 for float32 and complex64 input), and real of the
 same precision for ``irfft``, ``irfftn`` and ``hfft``; integer and bool input is
-transformed as float64, as in NumPy.
+transformed as float64, as in NumPy. The standard's keyword arguments may also be given
+by position, as NumPy's programs give them (``irfft(X, n)``, ``fftfreq(n, d)``).
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def _one(name: str, x, n, axis, norm):
 
 # -- 1-d transforms --------------------------------------------------------------------------
 @empty_aware(numpy=np.fft)
-def fft(x, /, *, n=None, axis=-1, norm="backward"):
+def fft(x, /, n=None, axis=-1, norm="backward"):
     """1-d discrete Fourier transform along ``axis``, of ``n`` points (the input cropped
     or padded with zeros; default: its length); ``norm``: which direction is scaled,
     "backward" (none here, 1/n in ``ifft``), "ortho" (1/sqrt(n) both) or "forward"."""
@@ -146,34 +147,34 @@ def fft(x, /, *, n=None, axis=-1, norm="backward"):
 
 
 @empty_aware(numpy=np.fft)
-def ifft(x, /, *, n=None, axis=-1, norm="backward"):
+def ifft(x, /, n=None, axis=-1, norm="backward"):
     """1-d inverse discrete Fourier transform along ``axis`` (``fft``'s arguments)."""
     return _one("ifft", x, n, axis, norm)
 
 
 @empty_aware(numpy=np.fft)
-def rfft(x, /, *, n=None, axis=-1, norm="backward"):
+def rfft(x, /, n=None, axis=-1, norm="backward"):
     """1-d discrete Fourier transform of real input along ``axis``: the ``n // 2 + 1``
     non-negative frequency terms."""
     return _one("rfft", x, n, axis, norm)
 
 
 @empty_aware(numpy=np.fft)
-def irfft(x, /, *, n=None, axis=-1, norm="backward"):
+def irfft(x, /, n=None, axis=-1, norm="backward"):
     """Inverse of ``rfft``: ``n`` real points (default ``2 * (m - 1)`` for an axis of
     length m) from the ``n // 2 + 1`` non-negative frequency terms along ``axis``."""
     return _one("irfft", x, n, axis, norm)
 
 
 @empty_aware(numpy=np.fft)
-def hfft(x, /, *, n=None, axis=-1, norm="backward"):
+def hfft(x, /, n=None, axis=-1, norm="backward"):
     """Discrete Fourier transform of a signal with Hermitian symmetry (given by its
     ``n // 2 + 1`` first terms along ``axis``): ``n`` real points (default ``2 * (m - 1)``)."""
     return _one("hfft", x, n, axis, norm)
 
 
 @empty_aware(numpy=np.fft)
-def ihfft(x, /, *, n=None, axis=-1, norm="backward"):
+def ihfft(x, /, n=None, axis=-1, norm="backward"):
     """Inverse of ``hfft``: the ``n // 2 + 1`` first terms of the Hermitian spectrum of
     real input along ``axis``."""
     return _one("ihfft", x, n, axis, norm)
@@ -185,7 +186,7 @@ def _unchanged(x):
 
 
 @empty_aware(numpy=np.fft)
-def fftn(x, /, *, s=None, axes=None, norm="backward"):
+def fftn(x, /, s=None, axes=None, norm="backward"):
     """n-d discrete Fourier transform over ``axes`` (default: all), of ``s[i]`` points
     along ``axes[i]`` (default, or -1: the input's length), last axis first."""
     _check(x, "fftn")
@@ -197,7 +198,7 @@ def fftn(x, /, *, s=None, axes=None, norm="backward"):
 
 
 @empty_aware(numpy=np.fft)
-def ifftn(x, /, *, s=None, axes=None, norm="backward"):
+def ifftn(x, /, s=None, axes=None, norm="backward"):
     """n-d inverse discrete Fourier transform (``fftn``'s arguments)."""
     _check(x, "ifftn")
     norm = _norm(norm, "ifftn")
@@ -213,7 +214,7 @@ def _real_axes(axes, name: str) -> None:
 
 
 @empty_aware(numpy=np.fft)
-def rfftn(x, /, *, s=None, axes=None, norm="backward"):
+def rfftn(x, /, s=None, axes=None, norm="backward"):
     """n-d discrete Fourier transform of real input: ``rfft`` along the last of
     ``axes`` (``s[-1] // 2 + 1`` terms), then ``fft`` along the others."""
     _check(x, "rfftn")
@@ -225,7 +226,7 @@ def rfftn(x, /, *, s=None, axes=None, norm="backward"):
 
 
 @empty_aware(numpy=np.fft)
-def irfftn(x, /, *, s=None, axes=None, norm="backward"):
+def irfftn(x, /, s=None, axes=None, norm="backward"):
     """Inverse of ``rfftn``: ``ifft`` along all but the last of ``axes``, then ``irfft``
     along it, to ``s[-1]`` real points (default ``2 * (m - 1)``)."""
     _check(x, "irfftn")
@@ -248,7 +249,7 @@ def _window(n, d, name: str) -> float:
     return 1.0 / (n * d)
 
 
-def fftfreq(n, /, *, d=1.0, device=None, chunks="auto"):
+def fftfreq(n, /, d=1.0, *, device=None, chunks="auto"):
     """The sample frequencies of an ``n``-point transform with sample spacing ``d``
     (float64): ``[0, 1, ..., ceil(n/2) - 1, -floor(n/2), ..., -1] / (d * n)``."""
     val = _window(n, d, "fftfreq")
@@ -257,7 +258,7 @@ def fftfreq(n, /, *, d=1.0, device=None, chunks="auto"):
     return apply("multiply", wrapped, val)
 
 
-def rfftfreq(n, /, *, d=1.0, device=None, chunks="auto"):
+def rfftfreq(n, /, d=1.0, *, device=None, chunks="auto"):
     """The sample frequencies of ``rfft``'s terms (float64):
     ``[0, 1, ..., n // 2] / (d * n)``."""
     val = _window(n, d, "rfftfreq")
@@ -277,13 +278,13 @@ def _shift(x, axes, sign: int, name: str):
 
 
 @empty_aware(numpy=np.fft)
-def fftshift(x, /, *, axes=None):
+def fftshift(x, /, axes=None):
     """``x`` with the zero-frequency term moved to the middle of ``axes`` (default: all):
     a roll by half of each axis's length."""
     return _shift(x, axes, 1, "fftshift")
 
 
 @empty_aware(numpy=np.fft)
-def ifftshift(x, /, *, axes=None):
+def ifftshift(x, /, axes=None):
     """Inverse of ``fftshift``: a roll back by half of each axis's length."""
     return _shift(x, axes, -1, "ifftshift")

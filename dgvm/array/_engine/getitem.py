@@ -27,6 +27,10 @@ def _axis_view(x, src: tuple, name: str):
     return view_of(x, View.of_axes(x, src), name)
 
 
+def _has_ellipsis(key) -> bool:
+    return any(k is Ellipsis for k in (key if isinstance(key, tuple) else (key,)))
+
+
 def getitem(x, key):
     """``x[key]`` (``DArray.__getitem__``)."""
     added = added_axes(x, key, bools_only=True)  # (None alone: a basic view, below)
@@ -43,8 +47,13 @@ def getitem(x, key):
     if is_mask(key):
         return _masked(x, key[0] if isinstance(key, tuple) else key)
     view = basic_view(x, key)
-    if view is not None:  # no copy now: a deferred view, read in place or computed on use
-        return view_of(x, view, "getitem")
+    if view is not None:  # no copy: a view of x's memory, read in place
+        out = view_of(x, view, "getitem")
+        if out.ndim == 0 and not _has_ellipsis(key) and out.alias is not None:
+            # An integer per axis: NumPy's result is a scalar, the value of now, not a
+            # view (still read from the chunks in place, and only if used).
+            return out.alias.copy_of(out)
+        return out
     # An index array along one axis: a gather, then the axes integers drop and None adds.
     maps, drop, new_axes = plan(x, key)
     out = take_along_maps(x, maps, "getitem")

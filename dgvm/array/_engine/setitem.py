@@ -13,7 +13,7 @@ from dgvm.array._engine import blockwise
 from dgvm.array._engine.apply import apply
 from dgvm.array._engine.assign_ops import Assign, MaskAssign
 from dgvm.array._engine.core import ArrayCore
-from dgvm.array._engine.getitem import getitem
+from dgvm.array._engine.aliases import view_of
 from dgvm.array._engine.keys import added_axes, basic_view, fit_value, fitted, is_mask, plan, storable
 from dgvm.array._engine.view_writes import write_view
 from dgvm.array._engine.zero_size import empty_aware
@@ -80,8 +80,11 @@ def _setitem_view(x, key, value) -> None:
         write_view(x, value)
         return
     strided = x.alias.view is not None
-    if strided and not is_mask(key) and added_axes(x, key, bools_only=True) is None and basic_view(x, key) is not None:
-        target = getitem(x, key)
+    view = None
+    if strided and not is_mask(key) and added_axes(x, key, bools_only=True) is None:
+        view = basic_view(x, key)
+    if view is not None:
+        target = view_of(x, view, "setitem")
         if target.alias is None:  # it selects nothing (zero_size): NumPy's checks only
             _setitem_on_host(target, (), value)
             return

@@ -45,7 +45,7 @@ def write_view(target, value) -> None:
         return
     value = _lined_up(value, v, len(target.shape) - len(vshape))
     if isinstance(value, np.ndarray):
-        value = type(base).from_host(np.ascontiguousarray(value, dtype=base.dtype))
+        value = type(base).from_host(np.array(value, dtype=base.dtype, order="C"))  # (0-d stays 0-d)
     elif value is base:  # read from a copy: the write changes what it reads
         value = whole(value)
     blockwise.run(Assign(tuple(maps), sel, tuple(keep), None, value.shape), base, [base, value], "setitem",
