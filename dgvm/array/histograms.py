@@ -154,14 +154,13 @@ def histogram(a, bins=10, range=None, density=None, weights=None):  # noqa: A002
             raise ValueError(f"dgvm.array.histogram: bins must be 1d, when an array, got shape {bins.shape}")
         if bins.shape[0] > 1 and any_of(apply("less", bins[1:], bins[:-1])).host_value:
             raise ValueError("dgvm.array.histogram: bins must increase monotonically, when an array")
-        edges, uniform = bins, False
+        edges = bins
     else:
-        uniform = np.ndim(bins) == 0
-        if uniform:
-            bins = operator.index(bins)
         # Checked and made as NumPy does it (one dimension, increasing; range; bins >= 1).
-        edges_np = _uniform_edges(a, bins, range) if uniform else np.histogram_bin_edges(
-            np.empty(0, a.dtype), bins)
+        if np.ndim(bins) == 0:
+            edges_np = _uniform_edges(a, operator.index(bins), range)
+        else:
+            edges_np = np.histogram_bin_edges(np.empty(0, a.dtype), bins)
         edges = type(a).from_host(edges_np, client=a.client)
     n = edges.shape[0] - 1
     last = edges[-1] if isinstance(bins, ArrayCore) else edges_np[-1]
@@ -174,9 +173,8 @@ def histogram(a, bins=10, range=None, density=None, weights=None):  # noqa: A002
                   + 1j * _counts(where, apply("imag", weights), n + 1)[:n])
     else:
         counts = _counts(where, weights, n + 1)[:n]
-    if weights is not None:
-        # NumPy's dtype: the weights' for equal bins, their running sum's for given edges.
-        counts = counts.astype(weights.dtype if uniform else np.cumsum(np.ones(1, weights.dtype)).dtype)
+    if weights is not None:  # NumPy adds into counts of the weights' dtype
+        counts = counts.astype(weights.dtype)
     if density and not isinstance(bins, ArrayCore):
         with np.errstate(all="ignore"):
             counts = counts / np.diff(edges_np) / counts.sum()

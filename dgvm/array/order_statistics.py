@@ -31,6 +31,12 @@ _METHODS = ("inverted_cdf", "averaged_inverted_cdf", "closest_observation", "int
             "midpoint", "nearest")
 
 
+def result_shape(a, axis, keepdims: bool) -> tuple:
+    """The shape around the reduced axes: without them, or with length 1 there."""
+    axes = normalize_axis(axis, a.ndim)
+    return tuple(1 if i in axes else n for i, n in enumerate(a.shape) if keepdims or i not in axes)
+
+
 class _Sorted:
     """``a`` sorted along the reduced axes (merged into one, ``axis``) and the shape the
     result has around them (``rest``; ``kept``: with ``keepdims``)."""
@@ -46,7 +52,7 @@ class _Sorted:
             self.values, self.axis = sort(merged, axis=-1), len(keep)
         self.n = self.values.shape[self.axis]
         self.rest = tuple(a.shape[i] for i in keep)
-        self.kept = tuple(1 if i in axes else s for i, s in enumerate(a.shape)) if keepdims else self.rest
+        self.kept = result_shape(a, axis, keepdims)
 
     def at(self, ranks):
         """The cross-sections at ``ranks`` (a list), stacked along a first axis."""
@@ -69,7 +75,7 @@ def median(a, /, axis=None, *, overwrite_input=False, keepdims=False):
     middle element, or the mean of the two middle ones, in ``mean``'s dtype."""
     check_array(a, "median")
     if a.ndim == 0:
-        return astype(a, a.dtype, copy=True)
+        return astype(a, float_dtype(a), copy=True)
     s = _Sorted(a, axis, keepdims)
     dt = float_dtype(a)
     half = s.n // 2
@@ -108,6 +114,9 @@ def _quantile(a, q, axis, method, keepdims, weights, name: str, scale: float):
         what = f"method={method!r}" if method != "linear" else "weights="
         raise TypeError(f"dgvm.array.{name} with {what} is not distributed by dgvm.array; "
                         "it runs NumPy's default method='linear'")
+    if q.size == 0:  # no quantile: nothing to read; NumPy's dtype, from one stand-in element
+        dtype = np.quantile(np.zeros(1, a.dtype), q).dtype
+        return type(a).empty_on_caller(q.shape + result_shape(a, axis, keepdims), dtype, a.client)
     s = _Sorted(a, axis, keepdims)
     flat = q.reshape(-1)
     index = (s.n - 1) * flat  # NumPy's virtual indices
@@ -133,6 +142,12 @@ def _quantile(a, q, axis, method, keepdims, weights, name: str, scale: float):
             down = apply("add", low, apply("multiply", step, g))
             result = apply("where", apply("greater_equal", g, 0.5), up, down)
     if a.dtype.kind == "f":
+        if not s.rest and q.ndim == 0 and result.dtype != a.dtype:
+            # NumPy answers one quantile of a slice holding a NaN with that NaN itself, in
+            # a's dtype (not the float64 of a strong q): a dtype known from one element.
+            last = s.at([s.n - 1])
+            if np.isnan(last.to_numpy()).any():
+                result = last
         result = _nan_last(s, result, (1,) + s.rest)
     return s.shaped(reshape(result, q.shape + s.rest), q.shape)
 

@@ -177,7 +177,7 @@ def isin(element, test_elements, /, assume_unique=False, invert=False, *, kind=N
         raise ValueError(f"dgvm.array.isin: kind must be None, 'sort' or 'table', got {kind!r}")
     if not isinstance(test_elements, ArrayCore):
         values = np.asarray(test_elements)
-        if values.dtype == object:
+        if values.dtype.kind not in "biufc":
             raise TypeError("dgvm.array.isin: test_elements must be a DArray or numbers, got "
                             f"{type(test_elements).__name__}")
         test_elements = type(element).from_host(values, client=element.client)
