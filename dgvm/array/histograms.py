@@ -35,6 +35,7 @@ from dgvm.array.statistical import min as min_of
 from dgvm.array.statistical import sum as total_of
 from dgvm.array.utility import all as all_of
 from dgvm.array.utility import any as any_of
+from dgvm.protocol.errors import NotSupported
 
 __all__ = ["bincount", "digitize", "histogram"]
 
@@ -146,8 +147,8 @@ def histogram(a, bins=10, range=None, density=None, weights=None):  # noqa: A002
                              f"got {weights.shape} and {a.shape}")
         weights = reshape(weights, (-1,))
     if isinstance(bins, str):
-        raise TypeError(f"dgvm.array.histogram: bins={bins!r} (an estimator) is not distributed by "
-                        "dgvm.array; give a number of bins or the edges")
+        raise NotSupported(f"dgvm.array.histogram(bins={bins!r}): NumPy's bin estimators are not "
+                           "supported by dgvm.array; give a number of bins or the edges")
     flat = reshape(a, (-1,))
     if isinstance(bins, ArrayCore):
         if bins.ndim != 1:

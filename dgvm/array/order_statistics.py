@@ -22,6 +22,7 @@ from dgvm.array.data_types import astype
 from dgvm.array.indexing import take
 from dgvm.array.manipulation import moveaxis, permute_dims, reshape
 from dgvm.array.sorting import check_array, sort
+from dgvm.protocol.errors import NotSupported
 
 __all__ = ["median", "percentile", "quantile"]
 
@@ -112,8 +113,8 @@ def _quantile(a, q, axis, method, keepdims, weights, name: str, scale: float):
         raise ValueError(f"dgvm.array.{name}: {method!r} is not a valid method. Use one of: {_METHODS}")
     if method != "linear" or weights is not None:
         what = f"method={method!r}" if method != "linear" else "weights="
-        raise TypeError(f"dgvm.array.{name} with {what} is not distributed by dgvm.array; "
-                        "it runs NumPy's default method='linear'")
+        raise NotSupported(f"dgvm.array.{name}({what}) is not supported by dgvm.array; it runs "
+                           "NumPy's default method='linear'")
     if q.size == 0:  # no quantile: nothing to read; NumPy's dtype, from one stand-in element
         dtype = np.quantile(np.zeros(1, a.dtype), q).dtype
         return type(a).empty_on_caller(q.shape + result_shape(a, axis, keepdims), dtype, a.client)

@@ -39,6 +39,7 @@ from dgvm.array.data_types import astype
 from dgvm.array.manipulation import reshape
 from dgvm.array.searching import searchsorted
 from dgvm.array.sorting import check_array, sort
+from dgvm.protocol.errors import NotSupported
 
 __all__ = ["isin", "unique", "unique_all", "unique_counts", "unique_inverse", "unique_values"]
 
@@ -154,8 +155,8 @@ def unique(ar, /, return_index=False, return_inverse=False, return_counts=False,
     shape) and the counts, in that order. ``equal_nan``: the NaNs are one value."""
     check_array(ar, "unique")
     if axis is not None:
-        raise TypeError("dgvm.array.unique with axis= is not distributed by dgvm.array; "
-                        "unique values of the flattened array only")
+        raise NotSupported("dgvm.array.unique(axis=) is not supported by dgvm.array; it finds the "
+                           "distinct values of the flattened array")
     values, counts, firsts, inv = _unique(ar, "unique", bool(return_inverse), bool(equal_nan))
     out = [values]
     if return_index:
