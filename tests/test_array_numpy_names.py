@@ -279,7 +279,8 @@ def test_digitize(case):
         for bins in ([-1.0, 0.0, 1.0, 2.5], [3, 1, 0, -1], [0.5], [1, 1, 2]):
             for right in (False, True):
                 same(dnp.digitize(x, bins, right), np.digitize(a, bins, right))
-        same(dnp.digitize(x, dnp.from_numpy(np.array([-1.0, 0.0, 1.0]), chunks=2)), np.digitize(a, [-1.0, 0.0, 1.0]))
+        bins = np.array([-1.0, 0.0, 1.0])
+        same(dnp.digitize(x, dnp.from_numpy(bins, chunks=2)), np.digitize(a, bins))
         i = sample(shape, "int32", 12)
         same(dnp.digitize(dnp.from_numpy(i, chunks=chunks), [0, 2, 4]), np.digitize(i, [0, 2, 4]))
     with pytest.raises(ValueError, match="monotonically"):
@@ -336,7 +337,8 @@ def test_median_percentile_quantile(case):
         for axis in axes:
             same(dnp.median(x, axis), np.median(a, axis))
             same(dnp.quantile(x, 0.3, axis), np.quantile(a, 0.3, axis))
-            same(dnp.percentile(x, [0, 25, 50, 99.5, 100], axis), np.percentile(a, [0, 25, 50, 99.5, 100], axis))
+            q = [0, 25, 50, 99.5, 100]
+            same(dnp.percentile(x, q, axis), np.percentile(a, q, axis))
         same(dnp.median(x, 0, keepdims=True), np.median(a, 0, keepdims=True))
         same(dnp.quantile(x, [0.5, 0.1], -1, keepdims=True), np.quantile(a, [0.5, 0.1], -1, keepdims=True))
     w.__exit__(None, None, None)

@@ -42,7 +42,8 @@ def _weights(w, nobs: int, name: str, like):
     if w.ndim > 1:
         raise RuntimeError(f"dgvm.array.cov: cannot handle multidimensional {name}")
     if w.shape[0] != nobs:
-        raise RuntimeError(f"dgvm.array.cov: incompatible numbers of samples ({nobs}) and {name} ({w.shape[0]})")
+        raise RuntimeError(f"dgvm.array.cov: incompatible numbers of samples ({nobs}) and "
+                           f"{name} ({w.shape[0]})")
     if name == "fweights" and not all_of(apply("equal", w, apply("round", w))).host_value:
         raise TypeError("dgvm.array.cov: fweights must be integer")
     if any_of(apply("less", w, 0)).host_value:
@@ -113,5 +114,6 @@ def corrcoef(x, y=None, rowvar=True, *, dtype=None):
     std = apply("sqrt", d)
     c = apply("divide", apply("divide", c, reshape(std, (-1, 1))), reshape(std, (1, -1)))
     if c.dtype.kind == "c":
-        return apply("add", clip(apply("real", c), -1, 1), apply("multiply", 1j, clip(apply("imag", c), -1, 1)))
+        real, imag = clip(apply("real", c), -1, 1), clip(apply("imag", c), -1, 1)
+        return apply("add", real, apply("multiply", 1j, imag))
     return clip(c, -1, 1)

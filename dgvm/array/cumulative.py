@@ -63,7 +63,8 @@ def _edge(a, value, axis: int, name: str):
     if not isinstance(value, ArrayCore):
         value = np.asarray(value)
         if value.dtype == object:
-            raise TypeError(f"dgvm.array.diff: {name} must be a scalar or an array, got {type(value).__name__}")
+            raise TypeError(f"dgvm.array.diff: {name} must be a scalar or an array, "
+                            f"got {type(value).__name__}")
         value = type(a).from_host(value, client=a.client)
     if value.ndim == 0:
         shape = list(a.shape)

@@ -181,7 +181,8 @@ def isclose(a, b, /, rtol=1e-05, atol=1e-08, equal_nan=False):
     ``b``; either may be a Python scalar."""
     for name, v in (("a", a), ("b", b)):
         if not isinstance(v, (ArrayCore, *_SCALARS)):
-            raise TypeError(f"dgvm.array.isclose: {name} must be a DArray or a scalar, got {type(v).__name__}")
+            raise TypeError(f"dgvm.array.isclose: {name} must be a DArray or a scalar, "
+                            f"got {type(v).__name__}")
     if not isinstance(a, ArrayCore) and not isinstance(b, ArrayCore):
         raise TypeError("dgvm.array.isclose needs at least one DArray argument")
     for name, v in (("rtol", rtol), ("atol", atol)):

@@ -182,5 +182,6 @@ def histogram(a, bins=10, range=None, density=None, weights=None):  # noqa: A002
     hist = type(a).on_caller(counts, a.client)
     if density and isinstance(bins, ArrayCore):
         with np.errstate(all="ignore"):
-            hist = apply("divide", apply("divide", hist, apply("subtract", edges[1:], edges[:-1])), counts.sum())
+            widths = apply("subtract", edges[1:], edges[:-1])
+            hist = apply("divide", apply("divide", hist, widths), counts.sum())
     return hist, edges

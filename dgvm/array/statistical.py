@@ -145,7 +145,8 @@ def nanmean(a, /, axis=None, dtype=None, *, keepdims=False):
     if a.dtype.kind not in "fc":
         return mean(a, axis, dtype, keepdims=keepdims)
     if dtype is not None and np.dtype(dtype).kind not in "fc":
-        raise TypeError(f"dgvm.array.nanmean: dtype must be inexact for an inexact array, got {np.dtype(dtype)}")
+        raise TypeError(f"dgvm.array.nanmean: dtype must be inexact for an inexact array, "
+                        f"got {np.dtype(dtype)}")
     total = sum(without_nan(a, 0), axis, dtype, keepdims=keepdims)
     n = sum(apply("logical_not", apply("isnan", a)), axis, np.int64, keepdims=keepdims)
     if (n.host_value == 0).any():

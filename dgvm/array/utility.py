@@ -43,7 +43,8 @@ def array_equal(a1, a2, /, equal_nan=False):
         raise TypeError("dgvm.array.array_equal needs at least one DArray argument")
     for name, a in (("a1", a1), ("a2", a2)):
         if not isinstance(a, (ArrayCore, bool, int, float, complex, np.generic)):
-            raise TypeError(f"dgvm.array.array_equal: {name} must be a DArray or a scalar, got {type(a).__name__}")
+            raise TypeError(f"dgvm.array.array_equal: {name} must be a DArray or a scalar, "
+                            f"got {type(a).__name__}")
     if getattr(a1, "shape", ()) != getattr(a2, "shape", ()):  # a scalar's is ()
         return type(arrays[0]).on_caller(np.asarray(False), arrays[0].client)
     same = apply("equal", a1, a2)
