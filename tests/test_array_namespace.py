@@ -9,9 +9,9 @@ import dgvm.array as dnp
 # The category files that make up dgvm.array's namespace; linalg, fft and random are
 # public submodules, interop is NumPy's dispatch into the namespace.
 CATEGORIES = [
-    "array_object", "constants", "conversion", "creation", "data_types", "elementwise",
-    "indexing", "info", "linear_algebra", "manipulation", "searching", "sets", "sorting",
-    "statistical", "utility",
+    "array_object", "constants", "conversion", "correlating", "creation", "cumulative",
+    "data_types", "elementwise", "histograms", "indexing", "info", "linear_algebra",
+    "manipulation", "order_statistics", "searching", "sets", "sorting", "statistical", "utility",
 ]
 SUBMODULES = ["fft", "interop", "linalg", "random"]
 

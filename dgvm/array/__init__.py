@@ -18,27 +18,34 @@ no elements, ...), which never imports them.
 - ``creation``, ``conversion`` (to and from NumPy and dask), ``data_types``,
   ``elementwise``, ``indexing``, ``linear_algebra``, ``manipulation``, ``searching``,
   ``sets``, ``sorting``, ``statistical``, ``utility``, ``constants``, ``info``
+- NumPy's names beyond the standard's categories, by NumPy's own sections:
+  ``cumulative`` (running sums and products, differences), ``order_statistics``
+  (median, percentiles, quantiles), ``correlating`` (cov, corrcoef), ``histograms``
 - ``interop``: NumPy's functions and ufuncs given DArrays (``__array_function__``)
 """
 
 import sys as _sys
 
 from dgvm.array import (  # noqa: F401  (linalg, fft, random: public submodules)
-    array_object, constants, conversion, creation, data_types, elementwise, fft, indexing, info,
-    interop, linalg, linear_algebra, manipulation, random, searching, sets, sorting,
-    statistical, utility,
+    array_object, constants, conversion, correlating, creation, cumulative, data_types,
+    elementwise, fft, histograms, indexing, info, interop, linalg, linear_algebra, manipulation,
+    order_statistics, random, searching, sets, sorting, statistical, utility,
 )
 from dgvm.array._engine import namespace as _namespace
 from dgvm.array.array_object import *  # noqa: F401,F403
 from dgvm.array.constants import *  # noqa: F401,F403
 from dgvm.array.conversion import *  # noqa: F401,F403
+from dgvm.array.correlating import *  # noqa: F401,F403
 from dgvm.array.creation import *  # noqa: F401,F403
+from dgvm.array.cumulative import *  # noqa: F401,F403
 from dgvm.array.data_types import *  # noqa: F401,F403
 from dgvm.array.elementwise import *  # noqa: F401,F403
+from dgvm.array.histograms import *  # noqa: F401,F403
 from dgvm.array.indexing import *  # noqa: F401,F403
 from dgvm.array.info import *  # noqa: F401,F403
 from dgvm.array.linear_algebra import *  # noqa: F401,F403
 from dgvm.array.manipulation import *  # noqa: F401,F403
+from dgvm.array.order_statistics import *  # noqa: F401,F403
 from dgvm.array.searching import *  # noqa: F401,F403
 from dgvm.array.sets import *  # noqa: F401,F403
 from dgvm.array.sorting import *  # noqa: F401,F403
@@ -46,8 +53,9 @@ from dgvm.array.statistical import *  # noqa: F401,F403
 from dgvm.array.utility import *  # noqa: F401,F403
 
 _CATEGORIES = (
-    array_object, constants, conversion, creation, data_types, elementwise, indexing, info,
-    linear_algebra, manipulation, searching, sets, sorting, statistical, utility,
+    array_object, constants, conversion, correlating, creation, cumulative, data_types,
+    elementwise, histograms, indexing, info, linear_algebra, manipulation, order_statistics,
+    searching, sets, sorting, statistical, utility,
 )
 
 __all__ = sorted({name for category in _CATEGORIES for name in category.__all__})

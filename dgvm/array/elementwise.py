@@ -7,6 +7,9 @@ DArrays or Python scalars; result dtypes follow NumPy's rules, which are the sta
 An array with no elements gives one (held on the caller) without a NumPy call. Given
 only scalars (Python's or NumPy's) a function answers as NumPy's does, with a NumPy
 scalar computed here: ``sqrt(2.0)`` is ``numpy.sqrt(2.0)``.
+
+NumPy's names: ``absolute`` and ``power`` (the standard's ``abs`` and ``pow``), and
+``isclose``, composed of the standard's functions into one deferred tree.
 """
 
 from __future__ import annotations
@@ -20,13 +23,13 @@ from dgvm.array._engine.zero_size import empty_aware
 from dgvm.array.data_types import astype
 
 __all__ = [
-    "abs", "acos", "acosh", "add", "asin", "asinh", "atan", "atan2", "atanh", "bitwise_and",
+    "abs", "absolute", "acos", "acosh", "add", "asin", "asinh", "atan", "atan2", "atanh", "bitwise_and",
     "bitwise_invert", "bitwise_left_shift", "bitwise_or", "bitwise_right_shift", "bitwise_xor",
     "ceil", "clip", "conj", "copysign", "cos", "cosh", "divide", "equal", "exp", "expm1",
-    "floor", "floor_divide", "greater", "greater_equal", "hypot", "imag", "isfinite", "isinf",
+    "floor", "floor_divide", "greater", "greater_equal", "hypot", "imag", "isclose", "isfinite", "isinf",
     "isnan", "less", "less_equal", "log", "log10", "log1p", "log2", "logaddexp", "logical_and",
     "logical_not", "logical_or", "logical_xor", "maximum", "minimum", "multiply", "negative",
-    "nextafter", "not_equal", "positive", "pow", "real", "remainder", "round", "sign",
+    "nextafter", "not_equal", "positive", "pow", "power", "real", "remainder", "round", "sign",
     "signbit", "sin", "sinh", "sqrt", "square", "subtract", "tan", "tanh", "trunc",
 ]
 
@@ -152,3 +155,47 @@ def clip(x, /, min=None, max=None):  # noqa: A002  (the standard's names)
     if min is None and max is None:
         return astype(x, x.dtype, copy=True)
     return apply("clip", x, min, max, dtype=x.dtype)
+
+
+def absolute(x, /):
+    """NumPy's name of ``abs``."""
+    return abs(x)
+
+
+def power(x1, x2, /):
+    """NumPy's name of ``pow``: ``x1`` to the power ``x2`` (DArrays or scalars)."""
+    return pow(x1, x2)
+
+
+def _op(name, *args):
+    """``name`` elementwise: a deferred DArray if an argument is one, else NumPy's scalar."""
+    if any(isinstance(a, ArrayCore) for a in args):
+        return apply(name, *args)
+    return _numpy_scalar(name, args)
+
+
+@empty_aware
+def isclose(a, b, /, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """Where ``|a - b| <= atol + rtol * |b|`` (and ``b`` is finite), or ``a == b``; NaNs
+    are equal to each other with ``equal_nan``. NumPy's test, asymmetric in ``a`` and
+    ``b``; either may be a Python scalar."""
+    for name, v in (("a", a), ("b", b)):
+        if not isinstance(v, (ArrayCore, *_SCALARS)):
+            raise TypeError(f"dgvm.array.isclose: {name} must be a DArray or a scalar, "
+                            f"got {type(v).__name__}")
+    if not isinstance(a, ArrayCore) and not isinstance(b, ArrayCore):
+        raise TypeError("dgvm.array.isclose needs at least one DArray argument")
+    for name, v in (("rtol", rtol), ("atol", atol)):
+        if not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"dgvm.array.isclose: {name} must be a real scalar, got {type(v).__name__}")
+    # NumPy compares in floating point: b is taken as (at least) float.
+    if isinstance(b, ArrayCore):
+        b = astype(b, np.result_type(b.dtype, 1.0), copy=False)
+    elif isinstance(b, int):
+        b = float(b)
+    tolerance = _op("add", atol, _op("multiply", rtol, _op("abs", b)))
+    near = _op("less_equal", _op("abs", _op("subtract", a, b)), tolerance)
+    result = _op("logical_or", _op("logical_and", near, _op("isfinite", b)), _op("equal", a, b))
+    if equal_nan:
+        result = _op("logical_or", result, _op("logical_and", _op("isnan", a), _op("isnan", b)))
+    return result

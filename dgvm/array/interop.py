@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from dgvm.array import (
-    creation, data_types, elementwise, fft, indexing, linalg, linear_algebra, manipulation,
-    searching, sorting, statistical, utility,
+    correlating, creation, cumulative, data_types, elementwise, fft, histograms, indexing, linalg,
+    linear_algebra, manipulation, order_statistics, searching, sets, sorting, statistical, utility,
 )
 from dgvm.array.array_object import DArray
 
@@ -89,11 +89,6 @@ def _unsupported(name, what):
     raise TypeError(f"numpy.{name} with {what}= is not distributed by dgvm.array")
 
 
-def _cumsum(a, axis=None, dtype=None):
-    flat = a if axis is not None or a.ndim == 1 else manipulation.reshape(a, (-1,))
-    return statistical.cumulative_sum(flat, axis=axis, dtype=dtype)
-
-
 def _svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     if hermitian:
         return _unsupported("linalg.svd", "hermitian")
@@ -150,7 +145,6 @@ _FUNCTIONS = {
     "amin": _reduction(statistical.min), "all": _reduction(utility.all), "any": _reduction(utility.any),
     "argmax": lambda a, axis=None, **kw: searching.argmax(a, axis=axis, **_numpy_keywords(kw)),
     "argmin": lambda a, axis=None, **kw: searching.argmin(a, axis=axis, **_numpy_keywords(kw)),
-    "cumsum": _cumsum,
     "concatenate": _same(manipulation.concatenate),
     **{fn.__name__: _same(fn) for fn in (
         manipulation.array_split, manipulation.atleast_1d, manipulation.atleast_2d,
@@ -158,6 +152,13 @@ _FUNCTIONS = {
         manipulation.pad, manipulation.ravel, manipulation.split, manipulation.swapaxes,
         manipulation.vstack, linear_algebra.einsum, linear_algebra.inner, linear_algebra.vdot,
         creation.copy)},
+    **{fn.__name__: _same(fn) for fn in (
+        cumulative.cumsum, cumulative.cumprod, cumulative.nancumsum, cumulative.diff,
+        statistical.nansum, statistical.nanmean, statistical.nanmax, statistical.nanmin,
+        statistical.average, order_statistics.median, order_statistics.percentile,
+        order_statistics.quantile, correlating.cov, correlating.corrcoef, histograms.bincount,
+        histograms.histogram, histograms.digitize, sets.unique, sets.isin, elementwise.isclose,
+        utility.allclose, utility.array_equal)},
     "stack": lambda arrays, axis=0: manipulation.stack(arrays, axis=axis),
     "transpose": lambda a, axes=None: manipulation.transpose(a, axes),
     "reshape": lambda a, shape=None, **kw: manipulation.reshape(a, shape if shape is not None else kw.pop("newshape")),

@@ -31,13 +31,13 @@ __all__ = ["argmax", "argmin", "count_nonzero", "nonzero", "searchsorted", "wher
 
 
 @empty_aware
-def argmax(x, /, *, axis=None, keepdims=False):
+def argmax(x, /, axis=None, *, keepdims=False):
     """Index of the largest element over ``axis`` (the first of equals; NaN first, as NumPy)."""
     return arg_reduce(x, "argmax", axis, keepdims)
 
 
 @empty_aware
-def argmin(x, /, *, axis=None, keepdims=False):
+def argmin(x, /, axis=None, *, keepdims=False):
     """Index of the smallest element over ``axis`` (the first of equals; NaN first, as NumPy)."""
     return arg_reduce(x, "argmin", axis, keepdims)
 
@@ -85,7 +85,7 @@ def searchsorted(x1, x2, /, *, side="left", sorter=None):
 
 
 @empty_aware
-def count_nonzero(x, /, *, axis=None, keepdims=False):
+def count_nonzero(x, /, axis=None, *, keepdims=False):
     """How many elements of ``x`` are nonzero (True, NaN count), over ``axis``; int64.
     A sum of ``x != 0``: one fused pass over ``x``, the result kept on the caller."""
     if not isinstance(x, ArrayCore):

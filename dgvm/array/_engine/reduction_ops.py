@@ -153,9 +153,11 @@ def arg_reduce(x, fn: str, axis, keepdims: bool):
 
 @dataclass
 class Prefix:
-    """Blockwise op of a cumulative sum: the chunk's own running sum plus the totals of
-    the blocks before it along ``axis`` (``offsets[b]``, one cross-section per block)."""
+    """Blockwise op of a running sum or product (``fn``: "cumsum", "cumprod"): the chunk's
+    own running value combined with the totals of the blocks before it along ``axis``
+    (``offsets[b]``, one cross-section per block)."""
 
+    fn: str
     axis: int
     starts: np.ndarray  # block starts of the input along axis
     offsets: np.ndarray  # (nblocks, *cross-section), keepdims along axis
@@ -174,8 +176,37 @@ class Prefix:
         out = xp.empty(shape, dtype=self.dtype)
         first = 1 if lo[a] == 0 and self.shift else 0
         if first:
-            out[tuple(slice(0, 1) if i == a else slice(None) for i in range(len(lo)))] = 0
+            out[tuple(slice(0, 1) if i == a else slice(None) for i in range(len(lo)))] = _RUNNING[self.fn][1]
         if xhi[a] > xlo[a]:
-            run = xp.cumsum(read(0, xlo, xhi), axis=a, dtype=self.dtype) + base
+            run = getattr(xp, self.fn)(read(0, xlo, xhi), axis=a, dtype=self.dtype)
+            run = run + base if self.fn == "cumsum" else run * base
             out[tuple(slice(first, None) if i == a else slice(None) for i in range(len(lo)))] = run
         return out
+
+
+# A running function: the reduction that totals a block, and its identity.
+_RUNNING = {"cumsum": ("sum", 0), "cumprod": ("prod", 1)}
+
+
+def cumulative(x, fn: str, axis: int, dtype, include_initial: bool = False):
+    """NumPy's running ``fn`` ("cumsum", "cumprod") of ``x`` along ``axis`` in ``dtype``:
+    every block's total comes back (one cross-section per block), the caller scans them,
+    and each output chunk is made on its worker from its input chunk and the blocks'
+    totals before it. With ``include_initial`` the result starts with the identity."""
+    total, identity = _RUNNING[fn]
+    totals = partials(x, Partial(total, (axis,), dtype), f"{fn}-totals")  # nblocks along axis
+    t = np.moveaxis(totals, axis, 0)
+    with np.errstate(all="ignore"):
+        scan = getattr(np, fn)(t, axis=0, dtype=dtype)[:-1]
+    before = np.concatenate([np.full_like(t[:1], identity, dtype=dtype), scan], axis=0)
+    offsets = np.moveaxis(before, 0, axis)
+    offsets = np.stack([np.take(offsets, [b], axis=axis) for b in range(x.numblocks[axis])])
+    chunks = list(x.chunks)
+    if include_initial:
+        chunks[axis] = (chunks[axis][0] + 1,) + tuple(chunks[axis][1:])
+    shape = tuple(sum(c) for c in chunks)
+    out = type(x).allocated(shape, dtype, chunks=tuple(chunks), colocate=x, client=x.client, zero=False)
+    starts = np.concatenate([[0], np.cumsum(x.chunks[axis])]).astype(np.int64)
+    op = Prefix(fn, axis, starts, offsets, int(bool(include_initial)), x.shape[axis], dtype)
+    blockwise.run(op, out, [x], fn)
+    return out
