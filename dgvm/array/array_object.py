@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from dgvm.array import (
-    data_types, elementwise, indexing, info, linear_algebra, manipulation, searching,
+    cumulative, data_types, elementwise, indexing, info, linear_algebra, manipulation, searching,
     sorting, statistical, utility,
 )
 from dgvm.array._engine import namespace
@@ -196,44 +196,44 @@ class DArray(ArrayCore):
         return self.alloc.migrate(self._chunk_indices(blocks), worker)
 
     # -- NumPy's array methods that programs use most --------------------------------------
-    def sum(self, axis=None, *, dtype=None, keepdims=False):
-        return statistical.sum(self, axis=axis, dtype=dtype, keepdims=keepdims)
+    def sum(self, axis=None, dtype=None, *, keepdims=False):
+        return statistical.sum(self, axis, dtype, keepdims=keepdims)
 
-    def prod(self, axis=None, *, dtype=None, keepdims=False):
-        return statistical.prod(self, axis=axis, dtype=dtype, keepdims=keepdims)
+    def prod(self, axis=None, dtype=None, *, keepdims=False):
+        return statistical.prod(self, axis, dtype, keepdims=keepdims)
 
-    def mean(self, axis=None, *, keepdims=False):
-        return statistical.mean(self, axis=axis, keepdims=keepdims)
+    def mean(self, axis=None, dtype=None, *, keepdims=False):
+        return statistical.mean(self, axis, dtype, keepdims=keepdims)
 
-    def var(self, axis=None, *, correction=0.0, keepdims=False, ddof=None):
-        correction = correction if ddof is None else ddof
-        return statistical.var(self, axis=axis, correction=correction, keepdims=keepdims)
+    def var(self, axis=None, dtype=None, *, ddof=None, keepdims=False, correction=None):
+        return statistical.var(self, axis, dtype, correction=correction, keepdims=keepdims, ddof=ddof)
 
-    def std(self, axis=None, *, correction=0.0, keepdims=False, ddof=None):
-        correction = correction if ddof is None else ddof
-        return statistical.std(self, axis=axis, correction=correction, keepdims=keepdims)
+    def std(self, axis=None, dtype=None, *, ddof=None, keepdims=False, correction=None):
+        return statistical.std(self, axis, dtype, correction=correction, keepdims=keepdims, ddof=ddof)
 
     def max(self, axis=None, *, keepdims=False):
-        return statistical.max(self, axis=axis, keepdims=keepdims)
+        return statistical.max(self, axis, keepdims=keepdims)
 
     def min(self, axis=None, *, keepdims=False):
-        return statistical.min(self, axis=axis, keepdims=keepdims)
+        return statistical.min(self, axis, keepdims=keepdims)
 
     def all(self, axis=None, *, keepdims=False):
-        return utility.all(self, axis=axis, keepdims=keepdims)
+        return utility.all(self, axis, keepdims=keepdims)
 
     def any(self, axis=None, *, keepdims=False):
-        return utility.any(self, axis=axis, keepdims=keepdims)
+        return utility.any(self, axis, keepdims=keepdims)
 
     def argmax(self, axis=None, *, keepdims=False):
-        return searching.argmax(self, axis=axis, keepdims=keepdims)
+        return searching.argmax(self, axis, keepdims=keepdims)
 
     def argmin(self, axis=None, *, keepdims=False):
-        return searching.argmin(self, axis=axis, keepdims=keepdims)
+        return searching.argmin(self, axis, keepdims=keepdims)
 
     def cumsum(self, axis=None, dtype=None):
-        x = self if axis is not None or self.ndim == 1 else manipulation.reshape(self, (-1,))
-        return statistical.cumulative_sum(x, axis=axis, dtype=dtype)
+        return cumulative.cumsum(self, axis, dtype)
+
+    def cumprod(self, axis=None, dtype=None):
+        return cumulative.cumprod(self, axis, dtype)
 
     def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True, *, device=None):
         """NumPy's ``astype`` (``dtype`` by keyword too: ``x.astype(dtype=...)``)."""

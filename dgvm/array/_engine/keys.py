@@ -30,6 +30,8 @@ def expand_key(key, ndim: int):
         raise IndexError(f"too many indices: {used} for an array of {ndim} dimensions")
     out = []
     for k in key:
+        if isinstance(k, (ArrayCore, np.ndarray)) and k.ndim == 0 and k.dtype.kind in "iu":
+            k = int(k.item())  # a 0-d integer array indexes as its integer does, as in NumPy
         if k is Ellipsis:
             out.extend([slice(None)] * (ndim - used))
         else:
