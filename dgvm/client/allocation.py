@@ -21,6 +21,9 @@ from dgvm.protocol.errors import ChunkLost, InvalidAddress
 from dgvm.protocol.messages import ChunkMap
 from dgvm.protocol.records import ChunkInfo
 
+# How many times a read or write follows chunks that moved while it was on its way.
+MOVED_RETRIES = 8
+
 
 class LiveAllocations:
     """The allocation handles of one session that it still holds (a session part), so
@@ -206,9 +209,10 @@ class AllocationHandle:
 
     def _exchange(self, handler: str, pieces) -> tuple[dict, dict]:
         """Send ``pieces`` to their home workers, one request per worker; answers and
-        positions by worker. A chunk that moved meanwhile is sent again to its new home."""
+        positions by worker. A chunk that moved meanwhile is sent again to its new home
+        (a few times: moves may keep coming; writing a piece again writes the same bytes)."""
         self.ensure_fresh()
-        for attempt in (0, 1):
+        for attempt in range(MOVED_RETRIES):
             by_worker, order = self._route(pieces)
             requests = {
                 w: dict(alloc_id=self.alloc_id, owner=self.owner, pieces=p)
@@ -224,7 +228,7 @@ class AllocationHandle:
             except InvalidAddress:
                 homes = [self.home(p[0]) for p in pieces]
                 self.refresh()
-                if attempt or homes == [self.home(p[0]) for p in pieces]:
+                if attempt == MOVED_RETRIES - 1 or homes == [self.home(p[0]) for p in pieces]:
                     raise
 
     def put(self, pieces: list[tuple[int, int, np.ndarray]]) -> None:

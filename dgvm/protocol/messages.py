@@ -68,7 +68,9 @@ STORE_FREE = "dgvm_store_free"  # release every chunk of an allocation held here
 WRITE = "dgvm_write"  # pieces (chunk, offset, bytes) -> bytes written
 READ = "dgvm_read"  # pieces (chunk, offset, length) -> [host arrays]
 STORE_INFO = "dgvm_store_info"  # address and heartbeat metrics -> dict
-EXPORT = "dgvm_export"  # descriptors of chunks for a transfer path -> [dict or MOVED]
+EXPORT = "dgvm_export"  # descriptors of chunks for a transfer path -> [dict or MOVED]; for a
+# move (``move=True``) the chunks are frozen there until it ends, and a chunk the mover holds
+# a current replica of comes back as {"current": True}
 DROP_REPLICAS = "dgvm_drop_replicas"  # -> bytes
 PULL = "dgvm_pull"  # become the home of chunks -> Pulled
 IPC_FORGET = "dgvm_ipc_forget"  # close mappings of a peer's buffers -> count
@@ -89,6 +91,9 @@ MOVED_TOPIC = "dgvm-moved"
 REPORT = "dgvm-launched"
 # An old home's release of moved chunks (dgvm.scheduler.releases): scheduler -> worker.
 RELEASE = "dgvm-release"
+# A move ended without moving these chunks: their old home lets writes go on (a move
+# copying a chunk holds its home's writes back: ``ChunkStore.freeze``): scheduler -> worker.
+THAW = "dgvm-thaw"
 # A worker left the cluster (dgvm.transfer.ipc_retire): scheduler -> dgvm workers.
 PEER_LEFT = "dgvm-peer-left"
 
@@ -110,6 +115,11 @@ def report(alloc_id: AllocId, wrote: list, reads: dict, stats: dict) -> dict:
 def release(alloc_id: AllocId, indices: list, ticket: int) -> dict:
     """The stream message RELEASE (``ChunkStorePlugin.release``)."""
     return {"op": RELEASE, "alloc_id": alloc_id, "indices": indices, "ticket": ticket}
+
+
+def thaw(alloc_id: AllocId, indices: list) -> dict:
+    """The stream message THAW (``ChunkStorePlugin.thaw``)."""
+    return {"op": THAW, "alloc_id": alloc_id, "indices": indices}
 
 
 def peer_left(worker: WorkerAddress) -> dict:

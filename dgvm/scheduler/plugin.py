@@ -357,6 +357,7 @@ class GVATPlugin(SchedulerPlugin):
         plan = migration.plan_move(self.gvat, alloc, indices, target, transfer.choose)
         if not plan:
             return []
+        moved: list[int] = []
         try:
             # The target does the releases sent to it first: one still on its way could
             # drop the chunk this pull brings back (scheduler.releases).
@@ -366,25 +367,35 @@ class GVATPlugin(SchedulerPlugin):
                 chunks=[c.to_dict() for c in plan],
                 after_release=self.releases.last_sent(target.address),
             )
+            if alloc.alloc_id not in self.gvat.allocations:  # freed meanwhile
+                await self._ask(target.address, messages.STORE_FREE, alloc_id=alloc.alloc_id)
+                return []
+            moved, release = migration.set_home(
+                self.gvat, alloc, pulled.moved, pulled.versions, target, reason
+            )
+            stale = sorted(set(pulled.moved) - set(moved))  # written meanwhile: not moved
+            if stale:
+                release.setdefault(target.address, []).extend(stale)
+            for a, idx in release.items():  # (a release also lets held-back writes go on)
+                self.releases.send(self.scheduler.stream_comms.get(a), a, alloc.alloc_id, idx)
         finally:
             migration.finish_move(alloc, plan)
-        if alloc.alloc_id not in self.gvat.allocations:  # freed meanwhile
-            await self._ask(target.address, messages.STORE_FREE, alloc_id=alloc.alloc_id)
-            return []
-        moved, release = migration.set_home(
-            self.gvat, alloc, pulled.moved, pulled.versions, target, reason
-        )
-        stale = sorted(set(pulled.moved) - set(moved))  # written meanwhile: not moved
-        if stale:
-            release.setdefault(target.address, []).extend(stale)
-        for a, idx in release.items():
-            self.releases.send(self.scheduler.stream_comms.get(a), a, alloc.alloc_id, idx)
+            self._thaw(alloc.alloc_id, [c for c in plan if c.index not in set(moved)])
         if moved:
             self.scheduler.log_event(messages.MOVED_TOPIC, {
                 "alloc_id": alloc.alloc_id, "owner": alloc.owner, "indices": moved,
                 "worker": target.address, "reason": reason,
             })
         return moved
+
+    def _thaw(self, alloc_id: AllocId, chunks: list) -> None:
+        """The homes of ``chunks`` (``PullChunk``s a move did not move) may have held their
+        writes back for it (``ChunkStore.freeze``): they go on."""
+        by_home: dict = {}
+        for c in chunks:
+            by_home.setdefault(c.home, []).append(c.index)
+        for home, idx in by_home.items():
+            streams.tell(self.scheduler.stream_comms.get(home), messages.thaw(alloc_id, idx))
 
     def _live_record(self, worker: str):
         rec = self.gvat.inventory.by_address.get(worker)

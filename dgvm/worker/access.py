@@ -159,7 +159,8 @@ class Access:
                 self.store.stats.moved(path.name, n, time.perf_counter() - t0, copy_s)
                 return
             seconds = time.perf_counter() - t0
-            self.store.add_replica(alloc_id, index, handle, n, where.version)
+            self.store.add_replica(alloc_id, index, handle, n, where.version,
+                                   source=(where.home, desc.get("writes")))
             kept = self.ask_scheduler(
                 messages.REPLICA_ADDED, alloc_id=alloc_id, index=index,
                 worker=w.address, nbytes=n, path=path.name, seconds=seconds,

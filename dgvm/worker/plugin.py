@@ -24,12 +24,12 @@ from distributed.protocol import to_serialize
 from dgvm import backends, config, gc_pauses, streams, transfer
 from dgvm.protocol import messages
 from dgvm.protocol.errors import DgvmError, InvalidAddress, OutOfDeviceMemory
-from dgvm.protocol.messages import PEER_LEFT, RELEASE, PullChunk, Pulled
+from dgvm.protocol.messages import PEER_LEFT, RELEASE, THAW, PullChunk, Pulled
 from dgvm.protocol.records import AllocId, ClientId, ReleaseTicket, WorkerAddress
 from dgvm.transfer.fetch import request_exports
 from dgvm.transfer.ipc_mappings import BufferGone
 from dgvm.transfer.ipc_retire import IpcRetirement
-from dgvm.worker.store import ChunkStore, StoredChunk
+from dgvm.worker.store import ChunkLeaving, ChunkStore, StoredChunk
 
 logger = logging.getLogger("dgvm.worker")
 
@@ -93,6 +93,7 @@ class ChunkStorePlugin(WorkerPlugin):
                            if exports is not None else None)
         worker.stream_handlers[PEER_LEFT] = self.peer_left
         worker.stream_handlers[RELEASE] = self.release
+        worker.stream_handlers[THAW] = self.thaw
         streams.tune(worker.batched_stream)
         logger.info("dgvm chunk store on %s: %s", worker.address, self.profile)
 
@@ -107,6 +108,7 @@ class ChunkStorePlugin(WorkerPlugin):
         # An unknown stream message would close the worker: these may still come.
         worker.stream_handlers[PEER_LEFT] = lambda worker=None: None
         worker.stream_handlers[RELEASE] = lambda **_: None
+        worker.stream_handlers[THAW] = lambda **_: None
         worker.metrics.pop(messages.HEARTBEAT, None)
         worker.extensions.pop(messages.EXTENSION, None)
         if self.store is not None:
@@ -179,7 +181,13 @@ class ChunkStorePlugin(WorkerPlugin):
             self.retirement.peer_left(worker)
 
     async def write(self, alloc_id: AllocId, owner: ClientId, pieces: list) -> int:
-        n = await self._run(self.store.write, alloc_id, owner, pieces)
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                n = await self._run(self.store.write, alloc_id, owner, pieces)
+                break
+            except ChunkLeaving as e:  # a move copies it: wait (off the store's thread) for its end
+                await loop.run_in_executor(None, self.store.wait_writable, e.alloc_id, e.index)
         # Readers never see a stale replica: drop them before the write is acknowledged.
         await messages.call(self.worker.scheduler, messages.LAUNCHED,
                             alloc_id=alloc_id, wrote=sorted({p[0] for p in pieces}), reads={})
@@ -189,8 +197,12 @@ class ChunkStorePlugin(WorkerPlugin):
         arrays = await self._run(self.store.read, alloc_id, owner, pieces)
         return [to_serialize(a) for a in arrays]
 
-    async def export(self, alloc_id: AllocId, indices: list, path: str, to: WorkerAddress | None = None):
+    async def export(self, alloc_id: AllocId, indices: list, path: str, to: WorkerAddress | None = None,
+                     move: bool = False, have: list | None = None):
         loop = asyncio.get_running_loop()
+        if move:  # freezing takes the store's lock: never on the event loop
+            return await loop.run_in_executor(self._export_executor, self._export_moving,
+                                              alloc_id, indices, path, to, dict(have or []))
         if not self.transfers[path].export_reads:  # a descriptor: no thread hop
             # The peer copies from this device outside its stream: after the work tasks
             # left running (a read here is on that stream, after it anyway). Waited for
@@ -202,15 +214,39 @@ class ChunkStorePlugin(WorkerPlugin):
         return await loop.run_in_executor(self._export_executor, self._export, alloc_id, indices, path, to)
 
     def _export(self, alloc_id, indices, path, to):
-        # No store lock (see setup); launch ordering keeps writers off an exported chunk.
+        # No store lock (see setup): a read of a chunk a write may change meanwhile; its
+        # write count, taken first, is at most that of the data copied (a replica's source).
         p = self.transfers[path]
         out = []
         for i in indices:
             try:
-                out.append(p.export(self.store, alloc_id, i, to) if self.store.is_home(alloc_id, i)
-                           else messages.moved())
+                if self.store.is_home(alloc_id, i):
+                    writes = self.store.write_count(alloc_id, i)
+                    out.append({**p.export(self.store, alloc_id, i, to), "writes": writes})
+                else:
+                    out.append(messages.moved())
             except (InvalidAddress, RuntimeError):  # released meanwhile (the store changed under it)
                 out.append(messages.moved())
+        return out
+
+    def _export_moving(self, alloc_id, indices, path, to, have: dict):
+        """Export chunks that move to ``to``: each is frozen here first (its writes wait
+        until the scheduler says the move ended: ``release`` or ``thaw``), so the copy is
+        the chunk's last value here. A chunk of which ``to`` holds a copy as of its
+        current write count (``have``) is not copied again."""
+        p = self.transfers[path]
+        out = []
+        for i in indices:
+            writes = self.store.freeze(alloc_id, i)
+            if writes is None:
+                out.append(messages.moved())
+            elif have.get(i) == writes:
+                out.append({"current": True, "writes": writes})
+            else:
+                try:
+                    out.append({**p.export(self.store, alloc_id, i, to), "writes": writes})
+                except (InvalidAddress, RuntimeError):
+                    out.append(messages.moved())
         return out
 
     async def pull(self, alloc_id: AllocId, owner: ClientId, chunks: list,
@@ -226,18 +262,20 @@ class ChunkStorePlugin(WorkerPlugin):
                             f"within {RELEASE_WAIT:.0f} s; chunks of allocation {alloc_id} stay")
         store = self.store
         need: dict[tuple[str, str], list[PullChunk]] = {}
-        local = set()  # chunks of which a current replica is here already
+        local = set()  # chunks of which a replica is here: its home says whether it is current
         for c in chunks:
             r = store.replica(alloc_id, c.index)
-            if r is not None and r.version == c.version:
+            if r is not None and r.version == c.version and r.source and r.source[0] == c.home:
                 local.add(c.index)
-            else:
-                need.setdefault((c.home, c.path), []).append(c)
+            need.setdefault((c.home, c.path), []).append(c)
         groups = list(need.items())
         t0 = time.perf_counter()  # the first chunk's time includes the request
-        # One export request per home, all at once; then one hop to the store's thread.
+        # One export request per home, all at once (each freezes the chunks there until
+        # the move ends); then one hop to the store's thread.
         descs = await asyncio.gather(*(
-            request_exports(self.worker, home, alloc_id, [c.index for c in group], path)
+            request_exports(self.worker, home, alloc_id, [c.index for c in group], path, move=True,
+                            have=[[c.index, store.replica(alloc_id, c.index).source[1]]
+                                  for c in group if c.index in local])
             for (home, path), group in groups
         ))
         job = asyncio.ensure_future(self._run(self._fetch_and_promote, alloc_id, owner, chunks,
@@ -253,11 +291,15 @@ class ChunkStorePlugin(WorkerPlugin):
     def _fetch_and_promote(self, alloc_id, owner, chunks, groups, descs, local, t0) -> Pulled:
         # In the store's thread. Nothing half-made: a failure gives back what was fetched.
         fetched: dict[int, tuple] = {}
+        current = set()
         try:
             for ((_, path), group), group_descs in zip(groups, descs):
                 for c, desc in zip(group, group_descs):
                     if desc is messages.MOVED:
                         continue  # moved meanwhile: the GVAT keeps the chunk where it is
+                    if desc.get("current"):
+                        current.add(c.index)  # the replica here is the chunk as it is
+                        continue
                     try:
                         handle, copy_s = self.store.fetch(self.transfers[path], desc)
                     except BufferGone:  # freed or moved after the export: same as above
@@ -279,7 +321,7 @@ class ChunkStorePlugin(WorkerPlugin):
             if i in fetched:
                 handle, n, v = fetched[i]
                 self.store.promote(alloc_id, owner, i, StoredChunk(handle, n, v))
-            elif not (i in local and self.store.promote(alloc_id, owner, i)):
+            elif not (i in current and self.store.promote(alloc_id, owner, i)):
                 continue
             moved.append(i)
             versions.append(c.version)
@@ -303,6 +345,15 @@ class ChunkStorePlugin(WorkerPlugin):
         async with self._releases:
             self._release_done = ticket  # in stream order: tickets only grow
             self._releases.notify_all()
+
+    async def thaw(self, alloc_id: AllocId, indices: list):
+        """A move of these chunks ended without moving them (stream message
+        ``messages.THAW``): writes held back for it go on. Must not raise (a stream handler)."""
+        try:
+            await self._run(self.store.thaw, alloc_id, indices)
+        except Exception:  # noqa: BLE001  (closing)
+            logger.exception("dgvm: thawing chunks %s of allocation %s on %s failed",
+                             indices, alloc_id, self.worker.address)
 
     async def _after_releases(self, after_release: ReleaseTicket | None, memory: bool = True) -> bool:
         """Wait until the releases sent here up to ticket ``after_release`` are done and

@@ -17,7 +17,11 @@ import numpy as np
 from dask.utils import format_bytes
 
 from dgvm.backends import Backend
-from dgvm.protocol.errors import AccessDenied, InvalidAddress, OutOfDeviceMemory
+from dgvm.protocol.errors import AccessDenied, DgvmError, InvalidAddress, OutOfDeviceMemory
+
+# How long a write waits for a move of its chunk to end (the move's copy takes
+# milliseconds; its end is a message from the scheduler, which always sends one).
+MOVE_WAIT = 60.0
 
 logger = logging.getLogger("dgvm.worker")
 
@@ -31,6 +35,8 @@ class StoredChunk:
     # (dtype, shape) -> the chunk as an array of that type: tasks read a chunk as the same
     # typed array again and again, and a CuPy view costs several microseconds to make.
     views: dict = field(default_factory=dict, repr=False, compare=False)
+    # A replica: (home address, the home's write count of the chunk) when it was copied.
+    source: tuple | None = None
 
     def typed(self, backend, dtype: str, shape: tuple):
         """The chunk's bytes as an array of ``dtype`` and ``shape`` (made once)."""
@@ -39,6 +45,14 @@ class StoredChunk:
         if view is None:
             view = self.views[key] = backend.view(self.handle, self.nbytes).view(dtype).reshape(shape)
         return view
+
+
+class ChunkLeaving(Exception):
+    """A write found its chunk in the middle of a move (``ChunkStore.wait_writable``)."""
+
+    def __init__(self, alloc_id: int, index: int):
+        super().__init__(alloc_id, index)
+        self.alloc_id, self.index = alloc_id, index
 
 
 def _locked(method):
@@ -67,6 +81,12 @@ class ChunkStore:
         # launch id -> (alloc id of the output, {chunk index: new value}).
         self._staged: dict[str, tuple[int, dict]] = {}
         self.stats = StoreStats()
+        # Coherence under moves (docs/architecture.md, "Coherence"): home chunks a move is
+        # copying away ("leaving"), which no write here may change until the move ends,
+        # and how many times each home chunk here was written or arrived.
+        self.changed = threading.Condition(self.lock)
+        self._leaving: set[tuple[int, int]] = set()
+        self._writes: dict[tuple[int, int], int] = {}
 
     # -- life cycle ----------------------------------------------------------------------
     @_locked
@@ -117,6 +137,9 @@ class ChunkStore:
         # Launches into it that have not committed never will.
         for launch in [k for k, (a, _) in self._staged.items() if a == alloc_id]:
             del self._staged[launch]
+        self._leaving = {key for key in self._leaving if key[0] != alloc_id}
+        self._writes = {key: n for key, n in self._writes.items() if key[0] != alloc_id}
+        self.changed.notify_all()  # writes waiting for a move find the chunk gone
         return sum(c.nbytes for c in (*chunks.values(), *replicas.values()))
 
     # -- staged launches -----------------------------------------------------------------
@@ -147,9 +170,10 @@ class ChunkStore:
         return index in self._allocs.get(alloc_id, ())
 
     @_locked
-    def add_replica(self, alloc_id: int, index: int, handle, nbytes: int, version: int) -> None:
+    def add_replica(self, alloc_id: int, index: int, handle, nbytes: int, version: int,
+                    source: tuple | None = None) -> None:
         self._replicas.setdefault(alloc_id, {})[index] = StoredChunk(
-            handle, nbytes, version, time.monotonic()
+            handle, nbytes, version, time.monotonic(), source=source
         )
 
     def replica(self, alloc_id: int, index: int) -> StoredChunk | None:
@@ -173,6 +197,53 @@ class ChunkStore:
             dropped.setdefault(a, []).append(i)
             self.stats.evicted += 1
         return dropped
+
+    # -- coherence under moves ---------------------------------------------------------------
+    @_locked
+    def freeze(self, alloc_id: int, index: int) -> int | None:
+        """A move copies this home chunk away: writes here wait until it ends (``thaw``, or
+        the chunk's release). Returns the chunk's write count, None if it is not homed here.
+        The lock makes it wait for a write in progress, whose data the copy then holds."""
+        if not self.is_home(alloc_id, index):
+            return None
+        self._leaving.add((alloc_id, index))
+        return self._writes.get((alloc_id, index), 0)
+
+    @_locked
+    def thaw(self, alloc_id: int, indices) -> None:
+        """The move of these chunks ended without moving them: writes go on here."""
+        for i in indices:
+            self._leaving.discard((alloc_id, int(i)))
+        self.changed.notify_all()
+
+    def wait_writable(self, alloc_id: int, index: int, timeout: float = MOVE_WAIT) -> None:
+        """Wait until no move is copying home chunk ``index`` away. Called with the lock
+        held (a task's output chunk) or not; the lock is let go while waiting. Then the
+        caller, still under the lock, checks ``is_home``: the move may have taken it."""
+        key = (alloc_id, index)
+        with self.lock:
+            if key not in self._leaving:
+                return
+            deadline = time.monotonic() + timeout
+            while key in self._leaving:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DgvmError(f"chunk {index} of allocation {alloc_id} on {self.address} "
+                                    f"stayed in the middle of a move for {timeout:.0f} s")
+                self.changed.wait(left)
+
+    def wrote(self, alloc_id: int, index: int) -> None:
+        """A write changed home chunk ``index`` here (called under the lock)."""
+        key = (alloc_id, index)
+        self._writes[key] = self._writes.get(key, 0) + 1
+
+    def write_count(self, alloc_id: int, index: int) -> int:
+        return self._writes.get((alloc_id, index), 0)
+
+    def current_replica(self, alloc_id: int, index: int, home: str, writes: int) -> bool:
+        """Is the replica here a copy of ``home``'s chunk as of its ``writes``-th write?"""
+        r = self.replica(alloc_id, index)
+        return r is not None and r.source == (home, writes)
 
     # -- homes moving (migration, re-homing, rebalancing) ---------------------------------
     @_locked
@@ -198,6 +269,7 @@ class ChunkStore:
             self._release(old)
         self._allocs[alloc_id][index] = chunk
         self._owners.setdefault(alloc_id, owner)
+        self.wrote(alloc_id, index)  # new data here: replicas of an older stay here are stale
         self.stats.rehomes += 1
         return True
 
@@ -216,8 +288,10 @@ class ChunkStore:
 
     @_locked
     def release(self, alloc_id: int, indices) -> int:
-        """Give up home chunks that moved elsewhere; return the bytes freed."""
+        """Give up home chunks that moved elsewhere; return the bytes freed. Writes
+        waiting for their move go on: they find the chunk gone and send it to its new home."""
         freed = self._drop(self._allocs, alloc_id, indices)
+        self.thaw(alloc_id, indices)
         if alloc_id not in self._allocs:
             self._owners.pop(alloc_id, None)
         return freed
@@ -270,12 +344,15 @@ class ChunkStore:
         checked = []
         for index, offset, data in pieces:
             data = np.asarray(data).reshape(-1).view(np.uint8)
+            if (alloc_id, index) in self._leaving:
+                raise ChunkLeaving(alloc_id, index)
             c = self.chunk(alloc_id, index, owner)
             self._check_range(alloc_id, index, c, offset, data.size)
-            checked.append((c, offset, data))
-        for c, offset, data in checked:
+            checked.append((index, c, offset, data))
+        for index, c, offset, data in checked:
             self.backend.write(c.handle, c.nbytes, offset, data)
-        return sum(d.size for _, _, d in checked)
+            self.wrote(alloc_id, index)
+        return sum(d.size for _, _, _, d in checked)
 
     @_locked
     def read(self, alloc_id: int, owner: str | None, pieces) -> list[np.ndarray]:

@@ -30,8 +30,10 @@ def apply_here(alloc_id: int, owner: str, fn, args, indices: list[int], deps):
     out = []
     with store.lock:  # no free or copy of these chunks while fn runs
         for i in indices:
+            store.wait_writable(alloc_id, i)  # fn may write it: not while a move copies it
             store.chunk(alloc_id, i, owner)  # validates owner and presence
             out.append(fn(xp, store.view(alloc_id, i), i, *args))
+            store.wrote(alloc_id, i)
         store.backend.synchronize()
     return out
 
@@ -79,10 +81,15 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
     written = []
     try:
         with device_task(access, what, out, indices):
+            store = access.store
             for k in indices:
                 try:
                     with access.output_chunk():
+                        if writes:  # not while a move copies it away (then it may be gone)
+                            store.wait_writable(out.alloc_id, k)
                         per_chunk(k)
+                        if writes and store.is_home(out.alloc_id, k):
+                            store.wrote(out.alloc_id, k)
                 except Exception as e:
                     if not kernel_errors or isinstance(e, DgvmError):
                         raise
