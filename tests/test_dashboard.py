@@ -5,6 +5,7 @@ start and on one that got it late. A gpu test checks both GPUs' memory in the JS
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import urllib.error
 import urllib.request
 
 import dask
+import distributed
 import numpy as np
 import pytest
 
@@ -291,23 +293,54 @@ def dashboard():
         cluster.close()
 
 
-@pytest.fixture
-def arrays(dashboard):
+@contextlib.contextmanager
+def dashboard_arrays(client):
     """x: 24 blocks over the workers, 10 with replicas where out (all on one worker) read
     them; a byte buffer beside them; and the cluster's misses before the launch (the
-    totals are the module cluster's since it started: other tests count in them too)."""
+    totals are the module cluster's since it started: other tests count in them too).
+
+    ``client`` is made current while they live: the newest client is Dask's default, and
+    in some orders that is the ``case`` fixture's (made after this module's dashboard
+    cluster): without this the arrays, and ``dgvm.table()`` and ``dgvm.stats()`` in the
+    test, went to that other cluster, and the pages showed an empty GVAT."""
+    with client.as_current():
+        misses_before = sum(w["misses"] for w in dgvm.stats(client=client)["workers"].values())
+        x = dnp.from_numpy(np.arange(2048 * 3072.0).reshape(2048, 3072), chunks=(512, 512), client=client)
+        out = dnp.zeros(x.shape, chunks=(512, 512), placement="packed", client=client)
+        buf = dgvm.malloc(40 * MiB, chunk_bytes=8 * MiB, placement="round_robin", client=client)
+        try:
+            dgvm.launch(copy2d, x, out=out)
+            dgvm.wait(out)
+            yield x, out, buf, misses_before
+        finally:
+            for a in (x, out, buf):
+                a.free()
+
+
+@pytest.fixture
+def arrays(dashboard):
     client, _ = dashboard
-    misses_before = sum(w["misses"] for w in dgvm.stats()["workers"].values())
-    x = dnp.from_numpy(np.arange(2048 * 3072.0).reshape(2048, 3072), chunks=(512, 512))
-    out = dnp.zeros(x.shape, chunks=(512, 512), placement="packed")
-    buf = dgvm.malloc(40 * MiB, chunk_bytes=8 * MiB, placement="round_robin")
+    with dashboard_arrays(client) as made:
+        yield made
+
+
+def test_arrays_live_on_the_dashboard_cluster_whichever_client_is_newest(dashboard):
+    """The pages' arrays go to the dashboard's cluster also when another cluster's client
+    was made after it and is Dask's default (the module cluster of the ``case`` tests,
+    when random order runs one of them between the page tests)."""
+    client, base = dashboard
+    other = dgvm.LocalCluster(n_workers=1, backend="cpu", device_memory=[256 * MiB],
+                              processes=False, dashboard_address=None)
+    newer = dgvm.connect(other)
     try:
-        dgvm.launch(copy2d, x, out=out)
-        dgvm.wait(out)
-        yield x, out, buf, misses_before
+        assert distributed.default_client() is newer
+        with dashboard_arrays(client) as (x, out, buf, _):
+            listed = {a["alloc_id"] for a in get_json(base, API + "allocations")["allocations"]}
+            assert {x.alloc_id, out.alloc_id, buf.alloc_id} <= listed
+            assert not dgvm.table(client=newer)
     finally:
-        for a in (x, out, buf):
-            a.free()
+        newer.close()
+        other.close()
 
 
 def test_pages_in_the_dashboard_menu_and_documents(dashboard, arrays):
