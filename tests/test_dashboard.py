@@ -373,10 +373,12 @@ def test_pages_in_the_dashboard_menu_and_documents(dashboard, arrays):
         assert f"misses</b> {misses_before + 10}" in text and "shm" in text
 
 
-def _panels_at(dask_scheduler, now: float, wanted: int | None = None) -> dict:
+def _panels_at(dask_scheduler, now: float, wanted: int | None = None, pick: int | None = None) -> dict:
     """On the scheduler's loop: the GVAT table, chunk map and memory panels updated from a
     snapshot taken now but dated ``now`` (so that which allocations have settled does not
-    depend on how fast this machine is); what they would send to the browser."""
+    depend on how fast this machine is); what they would send to the browser. ``pick``:
+    an allocation chosen in the chunk map's selector (as from the browser) after the first
+    update, then a second update."""
     from dataclasses import replace
 
     from dgvm.dashboard.panels import ChunkMapPanel, GVATPanel, MemoryPanel
@@ -387,6 +389,9 @@ def _panels_at(dask_scheduler, now: float, wanted: int | None = None) -> dict:
     gvat, chunks, memory = GVATPanel(), ChunkMapPanel(source.plugin.gvat, wanted), MemoryPanel()
     for panel in (gvat, chunks, memory):
         panel.update(snap)
+    if pick is not None:
+        chunks.select.value = str(pick)
+        chunks.update(snap)
     return {
         "rows": list(gvat.source.data["alloc_id"]), "young": gvat.young.text,
         "options": [v for v, _ in chunks.select.options], "selected": chunks.select.value,
@@ -424,6 +429,9 @@ def test_short_lived_allocations_are_counted_apart_and_the_chunk_map_shows_the_l
             gone = client.run_on_scheduler(_panels_at, now=now, wanted=10**6)
             assert gone["selected"] == str(big.alloc_id)
             assert "allocation 1000000 (asked in the URL) is not in the GVAT" in gone["summary"]
+
+            picked = client.run_on_scheduler(_panels_at, now=now, pick=one.alloc_id)
+            assert picked["selected"] == str(one.alloc_id) and picked["cells"] == 1  # not the default
 
             single = client.run_on_scheduler(_panels_at, now=now, wanted=one.alloc_id)["summary"]
             assert "<span id='dgvm-nchunks'>1</span> chunk on <span id='dgvm-nworkers'>1</span> worker" in single
