@@ -5,6 +5,7 @@ start and on one that got it late. A gpu test checks both GPUs' memory in the JS
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import urllib.error
 import urllib.request
 
 import dask
+import distributed
 import numpy as np
 import pytest
 
@@ -291,23 +293,59 @@ def dashboard():
         cluster.close()
 
 
-@pytest.fixture
-def arrays(dashboard):
+@contextlib.contextmanager
+def dashboard_arrays(client):
     """x: 24 blocks over the workers, 10 with replicas where out (all on one worker) read
     them; a byte buffer beside them; and the cluster's misses before the launch (the
-    totals are the module cluster's since it started: other tests count in them too)."""
+    totals are the module cluster's since it started: other tests count in them too).
+
+    ``client`` is made current while they live: the newest client is Dask's default, and
+    in some orders that is the ``case`` fixture's (made after this module's dashboard
+    cluster): without this the arrays, and ``dgvm.table()`` and ``dgvm.stats()`` in the
+    test, went to that other cluster, and the pages showed an empty GVAT."""
+    with client.as_current():
+        misses_before = sum(w["misses"] for w in dgvm.stats(client=client)["workers"].values())
+        x = dnp.from_numpy(np.arange(2048 * 3072.0).reshape(2048, 3072), chunks=(512, 512), client=client)
+        out = dnp.zeros(x.shape, chunks=(512, 512), placement="packed", client=client)
+        buf = dgvm.malloc(40 * MiB, chunk_bytes=8 * MiB, placement="round_robin", client=client)
+        try:
+            dgvm.launch(copy2d, x, out=out)
+            dgvm.wait(out)
+            yield x, out, buf, misses_before
+        finally:
+            for a in (x, out, buf):
+                a.free()
+
+
+@pytest.fixture
+def arrays(dashboard):
+    """``dashboard_arrays``, once they have settled (younger ones are not the GVAT table's rows)."""
+    from dgvm.dashboard.panels.common import SETTLE_SECONDS
+
     client, _ = dashboard
-    misses_before = sum(w["misses"] for w in dgvm.stats()["workers"].values())
-    x = dnp.from_numpy(np.arange(2048 * 3072.0).reshape(2048, 3072), chunks=(512, 512))
-    out = dnp.zeros(x.shape, chunks=(512, 512), placement="packed")
-    buf = dgvm.malloc(40 * MiB, chunk_bytes=8 * MiB, placement="round_robin")
+    with dashboard_arrays(client) as made:
+        newest = max(a.created for a in dgvm.table(client=client))
+        wait_for(lambda: time.time() > newest + SETTLE_SECONDS, what="the arrays to settle")
+        yield made
+
+
+def test_arrays_live_on_the_dashboard_cluster_whichever_client_is_newest(dashboard):
+    """The pages' arrays go to the dashboard's cluster also when another cluster's client
+    was made after it and is Dask's default (the module cluster of the ``case`` tests,
+    when random order runs one of them between the page tests)."""
+    client, base = dashboard
+    other = dgvm.LocalCluster(n_workers=1, backend="cpu", device_memory=[256 * MiB],
+                              processes=False, dashboard_address=None)
+    newer = dgvm.connect(other)
     try:
-        dgvm.launch(copy2d, x, out=out)
-        dgvm.wait(out)
-        yield x, out, buf, misses_before
+        assert distributed.default_client() is newer
+        with dashboard_arrays(client) as (x, out, buf, _):
+            listed = {a["alloc_id"] for a in get_json(base, API + "allocations")["allocations"]}
+            assert {x.alloc_id, out.alloc_id, buf.alloc_id} <= listed
+            assert not dgvm.table(client=newer)
     finally:
-        for a in (x, out, buf):
-            a.free()
+        newer.close()
+        other.close()
 
 
 def test_pages_in_the_dashboard_menu_and_documents(dashboard, arrays):
@@ -335,6 +373,85 @@ def test_pages_in_the_dashboard_menu_and_documents(dashboard, arrays):
         assert f"misses</b> {misses_before + 10}" in text and "shm" in text
 
 
+def _panels_at(dask_scheduler, now: float, wanted: int | None = None, pick: int | None = None) -> dict:
+    """On the scheduler's loop: the GVAT table, chunk map and memory panels updated from a
+    snapshot taken now but dated ``now`` (so that which allocations have settled does not
+    depend on how fast this machine is); what they would send to the browser. ``pick``:
+    an allocation chosen in the chunk map's selector (as from the browser) after the first
+    update, then a second update."""
+    from dataclasses import replace
+
+    from dgvm.dashboard.panels import ChunkMapPanel, GVATPanel, MemoryPanel
+    from dgvm.dashboard.source import DashboardSource
+
+    source = DashboardSource.of(dask_scheduler)
+    snap = replace(source.snapshot(), time=now)
+    gvat, chunks, memory = GVATPanel(), ChunkMapPanel(source.plugin.gvat, wanted), MemoryPanel()
+    for panel in (gvat, chunks, memory):
+        panel.update(snap)
+    if pick is not None:
+        chunks.select.value = str(pick)
+        chunks.update(snap)
+    return {
+        "rows": list(gvat.source.data["alloc_id"]), "young": gvat.young.text,
+        "options": [v for v, _ in chunks.select.options], "selected": chunks.select.value,
+        "summary": chunks.summary.text, "cells": len(chunks.source.data["index"]),
+        "memory": sorted(set(memory.source.data["key"])),
+    }
+
+
+def test_short_lived_allocations_are_counted_apart_and_the_chunk_map_shows_the_largest(dashboard):
+    """The temporaries of a loop (young allocations) are one line under the GVAT table and
+    one key of the memory bars, not a row each; the chunk map shows the largest settled
+    allocation unless the URL names one, and says so when that one is not there."""
+    from dgvm.dashboard.panels.common import SETTLE_SECONDS
+
+    client, _ = dashboard
+    with client.as_current():
+        one = dnp.zeros((8, 8), client=client)  # 1 chunk, on 1 worker
+        big = dnp.zeros((1024, 1024), chunks=(256, 1024), client=client)  # 8 MiB, the largest settled
+        created = {a.alloc_id: a.created for a in dgvm.table(client=client)}
+        wait_for(lambda: time.time() > created[big.alloc_id] + 0.5, what="half a second to pass")
+        temps = [dnp.zeros((2048, 1024), client=client) for _ in range(3)]  # 16 MiB each: larger
+        try:
+            # dated so that one and big have settled and the temporaries have not
+            now = max(created.values()) + SETTLE_SECONDS + 0.1
+            seen = client.run_on_scheduler(_panels_at, now=now)
+            assert seen["rows"] == [one.alloc_id, big.alloc_id]
+            assert "3 allocations younger than 2 s" in seen["young"] and "48.00 MiB" in seen["young"]
+            assert seen["selected"] == str(big.alloc_id) and seen["cells"] == 4
+            assert seen["options"] == [str(one.alloc_id), str(big.alloc_id)]
+            assert seen["memory"] == sorted([f"allocation {one.alloc_id}", f"allocation {big.alloc_id}",
+                                             "new allocations"])
+
+            asked = client.run_on_scheduler(_panels_at, now=now, wanted=temps[0].alloc_id)
+            assert asked["selected"] == str(temps[0].alloc_id) and asked["cells"] == temps[0].alloc.nchunks
+            gone = client.run_on_scheduler(_panels_at, now=now, wanted=10**6)
+            assert gone["selected"] == str(big.alloc_id)
+            assert "allocation 1000000 (asked in the URL) is not in the GVAT" in gone["summary"]
+
+            picked = client.run_on_scheduler(_panels_at, now=now, pick=one.alloc_id)
+            assert picked["selected"] == str(one.alloc_id) and picked["cells"] == 1  # not the default
+
+            single = client.run_on_scheduler(_panels_at, now=now, wanted=one.alloc_id)["summary"]
+            assert "<span id='dgvm-nchunks'>1</span> chunk on <span id='dgvm-nworkers'>1</span> worker" in single
+        finally:
+            for a in (one, big, *temps):
+                a.free()
+
+
+def test_migration_totals_say_1_chunk():
+    from dgvm.dashboard.counters import Rates
+    from dgvm.dashboard.panels import MigrationPanel
+    from dgvm.dashboard.snapshot import Snapshot
+
+    totals = {"hits": 1, "misses": 1, "rehomes": 0, "evicted": 0, "transient": 0, "left_running": 0,
+              "paths": {"shm": {"count": 1, "bytes": 100, "seconds": 0.1}, "comm": {"count": 2, "bytes": 200}}}
+    panel = MigrationPanel(Rates(10, every=0.5))
+    panel.update(Snapshot(time=1.0, allocations=[], workers=[], stats={}, totals=totals))
+    assert "shm 100 B in 1 chunk, comm 200 B in 2 chunks" in panel.totals.text
+
+
 def _browser():
     if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
         pytest.skip(f"no Chromium ({CHROMIUM}) and chromedriver ({CHROMEDRIVER}): "
@@ -346,7 +463,7 @@ def _browser():
     options.binary_location = CHROMIUM
     for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1400,1760"):
+                "--disable-dev-shm-usage", "--window-size={},{}".format(*WINDOW)):
         options.add_argument(arg)
     profile = tempfile.mkdtemp(prefix="dgvm-chromium-")
     options.add_argument(f"--user-data-dir={profile}")
@@ -377,10 +494,87 @@ def render(driver, url: str, names: list[str], ready, timeout: float = 30.0) -> 
         driver.execute_script(RENDERED, names)), timeout, f"{url} to render with data")
 
 
+# Texts the browser shows cut: table cells and headers wider than their column, plot
+# titles wider than their plot's frame (the title starts at the frame's left edge).
+CUT = """
+function* walk(v) { yield v; if (typeof v.children === "function") for (const c of v.children()) yield* walk(c); }
+const ctx = document.createElement("canvas").getContext("2d");
+const cut = [];
+const roots = typeof Bokeh.index.values === "function" ? [...Bokeh.index.values()] : Object.values(Bokeh.index);
+for (const root of roots) for (const v of walk(root)) {
+  const m = v.model;
+  if (v.shadow_el && v.shadow_el.querySelector(".slick-header")) {
+    for (const c of v.shadow_el.querySelectorAll(".slick-cell"))
+      if (c.scrollWidth > c.clientWidth) cut.push(["cell", c.textContent, c.scrollWidth, c.clientWidth]);
+    for (const h of v.shadow_el.querySelectorAll(".slick-header-column")) {
+      const name = h.querySelector(".slick-column-name"), st = getComputedStyle(h);
+      const room = h.clientWidth - parseFloat(st.paddingLeft) - parseFloat(st.paddingRight);
+      if (name && name.scrollWidth > room) cut.push(["header", name.textContent, name.scrollWidth, room]);
+    }
+  }
+  const t = m.title;
+  if (t && typeof t === "object" && typeof t.text === "string" && t.text && v.frame) {
+    ctx.font = `${t.text_font_style} ${t.text_font_size} ${t.text_font}`;
+    const w = ctx.measureText(t.text).width;
+    if (w > v.frame.bbox.width) cut.push(["title", t.text, w, v.frame.bbox.width]);
+  }
+}
+return cut;
+"""
+
+# Per plot: its title and rendered height; and the window's height.
+HEIGHTS = """
+function* walk(v) { yield v; if (typeof v.children === "function") for (const c of v.children()) yield* walk(c); }
+const roots = typeof Bokeh.index.values === "function" ? [...Bokeh.index.values()] : Object.values(Bokeh.index);
+const plots = {};
+for (const root of roots) for (const v of walk(root))
+  if (v.frame && v.model.title && typeof v.model.title.text === "string") plots[v.model.title.text] = v.bbox.height;
+return {window: window.innerHeight, plots};
+"""
+
+# The Devices table's load cells as drawn, and the load column of the data the "Queued
+# work" bars draw (the same source).
+LOADS = """
+function* walk(v) { yield v; if (typeof v.children === "function") for (const c of v.children()) yield* walk(c); }
+const roots = typeof Bokeh.index.values === "function" ? [...Bokeh.index.values()] : Object.values(Bokeh.index);
+for (const root of roots) for (const v of walk(root)) {
+  if (!v.shadow_el || !v.shadow_el.querySelector(".slick-header") || v.model.source.name !== "dgvm-workers") continue;
+  const col = v.model.columns.filter(c => c.visible).findIndex(c => c.field === "load");
+  const drawn = [...v.shadow_el.querySelectorAll(".slick-row")].map(r => r.querySelectorAll(".slick-cell")[col].textContent);
+  return {drawn, data: Array.from(v.model.source.data.get ? v.model.source.data.get("load") : v.model.source.data.load).map(String)};
+}
+return null;
+"""
+
+
+WINDOW = (1400, 1760)
+
+
+def screenshot(driver, tmp_path, name: str, height: int | None = None) -> None:
+    """Save the page, in a view ``height`` pixels tall (else the window's), to ``tmp_path``
+    and to $DGVM_SCREENSHOT_DIR when set (e.g. docs/); then give the window its size back."""
+    shots = [tmp_path / name]
+    if os.environ.get("DGVM_SCREENSHOT_DIR"):
+        shots.append(os.path.join(os.environ["DGVM_SCREENSHOT_DIR"], name))
+    if height is not None:  # the window is taller than the page's view by the browser's bars
+        bars = WINDOW[1] - driver.execute_script("return window.innerHeight")
+        driver.set_window_size(WINDOW[0], height + bars)
+    time.sleep(0.5)  # let the last refresh (and the new size) paint
+    try:
+        for shot in shots:
+            assert driver.save_screenshot(str(shot))
+    finally:
+        if height is not None:
+            driver.set_window_size(*WINDOW)
+    assert os.path.getsize(shots[0]) > 10_000  # plots, not a blank page (that is a few kB)
+
+
 def test_dashboard_in_a_browser(dashboard, arrays, tmp_path):
-    """Headless Chromium opens the pages of a live cluster, waits until the plots have
-    rendered with data, checks the chunk map, and saves a screenshot (to
-    $DGVM_SCREENSHOT_DIR/dashboard.png when set, e.g. docs/)."""
+    """Headless Chromium opens each page of a live cluster, waits until the plots have
+    rendered with data, checks what it shows (the chunk map; no text cut; the Devices
+    table and its bars showing the same load; plots as tall as their content or their
+    window), and saves a screenshot of each page (docs/dashboard*.png, with
+    DGVM_SCREENSHOT_DIR=docs)."""
     from selenium.webdriver.common.by import By
 
     client, base = dashboard
@@ -392,6 +586,7 @@ def test_dashboard_in_a_browser(dashboard, arrays, tmp_path):
             driver, base + f"individual-dgvm?alloc={x.alloc_id}",
             ["dgvm-chunks", "dgvm-replicas", "dgvm-memory", "dgvm-gvat", "dgvm-migration"],
             lambda s: s["dgvm-chunks"] and s["dgvm-chunks"]["index"] and s["dgvm-memory"]["key"]
+            and len(s["dgvm-gvat"]["alloc_id"]) == 3
             and len(s["dgvm-migration"]["time"]) >= 3,  # a few refreshes: rates to draw
         )
         cells = page["dgvm-chunks"]
@@ -403,18 +598,40 @@ def test_dashboard_in_a_browser(dashboard, arrays, tmp_path):
         assert "'dgvm-nchunks'>24</span> chunks on" in summary
         assert f"'dgvm-nworkers'>{len(homes)}</span> workers" in summary
         assert driver.find_elements(By.CSS_SELECTOR, ".dropdown-content a[href='individual-dgvm']")
-        time.sleep(0.5)  # let the last refresh paint
-        shots = [tmp_path / "dashboard.png"]
-        if os.environ.get("DGVM_SCREENSHOT_DIR"):
-            shots.append(os.path.join(os.environ["DGVM_SCREENSHOT_DIR"], "dashboard.png"))
-        for shot in shots:
-            assert driver.save_screenshot(str(shot))
-        assert os.path.getsize(shots[0]) > 50_000  # a page of plots, not a blank one
+        assert driver.execute_script(CUT) == []
+
+        # queued work on one worker: the table's load (s) reads what the bars draw
+        busy = sorted(client.scheduler_info()["workers"])[0]
+        client.submit(time.sleep, 0.1, workers=[busy], pure=False).result()  # Dask times the kind
+        queued = [client.submit(time.sleep, 0.5, workers=[busy], pure=False) for _ in range(12)]
+        try:
+            seen = wait_for(lambda: (lambda s: s if s and any(float(v) > 0 for v in s["data"])
+                                     and s["drawn"] == s["data"] else None)(driver.execute_script(LOADS)),
+                            30, "the table's load to show the queued work the bars show")
+            assert len(seen["drawn"]) == 3
+            screenshot(driver, tmp_path, "dashboard.png")
+        finally:
+            distributed.wait(queued)
 
         render(driver, base + "individual-dgvm-memory", ["dgvm-memory", "dgvm-capacity"],
                lambda s: len(s["dgvm-capacity"]["worker"]) == 3 and s["dgvm-memory"]["key"])
+        heights = driver.execute_script(HEIGHTS)
+        # three bars and their legend, not the window's 1760 pixels
+        assert heights["plots"]["Device memory per worker"] < 400, heights
+        assert driver.execute_script(CUT) == []
+        screenshot(driver, tmp_path, "dashboard-memory.png", height=290)
+
         render(driver, base + "individual-dgvm-migration", ["dgvm-migration"],
                lambda s: len(s["dgvm-migration"]["time"]) >= 1)
+        heights = driver.execute_script(HEIGHTS)
+        assert all(h > 0.6 * heights["window"] for h in heights["plots"].values()), heights  # the window, not its top
+        assert driver.execute_script(CUT) == []
+        screenshot(driver, tmp_path, "dashboard-migration.png", height=520)
+
+        render(driver, base + f"individual-dgvm-chunks?alloc={x.alloc_id}", ["dgvm-chunks"],
+               lambda s: len(s["dgvm-chunks"]["index"]) == 24)
+        assert driver.execute_script(CUT) == []
+        screenshot(driver, tmp_path, "dashboard-chunks.png", height=640)
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)

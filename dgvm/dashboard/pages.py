@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import weakref
 
-from bokeh.layouts import column, row
+from bokeh.layouts import column
 from bokeh.models import Div
 
 from dgvm.dashboard import urls
@@ -96,13 +96,16 @@ def dgvm_doc(scheduler, extra, doc):
     stretch = {"sizing_mode": "stretch_width"}
     memory = MemoryPanel(**stretch)
     chunks = ChunkMapPanel(source.plugin.gvat, _alloc_arg(doc), **stretch)
-    gvat = GVATPanel(height=360, **stretch)
+    gvat = GVATPanel(**stretch)
     migration = MigrationPanel(source.rates, source.refresh, **stretch)
     devices = DevicesPanel(**stretch)
+    # the tables take the page's width: their columns are as wide as their text
     doc.add_root(column(
         Div(text="<h2>dgvm: device memory, the GVAT and data movement</h2>"),
         memory.root,
-        row(chunks.root, column(Div(text="<b>GVAT</b>: one row per allocation"), gvat.root, **stretch), **stretch),
+        Div(text="<b>GVAT</b>: one row per allocation"),
+        gvat.root,
+        chunks.root,
         migration.root,
         Div(text="<b>Devices</b>: profiles and load"),
         devices.root,
@@ -128,11 +131,13 @@ def one_panel_doc(title: str, make):
 #: url -> page function (scheduler, extra, doc), as in distributed.dashboard.scheduler
 APPLICATIONS = {
     urls.PAGE: dgvm_doc,
+    # bars as tall as the workers need (stretched to a window, three bars were 500 px each)
     urls.MEMORY_PAGE: one_panel_doc(
-        "dgvm memory", lambda source, doc: MemoryPanel(sizing_mode="stretch_both")),
+        "dgvm memory", lambda source, doc: MemoryPanel(sizing_mode="stretch_width")),
+    # curves over time fill the window (or the JupyterLab panel) they are docked in
     urls.MIGRATION_PAGE: one_panel_doc(
         "dgvm migration",
-        lambda source, doc: MigrationPanel(source.rates, source.refresh, sizing_mode="stretch_width")),
+        lambda source, doc: MigrationPanel(source.rates, source.refresh, sizing_mode="stretch_both")),
     urls.CHUNKS_PAGE: one_panel_doc(
         "dgvm chunks",
         lambda source, doc: ChunkMapPanel(source.plugin.gvat, _alloc_arg(doc), sizing_mode="stretch_both")),

@@ -2,7 +2,12 @@
 home, with a mark on chunks that have read replicas elsewhere.
 
 Arrays lay out their blocks as their grid (leading axes folded into rows); buffers fill a
-square. The map is recomputed only when the chosen allocation's homes or replicas changed.
+square. The map is recomputed only when the chosen allocation's homes or replicas, or the
+live workers, changed.
+
+Which allocation: the one chosen in the selector while it lives, else the one the page's
+URL names (``?alloc=3``), else the largest settled allocation (the oldest of equals), so the
+temporaries of a loop never take the map over; the selector lists settled allocations.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from bokeh.layouts import column
 from bokeh.models import ColumnDataSource, Div, HoverTool, Select
 from bokeh.plotting import figure
 
-from dgvm.dashboard.panels.common import LOST_COLOR, fmt_bytes, layout_label, set_data, short, worker_colors
+from dgvm.dashboard.panels.common import (
+    LOST_COLOR, fmt_bytes, layout_label, noun, plural, set_data, settled, short, worker_colors,
+)
 
 #: chunks drawn at most (the rest are counted in the summary)
 MAX_CHUNKS = 10_000
@@ -33,7 +40,12 @@ def layout(nchunks: int, grid) -> tuple[np.ndarray, np.ndarray]:
 
 def _label(a: dict) -> str:
     what = layout_label(a) if a.get("shape") is not None else f"{fmt_bytes(a['nbytes'])} buffer"
-    return f"{a['alloc_id']}: {what}, {a['nchunks']} chunks"
+    return f"{a['alloc_id']}: {what}, {plural(a['nchunks'], 'chunk')}"
+
+
+def largest(rows: list[dict]) -> dict | None:
+    """The largest allocation of ``rows``, the oldest of equals."""
+    return max(rows, key=lambda a: (a["nbytes"], -a["alloc_id"]), default=None)
 
 
 class ChunkMapPanel:
@@ -64,18 +76,46 @@ class ChunkMapPanel:
         self._key = None
         self._fixed = None  # (alloc id, columns an allocation never changes)
         self._snap = None
-        self.select.on_change("value", lambda attr, old, new: self._redraw())
+        self._chosen = None  # the allocation the user chose in the selector
+        self._choosing = False  # while update() sets the selector itself
+        self.select.on_change("value", self._on_select)
+
+    def _on_select(self, attr, old, new) -> None:
+        if not self._choosing:  # the user's choice, from the browser
+            self._chosen = int(new) if new else None
+        self._redraw()
+
+    def _choose(self, snap) -> dict | None:
+        """The row of the allocation to show (see the module's docstring)."""
+        for wanted in (self._chosen, self.wanted):
+            row = snap.allocation(wanted) if wanted is not None else None
+            if row is not None:
+                return row
+        return largest([a for a in snap.allocations if settled(a, snap.time)]) or largest(snap.allocations)
 
     def update(self, snap) -> None:
         self._snap = snap
-        options = [(str(a["alloc_id"]), _label(a)) for a in snap.allocations]
-        if self.select.options != options:
-            self.select.options = options
-        ids = [o[0] for o in options]
-        if self.select.value not in ids:
-            want = str(self.wanted) if self.wanted is not None else None
-            self.select.value = want if want in ids else (ids[-1] if ids else "")
+        shown = self._choose(snap)
+        # the selector lists settled allocations, and the one shown
+        options = [(str(a["alloc_id"]), _label(a)) for a in snap.allocations
+                   if a is shown or settled(a, snap.time)]
+        value = str(shown["alloc_id"]) if shown is not None else ""
+        self._choosing = True
+        try:
+            if self.select.options != options:
+                self.select.options = options
+            if self.select.value != value:
+                self.select.value = value  # redraws
+        finally:
+            self._choosing = False
         self._redraw()
+
+    def _missing(self) -> str:
+        """A note when the URL names an allocation the GVAT does not hold."""
+        if self.wanted is None or self._snap is None or self._snap.allocation(self.wanted) is not None:
+            return ""
+        return (f"<br>allocation {self.wanted} (asked in the URL) is not in the GVAT: freed, or "
+                "not made yet")
 
     def _redraw(self) -> None:
         snap = self._snap
@@ -85,13 +125,15 @@ class ChunkMapPanel:
             self._key = None
             set_data(self.source, {c: [] for c in COLUMNS})
             set_data(self.replicas, {"x": [], "y": [], "holders": []})
-            self.summary.text = "no allocation"
+            self.summary.text = "no allocation" + self._missing()
             return
-        inv = self.gvat.inventory
-        # what the map shows changes with homes (every move is counted), replicas, workers
-        # coming and going, and versions (they only grow: their sum moves with every write)
-        key = (alloc.alloc_id, alloc.stats["rehomes"], alloc.stats["migrated"], row["replicas"],
-               len(inv.by_address), len(inv.by_uid))
+        # What the map shows changes with homes (every move is counted), replicas, the live
+        # workers (their colours; a worker that left makes its chunks "lost"), and versions
+        # (they only grow: their sum moves with every write). Each is read where the drawing
+        # reads it: the allocation's own tables, and the snapshot's workers.
+        key = (alloc.alloc_id, alloc.stats["rehomes"], alloc.stats["migrated"],
+               sum(len(h) for h in alloc.replicas.values()),
+               tuple(w["address"] for w in snap.workers), self._missing())
         versions = int(alloc.versions.sum())
         if self._key is not None and key == self._key[0]:
             if versions != self._key[1]:  # only writes: send the version column alone
@@ -144,12 +186,12 @@ class ChunkMapPanel:
         spans = recs if n == alloc.nchunks else [inv.by_uid[u] for u in np.unique(alloc.homes).tolist()]
         live = sum(r.alive for r in spans)
         text = (f"<b>allocation {alloc.alloc_id}</b> of {short(alloc.owner)}: "
-                f"<span id='dgvm-nchunks'>{alloc.nchunks}</span> chunks on "
-                f"<span id='dgvm-nworkers'>{live}</span> workers")
+                f"<span id='dgvm-nchunks'>{alloc.nchunks}</span> {noun(alloc.nchunks, 'chunk')} on "
+                f"<span id='dgvm-nworkers'>{live}</span> {noun(live, 'worker')}")
         if len(spans) > live:
             text += f" ({len(spans) - live} lost)"
         if holders:
-            text += f"; {len(holders)} chunks with replicas"
+            text += f"; {plural(len(holders), 'chunk')} with replicas"
         if alloc.nchunks > n:
             text += f"; the first {n} shown"
-        self.summary.text = text
+        self.summary.text = text + self._missing()

@@ -1,5 +1,6 @@
 """Device profiles and load: one table row per worker (device, capacity, use, measured
-bandwidth, relative speed, SMs, queued work), and bars of speed and load."""
+bandwidth, relative speed, SMs, queued work), and bars of speed and load drawn from the
+same data."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from bokeh.layouts import column, row
 from bokeh.models import ColumnDataSource, DataTable, FactorRange, HoverTool, TableColumn
 from bokeh.plotting import figure
 
-from dgvm.dashboard.panels.common import fmt_bytes, set_data, short, worker_colors
+from dgvm.dashboard.panels.common import (
+    TICK_CHAR_PX, TITLE_CHAR_PX, fit_columns, fmt_bytes, redraw_on_new_data, set_data, short, table_height,
+    text_px, worker_colors,
+)
 
 FIELDS = {
     "worker": "worker", "device": "device", "name": "name", "capacity": "capacity",
@@ -15,26 +19,35 @@ FIELDS = {
     "bandwidth": "bandwidth", "speed": "speed", "sm_count": "SMs", "load": "load (s)",
     "status": "status",
 }
+BARS = (("speed", "Relative speed (placement)"), ("load", "Queued work (s)"))
+
+
+def bars_width(title: str, labels: list[str]) -> int:
+    """Least width of a bar plot whose frame holds ``title`` beside an axis of ``labels``."""
+    axis = text_px(max(labels, key=len, default=""), TICK_CHAR_PX) + 30  # labels, ticks, padding
+    return axis + text_px(title, TITLE_CHAR_PX) + 30  # the frame's room to the right
 
 
 class DevicesPanel:
     def __init__(self, height: int = 200, **kwargs):
+        # the table and the bars draw this one source, so they always show the same numbers
         self.source = ColumnDataSource({k: [] for k in FIELDS} | {"color": []}, name="dgvm-workers")
-        self.table = table = DataTable(
-            source=self.source, height=height, index_position=None,
-            columns=[TableColumn(field=k, title=t, width=150 if k in ("worker", "name") else 70)
-                     for k, t in FIELDS.items()],
+        self.table = DataTable(
+            source=self.source, height=table_height(0), index_position=None,
+            autosize_mode="none",  # columns as wide as their text (fit_columns), never cut
+            columns=[TableColumn(field=k, title=t) for k, t in FIELDS.items()],
             **kwargs,
         )
+        redraw_on_new_data(self.table)
         self.figures = []
-        for field, title in (("speed", "Relative speed (placement)"), ("load", "Queued work (s)")):
-            fig = figure(title=title, y_range=FactorRange(), height=height, width=300,
+        for field, title in BARS:
+            fig = figure(title=title, y_range=FactorRange(), height=height, width=bars_width(title, []),
                          tools="", toolbar_location=None)
             bars = fig.hbar(y="worker", right=field, height=0.7, color="color", source=self.source)
             fig.add_tools(HoverTool(renderers=[bars], tooltips=[("worker", "@worker"), (title, f"@{field}")]))
             fig.x_range.start = 0
             self.figures.append(fig)
-        self.root = column(table, row(*self.figures), **kwargs)
+        self.root = column(self.table, row(*self.figures), **kwargs)
 
     def update(self, snap) -> None:
         workers = sorted(snap.workers, key=lambda w: w["address"])
@@ -56,10 +69,11 @@ class DevicesPanel:
             "color": [colors[w["address"]] for w in workers],
         }
         factors = data["worker"][::-1]  # in the table's order, top down
-        for fig in self.figures:
+        for fig, (_, title) in zip(self.figures, BARS):
             if list(fig.y_range.factors) != factors:
                 fig.y_range.factors = factors
-        height = 40 + 26 * len(workers)
-        if self.table.height != min(height, 400):
-            self.table.height = min(height, 400)
+                fig.width = bars_width(title, factors)
+        fit_columns(self.table, data)
+        if self.table.height != table_height(len(workers)):
+            self.table.height = table_height(len(workers))
         set_data(self.source, data)

@@ -1,5 +1,6 @@
 """Device memory per worker: dgvm's capacity, stacked by allocation, owner or tier, then
-read replicas and memory used by others; a dotted outline marks the whole device."""
+read replicas and memory used by others; a dotted outline marks the whole device. The plot
+is as tall as its bars and legend need, whatever the window's height."""
 
 from __future__ import annotations
 
@@ -8,27 +9,41 @@ from bokeh.models import ColumnDataSource, FactorRange, HoverTool, NumeralTickFo
 from bokeh.plotting import figure
 
 from dgvm.dashboard.panels.common import (
-    OTHER_COLOR, REPLICA_COLOR, fmt_bytes, key_color, set_data, worker_label,
+    OTHER_COLOR, REPLICA_COLOR, fmt_bytes, key_color, set_data, settled, worker_label,
 )
 
 STACKS = ("allocation", "owner", "tier")
 COLUMNS = ("worker", "left", "right", "color", "key", "size", "address")
 #: stack keys drawn apart at most (the largest); the rest are drawn together
 MAX_KEYS = 12
+#: the key of the allocations that have not settled (the temporaries of a loop)
+YOUNG = "new allocations"
+# pixels: a bar per worker, a legend entry per key, and the title, axis and margins
+BAR_PX, LEGEND_ROW_PX, CHROME_PX = 36, 21, 90
 
 
-def _groups(w: dict, stack: str) -> dict[str, int]:
+def plot_height(nworkers: int, nkeys: int) -> int:
+    """As tall as the bars of ``nworkers`` and a legend of ``nkeys`` need."""
+    return CHROME_PX + max(BAR_PX * max(nworkers, 1), LEGEND_ROW_PX * nkeys)
+
+
+def _groups(w: dict, stack: str, young: set[str] = frozenset()) -> dict[str, int]:
     if stack == "allocation":
-        return {f"allocation {a}": b for a, b in w["by_allocation"].items()}
+        groups: dict[str, int] = {}
+        for a, b in w["by_allocation"].items():
+            k = YOUNG if a in young else f"allocation {a}"
+            groups[k] = groups.get(k, 0) + b
+        return groups
     if stack == "owner":
         return dict(w["by_owner"])
     return {w["tier"]: w["home_bytes"]} if w["home_bytes"] else {}
 
 
-def stacks(workers: list[dict], stack: str) -> tuple[list[dict[str, int]], dict[str, str]]:
-    """Per worker {key: bytes}, with keys beyond the MAX_KEYS largest (over all workers)
-    merged into "other <stack>s"; and a colour per key."""
-    groups = [_groups(w, stack) for w in workers]
+def stacks(workers: list[dict], stack: str, young: set[str] = frozenset()) -> tuple[list[dict[str, int]], dict[str, str]]:
+    """Per worker {key: bytes}, the allocations of ``young`` (ids as strings) as one key
+    and keys beyond the MAX_KEYS largest (over all workers) merged into "other
+    <stack>s"; and a colour per key."""
+    groups = [_groups(w, stack, young) for w in workers]
     sums: dict[str, int] = {}
     for g in groups:
         for k, b in g.items():
@@ -49,7 +64,7 @@ def stacks(workers: list[dict], stack: str) -> tuple[list[dict[str, int]], dict[
 
 
 class MemoryPanel:
-    def __init__(self, height: int = 300, **kwargs):
+    def __init__(self, **kwargs):
         self.stack_by = RadioButtonGroup(labels=[f"by {s}" for s in STACKS], active=0)
         self.source = ColumnDataSource({c: [] for c in COLUMNS}, name="dgvm-memory")
         self.bounds = ColumnDataSource(
@@ -57,7 +72,7 @@ class MemoryPanel:
             name="dgvm-capacity",
         )
         fig = figure(
-            title="Device memory per worker", y_range=FactorRange(), height=height,
+            title="Device memory per worker", y_range=FactorRange(), height=plot_height(0, 0),
             tools="", toolbar_location=None, x_axis_label="bytes", **kwargs,
         )
         bars = fig.hbar(
@@ -92,7 +107,8 @@ class MemoryPanel:
         if snap is None:
             return
         workers = sorted(snap.workers, key=lambda w: w["address"])
-        groups, colors = stacks(workers, STACKS[self.stack_by.active])
+        young = {str(a["alloc_id"]) for a in snap.allocations if not settled(a, snap.time)}
+        groups, colors = stacks(workers, STACKS[self.stack_by.active], young)
         data = {c: [] for c in COLUMNS}
         bounds = {"worker": [], "capacity": [], "total": [], "size": [], "total_size": []}
         for w, group in zip(workers, groups):
@@ -113,5 +129,8 @@ class MemoryPanel:
         factors = bounds["worker"][::-1]  # the first worker at the top
         if list(self.figure.y_range.factors) != factors:
             self.figure.y_range.factors = factors
+        height = plot_height(len(workers), len(set(data["key"])))
+        if self.figure.height != height:
+            self.figure.height = height
         set_data(self.source, data)
         set_data(self.bounds, bounds)

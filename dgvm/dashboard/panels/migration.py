@@ -14,7 +14,7 @@ from bokeh.palettes import Category10
 from bokeh.plotting import figure
 
 from dgvm import transfer
-from dgvm.dashboard.panels.common import fmt_bytes
+from dgvm.dashboard.panels.common import fmt_bytes, plural
 
 PATHS = transfer.NAMES
 COLUMNS = ("time", *PATHS, "hit_rate", "rehomes")
@@ -64,7 +64,7 @@ class MigrationPanel:
         reads = t["hits"] + t["misses"]
         rate = f"{t['hits'] / reads:.1%}" if reads else "–"
         moved = ", ".join(
-            f"{p} {fmt_bytes(v['bytes'])} in {v['count']} chunks" for p, v in t["paths"].items() if v["count"]
+            f"{p} {fmt_bytes(v['bytes'])} in {plural(v['count'], 'chunk')}" for p, v in t["paths"].items() if v["count"]
         ) or "nothing yet"
         text = (f"<b>hits</b> {t['hits']} · <b>misses</b> {t['misses']} · <b>hit rate</b> {rate} · "
                 f"<b>re-homes</b> {t['rehomes']} · <b>evicted</b> {t['evicted']} · "
