@@ -16,6 +16,7 @@ import pytest
 
 import dgvm
 import dgvm.array as dnp
+from dgvm.backends.cuda import gpu_count
 from dgvm.client.session import call_scheduler
 from dgvm.protocol import messages
 from dgvm.protocol.errors import InvalidAddress
@@ -81,9 +82,14 @@ def _move_until(client, stop: threading.Event, counts: dict) -> None:
             counts["rebalanced"] += dgvm.rebalance(client=client)["chunks"]
 
 
-@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
-def test_moves_beside_computations_lose_nothing(processes):
-    cluster = dgvm.LocalCluster(n_workers=3, backend="cpu", device_memory=["128MiB"] * 3,
+@pytest.mark.parametrize("backend, processes", [
+    ("cpu", False), ("cpu", True), pytest.param("cuda", True, marks=pytest.mark.gpu),
+], ids=["cpu-threads", "cpu-processes", "cuda"])
+def test_moves_beside_computations_lose_nothing(backend, processes):
+    n = gpu_count() if backend == "cuda" else 3
+    if n < 2:
+        pytest.skip("moves need two GPUs")
+    cluster = dgvm.LocalCluster(n_workers=n, backend=backend, device_memory=["128MiB"] * n,
                                 processes=processes, dashboard_address=None)
     client = dgvm.connect(cluster)
     try:
