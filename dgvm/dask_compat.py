@@ -14,6 +14,7 @@ import threading
 
 import dask.config
 from distributed import Client
+from distributed.protocol import pickle
 
 # -- client ------------------------------------------------------------------------------
 
@@ -48,6 +49,35 @@ def queued_prefixes(ws) -> dict[str, int]:
     """Key prefix -> tasks of it assigned to Dask's worker ``ws`` and not finished
     (``WorkerState.task_prefix_count``)."""
     return ws.task_prefix_count
+
+
+def stranded_on(scheduler, key) -> set | None:
+    """The workers task ``key`` was pinned to, if it waits in Dask's ``no-worker`` state
+    with none of them in the cluster (it can never run); else None
+    (``TaskState.worker_restrictions``, ``Scheduler.workers``)."""
+    ts = scheduler.tasks.get(key)
+    if ts is None or ts.state != "no-worker" or not ts.worker_restrictions:
+        return None
+    pinned = set(ts.worker_restrictions)
+    return None if any(a in scheduler.workers for a in pinned) else pinned
+
+
+def annotation(scheduler, key, name: str, default=None):
+    """Task ``key``'s annotation ``name`` (``TaskState.annotations``)."""
+    ts = scheduler.tasks.get(key)
+    return default if ts is None else ts.annotations.get(name, default)
+
+
+def fail_waiting_task(scheduler, key, error: Exception, stimulus_id: str) -> None:
+    """Fail task ``key``, waiting in Dask's ``no-worker`` state, with ``error`` (its
+    client's future raises it; the tasks that depend on it fail too), as Dask fails a task
+    that killed too many workers in ``Scheduler.remove_worker`` (``Scheduler.transition``
+    to ``erred`` with a pickled exception, then ``transitions`` of what it recommends)."""
+    recommendations = scheduler.transition(
+        key, "erred", stimulus_id, cause=key, exception=pickle.dumps(error), traceback=None,
+        exception_text=repr(error), traceback_text="",
+    )
+    scheduler.transitions(recommendations, stimulus_id)
 
 
 # -- worker ------------------------------------------------------------------------------

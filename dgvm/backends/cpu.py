@@ -13,6 +13,8 @@ import uuid
 import weakref
 from multiprocessing import shared_memory
 
+import _posixshmem  # POSIX shared memory, as multiprocessing.shared_memory uses it
+
 import numpy as np
 
 from dgvm import config
@@ -29,6 +31,16 @@ def _open_arena(size: int) -> shared_memory.SharedMemory:
         return shared_memory.SharedMemory(name=name, create=True, size=size, track=False)
     except TypeError:
         return shared_memory.SharedMemory(name=name, create=True, size=size)
+
+
+def unlink_arena(name: str) -> bool:
+    """Unlink the shared-memory arena ``name`` if it exists on this host (its worker's
+    process died before it could); True if it did. Never raises: best effort."""
+    try:
+        _posixshmem.shm_unlink("/" + name)  # what SharedMemory.unlink calls, without mapping it
+    except OSError:  # not here (another host, or unlinked already)
+        return False
+    return True
 
 
 def _close_arena(shm: shared_memory.SharedMemory) -> None:

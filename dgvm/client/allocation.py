@@ -7,6 +7,7 @@ their workers and get them back, one request per worker.
 
 from __future__ import annotations
 
+import copy
 import weakref
 from collections import defaultdict
 
@@ -14,6 +15,7 @@ import numpy as np
 from distributed import Client
 from distributed.protocol import to_serialize
 
+from dgvm.client.left_workers import LeftWorkers
 from dgvm.client.pending import Pending
 from dgvm.client.session import Session, call_scheduler, call_workers, current_client, is_closed, session_of
 from dgvm.protocol import messages
@@ -33,6 +35,8 @@ class LiveAllocations:
     def __init__(self, session: Session):
         self._handles: "weakref.WeakValueDictionary[int, AllocationHandle]" = weakref.WeakValueDictionary()
         session.client.subscribe_topic(messages.MOVED_TOPIC, self._on_moved)
+        # A worker left: the chunks it held are lost, and the maps must say so.
+        session.part(LeftWorkers).on_left(lambda address: self.all_stale())
 
     def add(self, handle: "AllocationHandle") -> None:
         self._handles[handle.alloc_id] = handle
@@ -178,6 +182,15 @@ class AllocationHandle:
         if self.freed:
             raise InvalidAddress(f"allocation {self.alloc_id} at {self.vaddr:#x} was freed")
 
+    def hand_over(self) -> "AllocationHandle":
+        """A new handle of this allocation that takes over its life (and its pending
+        tasks): this one counts as freed from now on, the memory stays until the new
+        one is freed."""
+        heir = copy.copy(self)
+        self.freed = True
+        self.session.part(LiveAllocations).add(heir)  # the GVAT's news of moves go to it
+        return heir
+
     def free(self) -> None:
         """Release the allocation's device memory and virtual range."""
         if self.freed:
@@ -196,15 +209,19 @@ class AllocationHandle:
     def _route(self, pieces) -> tuple[dict, dict]:
         """Group pieces by home worker: ({worker: [piece]}, {worker: [position]})."""
         by_worker, order = defaultdict(list), defaultdict(list)
+        lost: dict[str, list[int]] = defaultdict(list)
         for k, piece in enumerate(pieces):
             h = self._home[piece[0]]
             if self._tiers[h] == "lost":
-                raise ChunkLost(
-                    f"chunk {piece[0]} of allocation {self.alloc_id} was on worker "
-                    f"{self._workers[h]}, which left the cluster"
-                )
+                lost[self._workers[h]].append(int(piece[0]))
+                continue
             by_worker[self._workers[h]].append(list(piece))
             order[self._workers[h]].append(k)
+        if lost:
+            raise ChunkLost("; ".join(
+                f"chunks {sorted(set(idx))} of allocation {self.alloc_id} were on worker {w}, "
+                "which left the cluster" for w, idx in lost.items()
+            ))
         return by_worker, order
 
     def _exchange(self, handler: str, pieces) -> tuple[dict, dict]:

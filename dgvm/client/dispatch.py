@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import uuid
 
+import dask
 from distributed import wait as dask_wait
 
+from dgvm.client import failures
 from dgvm.client.ordering import TaskChunks
 from dgvm.client.pending import unfinished
 from dgvm.client.session import ensure_open
 from dgvm.protocol.errors import detached_task_errors
-from dgvm.protocol.messages import TASK_PREFIX
+from dgvm.protocol.messages import ALLOCATIONS_ANNOTATION, TASK_PREFIX
+from dgvm.protocol.records import ArraySpec
 
 
 def submit(client, fn, args: tuple, homes: dict[str, list[int]], deps, name: str) -> list:
@@ -26,14 +29,28 @@ def submit(client, fn, args: tuple, homes: dict[str, list[int]], deps, name: str
     indices), pinned there; ``deps`` is one list for all or a dict per worker. Returns
     the futures in ``homes``' order."""
     ensure_open(client)
-    return [
-        client.submit(
-            fn, *args, idx, deps[w] if isinstance(deps, dict) else deps,
-            workers=[w], allow_other_workers=False, pure=False,
-            key=f"{TASK_PREFIX}{name}-{uuid.uuid4().hex[:10]}",
-        )
-        for w, idx in homes.items()
-    ]
+    afters = [deps[w] if isinstance(deps, dict) else deps for w in homes]
+    # The allocations it names: a task stranded on a worker that left says which it lost.
+    with dask.annotate(**{ALLOCATIONS_ANNOTATION: sorted(_allocations_in(args))}):
+        futures = [
+            client.submit(
+                fn, *args, idx, after, workers=[w], allow_other_workers=False, pure=False,
+                key=f"{TASK_PREFIX}{name}-{uuid.uuid4().hex[:10]}",
+            )
+            for (w, idx), after in zip(homes.items(), afters)
+        ]
+    failures.submitted(futures, afters)  # one operation: its error is raised once
+    return futures
+
+
+def _allocations_in(value, depth: int = 0) -> set:
+    """The allocation ids of the ``ArraySpec`` records in a task's arguments (in lists and
+    tuples a few levels down, as launches and operations pass them)."""
+    if isinstance(value, ArraySpec):
+        return {int(value.alloc_id)} if value.alloc_id >= 0 else set()
+    if depth < 3 and isinstance(value, (list, tuple)):
+        return set().union(*(_allocations_in(v, depth + 1) for v in value))
+    return set()
 
 
 def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = False,
@@ -88,17 +105,30 @@ def gather(client, futures, direct: bool = False) -> list:
     """The results of ``futures``; a worker's exception raised here as it was raised
     there, without the frames that would keep the caller's arrays alive."""
     ensure_open(client)
-    with detached_task_errors():
-        return client.gather(futures, direct=direct)
+    try:
+        with detached_task_errors():
+            return client.gather(futures, direct=direct)
+    except Exception:
+        failures.tell(futures)  # raised here: once
+        raise
 
 
 def wait_raising(futures) -> None:
-    """Wait for the tasks of ``futures`` to end; raise the first one's error here, as it
-    was raised on its worker (``DArray.wait`` waits so for an array's writers)."""
-    if not futures:
-        return
-    dask_wait(futures)
-    for f in futures:
-        if f.status == "error":
-            with detached_task_errors():
-                f.result()  # raises the remote exception (KernelError, OutOfDeviceMemory, ...)
+    """Wait for the tasks of ``futures`` to end; raise the first error here as soon as one
+    fails, as it was raised on its worker (``DArray.wait`` waits so for an array's
+    writers). An error is raised once (``dgvm.client.failures``): failures raised before
+    are passed over."""
+    futures = [f for f in futures if not failures.told(f)]
+
+    def untold_failures():
+        return [f for f in futures if f.status == "error" and not failures.told(f)]
+
+    running = futures
+    while running and not untold_failures():
+        # Until the first failure (a lost worker's comes at once), not the last task.
+        running = list(dask_wait(running, return_when="FIRST_COMPLETED").not_done)
+    failed = untold_failures()
+    if failed:
+        failures.tell(failed)
+        with detached_task_errors():
+            failed[0].result()  # raises the remote exception (KernelError, OutOfDeviceMemory, ...)

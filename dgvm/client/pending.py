@@ -7,13 +7,16 @@ and records the new tasks here.
 
 from __future__ import annotations
 
+from dgvm.client.failures import told
+
 
 def unfinished(futures) -> list:
     """The futures whose tasks have not finished. A task ordered after a finished one
     needs no dependency on it (a dependency on a task of another worker would even fetch
-    its result there first), and reader lists stay short in long loops. Failed tasks stay:
-    their error belongs to whoever waits next."""
-    return [f for f in futures if f.status != "finished"]
+    its result there first), and reader lists stay short in long loops. Failed tasks stay
+    until their error was raised (``dgvm.client.failures``): it belongs to whoever waits
+    next, and the tasks that follow one never run."""
+    return [f for f in futures if f.status != "finished" and not told(f)]
 
 
 def still_reading(futures) -> list:

@@ -15,6 +15,7 @@ from distributed import Client, default_client
 
 from dgvm import config, dask_compat, streams
 from dgvm.client import thread_switch
+from dgvm.client.left_workers import LeftWorkers
 from dgvm.deploy.cluster import LocalCluster
 from dgvm.protocol import messages
 from dgvm.protocol.errors import DgvmError, NotConnected
@@ -109,7 +110,7 @@ class Session:
         self._client = weakref.ref(client)
         self.client_id = client.id
         self._parts: dict[type, object] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a part may use another part when it is made
 
     @property
     def client(self) -> Client:
@@ -187,13 +188,19 @@ def call_scheduler(handler: str, client: Client | None = None, **kwargs):
 
 def call_workers(handler: str, requests: dict[str, dict], client: Client | None = None) -> dict:
     """Call ``handler`` on several workers at once: {address: kwargs} -> {address: answer},
-    decoded as ``call_scheduler`` does; the first refusal is raised."""
+    decoded as ``call_scheduler`` does; the first refusal is raised. A request to a worker
+    that leaves meanwhile raises ``ConnectionError`` once the GVAT says so."""
     client = ensure_open(client or current_client())
+    peers = session_of(client).part(LeftWorkers).peers
+
+    def gone(address):  # an OSError, as a failed connection is: the caller asks the GVAT
+        return ConnectionError(f"worker {address} left the cluster")
 
     async def _all():
-        answers = await asyncio.gather(
-            *(messages.call(client.rpc(addr), handler, **kw) for addr, kw in requests.items())
-        )
+        answers = await asyncio.gather(*(
+            peers.call(addr, messages.call(client.rpc(addr), handler, **kw), lambda a=addr: gone(a))
+            for addr, kw in requests.items()
+        ))
         return dict(zip(requests, answers))
 
     return client.sync(_all)

@@ -21,6 +21,15 @@ independently here, so nothing that makes them cooperate can be honoured.
 
 Threads run in no particular order, as on the GPU. Like CUDA, and unlike Python, integer
 division by zero does not raise (Numba's ``error_model="numpy"``).
+
+Every index is bounds-checked (Numba's ``boundscheck=True``): a kernel that reads or
+writes past the arrays it was given (each a chunk, or a chunk with its halo, exactly)
+raises ``IndexError`` instead of touching the memory beside them, which on a worker is
+another allocation's chunk in the same arena. A negative index counts from the end, as
+in Python (and in Numba's CUDA kernels). The launch raises, and the output chunks it was
+writing may be partly written: only kernels that may raise otherwise (``may_raise``) run
+all or nothing in ``dgvm.launch``, as a copy of the output in every launch would cost
+more than the kernel.
 """
 
 from __future__ import annotations
@@ -204,10 +213,12 @@ _NON_RAISING_BUILTINS = ("abs", "min", "max", "round", "int", "float", "bool", "
 
 
 def _may_raise(tree: ast.FunctionDef, namespace: dict) -> bool:
-    """Whether the compiled kernel could raise after writing some of its output: a
-    ``raise`` or ``assert``, a call into user code or NumPy, or Numba's bounds checks."""
-    if numba.config.BOUNDSCHECK:
-        return True
+    """Whether the compiled kernel could raise after writing some of its output for
+    another reason than an index out of bounds: a ``raise`` or ``assert``, a call into
+    user code or NumPy. (An index out of bounds is a bug in the kernel, as an illegal
+    address is on a GPU, where it costs the whole device's chunks: checked, it costs no
+    copy of the output in every launch, and the launch's output chunks may be partly
+    written.)"""
     for node in ast.walk(tree):
         if isinstance(node, (ast.Raise, ast.Assert)):
             return True
@@ -243,8 +254,8 @@ class CpuKernel:
         self.__doc__ = pyfunc.__doc__
         self._params = [param.arg for param in tree.args.args]
         self._namespace = _namespace(pyfunc, tree)
-        # Whether a launch can fail with part of its output written (dgvm.launch keeps a
-        # copy of the chunk only then).
+        # Whether a launch can fail with part of its output written for another reason
+        # than an index out of bounds (dgvm.launch keeps a copy of the chunk only then).
         self.may_raise = _may_raise(tree, self._namespace)
         self._thread_name = f"{_PREFIX}thread_{tree.name}"
         self._intrinsics = _thread_function(tree, self._thread_name, self._namespace)
@@ -253,9 +264,9 @@ class CpuKernel:
         exec(compile(module, pyfunc.__code__.co_filename, "exec"), self._namespace)
         # Inlined into the launcher: no call per thread, and `return` ends only that thread.
         thread = self._namespace[self._thread_name]
-        self._namespace[self._thread_name] = numba.njit(inline="always", error_model="numpy")(
-            thread
-        )
+        self._namespace[self._thread_name] = numba.njit(
+            inline="always", error_model="numpy", boundscheck=True
+        )(thread)
         self._namespace[f"{_PREFIX}prange"] = numba.prange
         self._launchers: dict[int, numba.core.registry.CPUDispatcher] = {}
         self._lock = threading.Lock()
@@ -270,7 +281,20 @@ class CpuKernel:
             )
         launcher = self.dispatcher(len(griddim))
         with _LAUNCH_LOCK:
-            launcher(griddim, blockdim, *args)
+            try:
+                launcher(griddim, blockdim, *args)
+            except (IndexError, SystemError) as e:
+                # An exception in a parallel loop comes out of Numba as a SystemError,
+                # "returned a result with an exception set", caused by the real one.
+                cause = e.__cause__ if isinstance(e, SystemError) else e
+                if isinstance(cause, IndexError):  # a bounds check
+                    raise IndexError(
+                        f"kernel {self.__name__!r} indexed past an array it was given ({cause}); "
+                        "each array argument is one chunk (with its halo, if any)"
+                    ) from None
+                if isinstance(cause, Exception) and cause is not e:
+                    raise cause.with_traceback(None) from None
+                raise
 
     def __getitem__(self, config: tuple) -> Callable[..., None]:
         griddim, blockdim = config
@@ -285,7 +309,7 @@ class CpuKernel:
             if ndim not in self._launchers:
                 filename = f"<dgvm cpu launcher {self.__name__} {ndim}d>"
                 _exec_generated(self.source(ndim), filename, self._namespace)
-                self._launchers[ndim] = numba.njit(parallel=True, error_model="numpy")(
+                self._launchers[ndim] = numba.njit(parallel=True, error_model="numpy", boundscheck=True)(
                     self._namespace[self._launcher_name(ndim)]
                 )
             return self._launchers[ndim]

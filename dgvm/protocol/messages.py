@@ -87,6 +87,8 @@ HEARTBEAT = "dgvm"  # worker.metrics: the chunk store's figures in each heartbea
 
 # Chunks of an allocation got a new home: scheduler -> clients (Dask event topic).
 MOVED_TOPIC = "dgvm-moved"
+# A worker left the cluster, its chunks with it: scheduler -> clients (Dask event topic).
+LEFT_TOPIC = "dgvm-worker-left"
 # A task's report to the GVAT of what it wrote and read: worker -> scheduler.
 REPORT = "dgvm-launched"
 # An old home's release of moved chunks (dgvm.scheduler.releases): scheduler -> worker.
@@ -99,6 +101,8 @@ PEER_LEFT = "dgvm-peer-left"
 
 # Every task dgvm submits has a key that starts so (dgvm.client.dispatch).
 TASK_PREFIX = "dgvm-"
+# The Dask annotation of a dgvm task that lists the allocations it names.
+ALLOCATIONS_ANNOTATION = "dgvm_allocations"
 
 # The GVAT's answers to REPLICA_ADDED.
 KEPT = "kept"  # the replica counts

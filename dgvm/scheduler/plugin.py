@@ -22,6 +22,7 @@ from dgvm.protocol.chunk_grid import block_nbytes
 from dgvm.protocol.errors import ChunkLost, InvalidAddress, OutOfDeviceMemory
 from dgvm.protocol.messages import ChunkMap, Migrated, Pulled, Translation, Where
 from dgvm.protocol.records import AllocId, ClientId, DeviceProfile, WorkerAddress
+from dgvm.scheduler.departures import Departures
 from dgvm.scheduler.releases import PendingReleases
 
 logger = logging.getLogger("dgvm.scheduler")
@@ -62,6 +63,7 @@ class GVATPlugin(SchedulerPlugin):
         self.scheduler = None
         self._background: set[asyncio.Task] = set()
         self.releases = PendingReleases()  # old homes giving up moved chunks
+        self.departures = Departures(self.gvat)  # workers that left, tasks stranded there
         # address -> (uid, its store's counters as its launch reports told them, the
         # largest of each): newer than its last heartbeat's once a task reported since
         self._reported: dict[str, tuple[int, dict]] = {}
@@ -87,6 +89,7 @@ class GVATPlugin(SchedulerPlugin):
 
     async def start(self, scheduler):
         self.scheduler = scheduler
+        self.departures.scheduler = scheduler
         # Refusals (an allocation gone, a device full, ...) are answered as data: they
         # happen in running programs (a task or a release outlives its array, arrays are
         # released while their cluster closes), and Dask would log each as a failure.
@@ -108,6 +111,10 @@ class GVATPlugin(SchedulerPlugin):
         self._sync_worker(worker)
         streams.tune(scheduler.stream_comms.get(worker))
 
+    def transition(self, key, start, finish, *args, **kwargs):
+        # Every transition of every task: O(1) (``Departures.note``).
+        self.departures.note(key, finish)
+
     def add_client(self, scheduler, client: str):
         # Dask makes the stream to a client after this hook, before it next yields to
         # the loop: tuned on the loop's next turn.
@@ -119,6 +126,8 @@ class GVATPlugin(SchedulerPlugin):
         if rec is not None and rec.chunks:
             logger.warning("dgvm worker %s left holding %d chunks; they are marked lost", worker, rec.chunks)
         self.releases.worker_left(worker)
+        # Clients hear of it, its arena goes; its stranded tasks fail (``transition``).
+        self.departures.left(worker, rec.uid if rec is not None else None)
         # Peers stop waiting on it to forget their buffers (ipc_retire); on the loop's next
         # turn, as telling every worker is O(workers).
         scheduler.loop.add_callback(self._tell_peer_left, worker)
@@ -179,6 +188,8 @@ class GVATPlugin(SchedulerPlugin):
         if rec is None or not rec.alive:
             rec = self.gvat.inventory.register(address, DeviceProfile.from_dict(m["profile"]))
         rec.other_used = int(m.get("other_used", 0))
+        if m.get("arena"):
+            self.departures.arenas[address] = m["arena"]
         rec.load = measured_load(self.scheduler, ws)
         return rec
 
@@ -295,7 +306,8 @@ class GVATPlugin(SchedulerPlugin):
         alloc = self.gvat.get(alloc_id)
         home = self.gvat.inventory.by_uid[int(alloc.homes[index])]
         if not home.alive:
-            raise ChunkLost(f"chunk {index} of allocation {alloc_id} was on {home.address}, which left")
+            raise ChunkLost(f"chunks [{index}] of allocation {alloc_id} were on worker {home.address}, "
+                            "which left the cluster")
         me = self.gvat.inventory.by_address.get(worker)
         path = transfer.choose(home.profile, me.profile) if me is not None else "comm"
         return Where(home.address, path, int(alloc.versions[index]))

@@ -9,6 +9,7 @@ from dgvm.transfer.base import TransferPath
 from dgvm.transfer.comm import CommPath
 from dgvm.transfer.cuda_ipc import CudaIpcPath, peer_mappings
 from dgvm.transfer.ipc_mappings import ImportedMappings
+from dgvm.transfer.left_peers import LeftPeers
 from dgvm.transfer.shm import PeerArenas, SharedMemoryPath
 
 #: the kinds of path, fastest first: ``choose`` takes the first usable one
@@ -31,11 +32,13 @@ def choose(src: DeviceProfile, dst: DeviceProfile) -> str:
 class Transfers:
     """One worker's transfer paths, by name, and what they keep between copies: its
     mappings of peers' CUDA buffers (``mappings``) and of peers' shared-memory arenas
-    (``arenas``). The worker's plugin makes it; a process that runs no worker has none."""
+    (``arenas``), and its requests to peers, which stop when one leaves (``left_peers``).
+    The worker's plugin makes it; a process that runs no worker has none."""
 
     def __init__(self):
         self.mappings: ImportedMappings = peer_mappings()
         self.arenas = PeerArenas()
+        self.left_peers = LeftPeers()
         self.paths: dict[str, TransferPath] = {
             p.name: p for p in (CudaIpcPath(self.mappings), SharedMemoryPath(self.arenas), CommPath())
         }
@@ -49,4 +52,4 @@ class Transfers:
         self.arenas.close()
 
 
-__all__ = ["KINDS", "NAMES", "TransferPath", "Transfers", "choose"]
+__all__ = ["KINDS", "NAMES", "LeftPeers", "TransferPath", "Transfers", "choose"]

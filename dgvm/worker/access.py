@@ -20,7 +20,7 @@ from distributed import get_worker
 from distributed.utils import sync
 
 from dgvm.protocol import messages
-from dgvm.protocol.errors import DgvmError, OutOfDeviceMemory
+from dgvm.protocol.errors import ChunkLost, DgvmError, OutOfDeviceMemory
 from dgvm.protocol.messages import Where
 from dgvm.protocol.records import AllocId, ArraySpec  # tasks name their arrays by spec
 from dgvm.transfer import Transfers
@@ -141,7 +141,11 @@ class Access:
                 return  # its home moved here meanwhile
             path = self.transfers[where.path]
             t0 = time.perf_counter()
-            desc, = sync(w.loop, request_exports, w, where.home, alloc_id, [index], path.name)
+            desc, = sync(w.loop, self.transfers.left_peers.call, where.home,
+                         request_exports(w, where.home, alloc_id, [index], path.name),
+                         lambda home=where.home: ChunkLost(
+                             f"chunk {index} of allocation {alloc_id} was on worker {home}, "
+                             f"which left the cluster while {w.address} fetched it"))
             if desc is messages.MOVED:
                 continue
             n = desc["nbytes"]

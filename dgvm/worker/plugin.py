@@ -23,7 +23,7 @@ from distributed.protocol import to_serialize
 
 from dgvm import backends, config, gc_pauses, streams, transfer
 from dgvm.protocol import messages
-from dgvm.protocol.errors import DgvmError, InvalidAddress, OutOfDeviceMemory
+from dgvm.protocol.errors import ChunkLost, DgvmError, InvalidAddress, OutOfDeviceMemory
 from dgvm.protocol.messages import PEER_LEFT, RELEASE, THAW, PullChunk, Pulled
 from dgvm.protocol.records import AllocId, ClientId, ReleaseTicket, WorkerAddress
 from dgvm.transfer.fetch import request_exports
@@ -131,6 +131,8 @@ class ChunkStorePlugin(WorkerPlugin):
 
     def metrics(self) -> dict:
         m = {"profile": self.profile.to_dict(), **self.store.metrics()}
+        # The scheduler unlinks it if this process dies (dgvm.scheduler.departures).
+        m["arena"] = getattr(self.store.backend, "shm_name", None)
         exports = getattr(self.store.backend, "exports", None)
         if exports is not None:  # CUDA IPC mappings kept: this worker's and its peers'
             m["stats"]["ipc"] = {**self.transfers.mappings.counters(), **exports.counters()}
@@ -176,7 +178,9 @@ class ChunkStorePlugin(WorkerPlugin):
             await asyncio.wait([asyncio.ensure_future(self.retirement.run())], timeout=RETIRE_WAIT)
 
     def peer_left(self, worker: WorkerAddress):
-        """The scheduler says a worker left (stream message ``messages.PEER_LEFT``)."""
+        """The scheduler says a worker left (stream message ``messages.PEER_LEFT``): the
+        requests to it in flight stop waiting."""
+        self.transfers.left_peers.left(worker)
         if self.retirement is not None:
             self.retirement.peer_left(worker)
 
@@ -273,9 +277,15 @@ class ChunkStorePlugin(WorkerPlugin):
         # One export request per home, all at once (each freezes the chunks there until
         # the move ends); then one hop to the store's thread.
         descs = await asyncio.gather(*(
-            request_exports(self.worker, home, alloc_id, [c.index for c in group], path, move=True,
-                            have=[[c.index, store.replica(alloc_id, c.index).source[1]]
-                                  for c in group if c.index in local])
+            self.transfers.left_peers.call(
+                home,
+                request_exports(self.worker, home, alloc_id, [c.index for c in group], path, move=True,
+                                have=[[c.index, store.replica(alloc_id, c.index).source[1]]
+                                      for c in group if c.index in local]),
+                lambda home=home, group=group: ChunkLost(
+                    f"chunks {[c.index for c in group]} of allocation {alloc_id} were on worker "
+                    f"{home}, which left the cluster while they moved to {self.worker.address}"),
+            )
             for (home, path), group in groups
         ))
         job = asyncio.ensure_future(self._run(self._fetch_and_promote, alloc_id, owner, chunks,

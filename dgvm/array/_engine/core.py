@@ -35,7 +35,7 @@ from dgvm.array._engine.lifecycle import release_when_unreachable, releases_of
 from dgvm.array._engine.small_reads import read_view
 from dgvm.array._engine.tree_op import Elementwise, result_placement
 from dgvm.array._engine.trees import nodes
-from dgvm.client import progress
+from dgvm.client import failures, progress
 from dgvm.client.allocation import AllocationHandle
 from dgvm.client.dispatch import wait_raising
 from dgvm.client.pending import Pending
@@ -265,6 +265,7 @@ class ArrayCore:
         self._adopt(alloc)
         try:
             write()
+            failures.fill(alloc.pending.writes)  # if they fail, this result has no values
         except BaseException:
             self._alloc = None
             after = alloc.pending.writes  # a reused allocation: tasks may still run on it
@@ -368,6 +369,10 @@ class ArrayCore:
 
     def free(self) -> None:
         """Give the array's device memory back now (also done when it becomes unreachable).
+
+        Deferred results made from its values (``y = x + 1``, ``x[::2] * 2``) keep
+        reading them, as NumPy's results would: the memory then goes back once they are
+        computed or dropped. So freeing needs no memory, and never fails for lack of it.
         A view gives back only its own copy, never its base's memory, and is unusable after."""
         if self._alias is not None:
             self._alias = self._snapshot = self._deferred = None
@@ -375,7 +380,20 @@ class ArrayCore:
         if self._alloc is None:  # deferred: nothing computed, nothing to give back
             self.undefer()
             return
-        self.before_write()
+        self._writes += 1  # views' copies of its values go stale with it
+        readers = self.readers()
+        if readers and not self._alloc.freed:
+            # The readers take over the memory through an array of their own; this one
+            # is freed (its handle says so) and keeps nothing alive.
+            heir = type(self)(None, self.shape, self.dtype, self.chunks)
+            heir._adopt(self._alloc.hand_over())
+            for r in readers:
+                d = r.undefer()
+                d.inputs = [heir if a is self else a for a in d.inputs]
+                r.defer(d)
+            self._readers.clear()
+            return
+        self._readers.clear()
         # Launches that use the memory finish first (their errors belong to wait).
         self.settle()
         self.pending.take()

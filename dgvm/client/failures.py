@@ -1,0 +1,89 @@
+"""A failed operation's error is raised once; the arrays it would have written stay usable.
+
+A task that fails (a kernel that raised, a chunk that was lost) fails the tasks ordered
+after it too: Dask fails a task whose dependency failed, so those never run, as the
+statements after a raising one never run in a NumPy program. The arrays they would have
+written keep their values as before the call (a launch is all or nothing,
+``dgvm.worker.kernel_tasks``; a task that never ran wrote nothing).
+
+The first call that waits for one of these tasks (``wait``, a read, a reduction) raises
+the error. From then on the operation is *told* (the tasks of one ``dispatch.submit``,
+those that fail later too), with the failed operations it was ordered after: no new
+task follows its failed tasks (``pending.unfinished``) and no wait raises them again, so
+the next read and the next launch of its output work, as after a NumPy call that
+raised. Without this, one failed launch would fail every later use of its output.
+
+Except where values are gone, which no later call brings back:
+
+- the tasks that fill a new result (a deferred array being computed,
+  ``ArrayCore._fill``): a result whose computation failed has no values;
+- ``ChunkLost``: a chunk whose worker left the cluster is lost.
+
+Those raise their error at every wait (and every task that follows them fails with it).
+
+State per task, held weakly: a future no array's pending lists hold any more needs none.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from dgvm.protocol.errors import ChunkLost
+
+
+class _Operation:
+    """The tasks of one ``submit``: told once one of them was raised; a fill never is."""
+
+    __slots__ = ("told", "fill", "__weakref__")
+
+    def __init__(self):
+        self.told = False
+        self.fill = False
+
+
+# Task -> its operation; task -> weak references to the tasks it was ordered after.
+_operation: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_followed: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def submitted(futures, deps) -> None:
+    """``futures`` are the tasks of one operation, each ordered after ``deps[i]``."""
+    op = _Operation()
+    for f, after in zip(futures, deps):
+        _operation[f] = op
+        if after:
+            _followed[f] = [weakref.ref(d) for d in after]
+
+
+def told(future) -> bool:
+    """Whether ``future`` failed and its operation's error was raised to a caller already."""
+    op = _operation.get(future)
+    return op is not None and op.told and not op.fill and future.status == "error"
+
+
+def fill(futures) -> None:
+    """``futures`` compute a new result: their failure is never told."""
+    for f in futures:
+        op = _operation.get(f)
+        if op is not None:
+            op.fill = True
+
+
+def tell(futures) -> None:
+    """The error of the failed ones among ``futures`` was raised to a caller: tell their
+    operations, and the failed operations they were ordered after (their error is the
+    one raised)."""
+    stack = [f for f in futures if f.status == "error"]
+    seen = set()
+    while stack:
+        f = stack.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        op = _operation.get(f)
+        if op is not None and not isinstance(f.exception(), ChunkLost):
+            op.told = True
+        for ref in _followed.get(f, ()):
+            dep = ref()
+            if dep is not None and dep.status == "error":
+                stack.append(dep)

@@ -1,0 +1,33 @@
+"""What a client session does when the scheduler says a worker left.
+
+The GVAT publishes each departure (``messages.LEFT_TOPIC``). The session's requests in
+flight to that worker stop waiting (``transfer.LeftPeers``; else a request to a dead
+process waits for Dask's connect timeout, 30 s), and the parts that named the worker
+hear of it (``on_left``: the live allocations mark their chunk maps stale, so that the
+next use of a lost chunk raises ``ChunkLost`` at once, from the fresh map).
+"""
+
+from __future__ import annotations
+
+from dgvm.protocol import messages
+from dgvm.transfer import LeftPeers
+
+
+class LeftWorkers:
+    """A session part: its requests to workers, and who to tell when one leaves."""
+
+    def __init__(self, session):
+        self.peers = LeftPeers()
+        self._listeners: list = []
+        session.client.subscribe_topic(messages.LEFT_TOPIC, self._on_left)
+
+    def on_left(self, fn) -> None:
+        """Call ``fn(address)`` when a worker leaves (on the client's event loop)."""
+        self._listeners.append(fn)
+
+    def _on_left(self, event) -> None:
+        _, msg = event
+        address = msg["worker"]
+        for fn in list(self._listeners):
+            fn(address)
+        self.peers.left(address)

@@ -1,0 +1,120 @@
+"""A worker that leaves: nothing waits on it for ever.
+
+Every dgvm task is pinned to one worker (``workers=[w]``, no stealing). When that worker
+is gone, Dask keeps the task in its ``no-worker`` state: its future would never answer,
+nor would any call that waits for it (a read, a reduction, a launch in flight, a free),
+nor any task after it. Tasks that had finished there go the same way if their results
+were held there (Dask computes them again, on the worker that left). So a dgvm task that
+lands in ``no-worker`` with every worker it was pinned to gone fails with ``ChunkLost``,
+naming that worker and the chunks it held; the tasks that follow it fail with it
+(``note``: O(1) per transition; ``fail_stranded``: on the loop's next turn, O(tasks)).
+
+Everyone else hears of the departure at once: the clients through ``messages.LEFT_TOPIC``
+(a call in flight to the worker stops waiting, and the next use of a lost chunk says so
+at once, not after Dask's connect timeout), the workers through ``messages.PEER_LEFT``.
+
+A ``cpu`` worker keeps its chunks in a shared-memory arena that its process unlinks when
+it closes; a process killed never does. The arena's name comes with the worker's
+heartbeats (``arena``), and the scheduler unlinks it when it exists on this host, off
+the event loop (``left``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+
+import numpy as np
+
+from dgvm import dask_compat
+from dgvm.backends.cpu import unlink_arena
+from dgvm.protocol import messages
+from dgvm.protocol.errors import ChunkLost
+from dgvm.protocol.records import WorkerAddress, WorkerUid
+
+logger = logging.getLogger("dgvm.scheduler")
+
+REMEMBERED = 256  # departed workers whose lost chunks a late task may still need named
+NAMED = 4  # allocations a ChunkLost message names chunks of
+
+
+class Departures:
+    """The workers that left and the tasks stranded on them (a part of the GVAT plugin)."""
+
+    def __init__(self, gvat):
+        self.gvat = gvat
+        self.scheduler = None  # set when the plugin starts
+        self._stranded: set = set()
+        # address -> uid of the worker that left there; its lost chunks once asked
+        self._uids: "collections.OrderedDict[str, WorkerUid]" = collections.OrderedDict()
+        self._lost: dict[str, dict] = {}
+        self.arenas: dict[str, str] = {}  # address -> the shared-memory arena a worker reported
+
+    def note(self, key, finish: str) -> None:
+        """Dask's transition hook (every transition): note a dgvm task that went to
+        ``no-worker``, to fail on the loop's next turn if its worker is gone. O(1)."""
+        if finish != "no-worker" or not isinstance(key, str) or not key.startswith(messages.TASK_PREFIX):
+            return
+        if not self._stranded:
+            self.scheduler.loop.add_callback(self.fail_stranded)
+        self._stranded.add(key)
+
+    def fail_stranded(self) -> None:
+        """Fail with ``ChunkLost`` the noted tasks whose every worker left (a worker that
+        is only paused still runs its tasks later)."""
+        keys, self._stranded = self._stranded, set()
+        stimulus = f"dgvm-worker-left-{time.time()}"
+        for key in keys:
+            pinned = dask_compat.stranded_on(self.scheduler, key)
+            if pinned is None:
+                continue
+            named = dask_compat.annotation(self.scheduler, key, messages.ALLOCATIONS_ANNOTATION, [])
+            error = ChunkLost(f"dgvm task {key} was to run on {self.describe(sorted(pinned)[0], named)}")
+            try:
+                dask_compat.fail_waiting_task(self.scheduler, key, error, stimulus)
+            except Exception:  # noqa: BLE001  (the task changed meanwhile; never stop the others)
+                logger.exception("dgvm: failing task %s stranded on %s", key, sorted(pinned))
+
+    def left(self, address: WorkerAddress, uid: WorkerUid | None) -> None:
+        """The scheduler removed the worker at ``address`` (the plugin's remove_worker
+        hook): tell the clients, unlink its arena. O(1)."""
+        if uid is not None:
+            self._uids[address] = uid
+            self._lost.pop(address, None)
+            while len(self._uids) > REMEMBERED:
+                gone, _ = self._uids.popitem(last=False)
+                self._lost.pop(gone, None)
+        self.scheduler.log_event(messages.LEFT_TOPIC, {"worker": address})
+        arena = self.arenas.pop(address, None)
+        if arena is not None:
+            asyncio.get_running_loop().run_in_executor(None, unlink_arena, arena)
+
+    def describe(self, address: WorkerAddress, allocations=()) -> str:
+        """``worker W, which left the cluster holding chunks ... of allocation ...``: of
+        ``allocations`` (those a task names) where it held some, else of any."""
+        lost = self._lost_chunks(address)
+        named = [a for a in allocations if a in lost] or list(lost)
+        if not named:
+            what = "holding no chunk of a live allocation"
+        else:
+            held = [f"chunks {lost[a]} of allocation {a}" for a in named[:NAMED]]
+            more = f" and of {len(named) - NAMED} more allocations" if len(named) > NAMED else ""
+            what = f"holding {', '.join(held)}{more}; their data is lost"
+        return f"worker {address}, which left the cluster {what}"
+
+    def _lost_chunks(self, address: WorkerAddress) -> dict:
+        """Allocation id -> the chunks homed on the worker that left ``address`` (O(chunks
+        of every allocation): once per worker, off the hooks)."""
+        lost = self._lost.get(address)
+        if lost is None:
+            lost = {}
+            uid = self._uids.get(address)
+            if uid is not None:
+                for alloc in self.gvat.allocations.values():
+                    idx = np.flatnonzero(alloc.homes == uid)
+                    if len(idx):
+                        lost[alloc.alloc_id] = idx.tolist()
+                self._lost[address] = lost
+        return lost

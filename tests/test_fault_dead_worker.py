@@ -1,0 +1,211 @@
+"""A worker process killed: every call that waits on it answers within a bounded time, with
+``ChunkLost`` naming the allocation, the chunks and the worker; a free of a damaged
+allocation returns at once and frees what survives; the dead worker's shared-memory
+arena is unlinked, and a closed cluster leaves none.
+
+Workers in processes of their own (their nannies start a new one after each kill), one
+cluster for the module. Every wait is bounded: a call runs in a thread joined with a
+timeout, a condition is polled against a deadline."""
+
+import math
+import os
+import re
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import dgvm
+import dgvm.array as dnp
+from dgvm.array._engine.lifecycle import drain_releases
+
+BOUND = 30.0  # seconds any one call may take once the scheduler removed the worker
+
+
+@dgvm.kernel
+def add_one(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i] + 1
+
+
+@dgvm.kernel
+def spin(n, out):
+    """``n[i]`` steps for element i: with a huge ``n``, a task that runs until killed."""
+    i = cuda.grid(1)
+    if i < out.size:
+        s = 0.0
+        for k in range(n[i]):
+            s += math.sqrt(k)
+        out[i] = s
+
+
+@pytest.fixture(scope="module")
+def client():
+    cluster = dgvm.LocalCluster(n_workers=4, backend="cpu", processes=True, device_memory="64MiB",
+                                dashboard_address=None)
+    client = dgvm.connect(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+def until(condition, timeout: float = BOUND, what: str = "condition"):
+    """Wait for ``condition()`` to hold, at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(0.02)
+
+
+def workers(client) -> set:
+    return set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.workers)))
+
+
+def kill(client, address: str) -> None:
+    """SIGKILL the process of the worker at ``address``; return once the scheduler removed it."""
+    pid = client.run(os.getpid, workers=[address])[address]
+    os.kill(pid, signal.SIGKILL)
+    until(lambda: address not in workers(client), what=f"the scheduler removing {address}")
+
+
+def bounded(call, timeout: float = BOUND):
+    """Run ``call()`` in a thread: (its result or the exception it raised, seconds)."""
+    box = {}
+
+    def run():
+        t0 = time.perf_counter()
+        try:
+            box["out"] = call()
+        except BaseException as e:  # noqa: BLE001
+            box["out"] = e
+        box["seconds"] = time.perf_counter() - t0
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"{call} did not answer within {timeout} s"
+    return box["out"], box["seconds"]
+
+
+def assert_lost(error, alloc, worker: str) -> None:
+    """``error`` is a ChunkLost naming ``worker`` and chunks of ``alloc`` it held (only those)."""
+    assert isinstance(error, dgvm.ChunkLost), repr(error)
+    text = str(error)
+    held = {k for k, w in enumerate(alloc.homes()) if w == worker}
+    named = [set(map(int, found.split(","))) for found in
+             re.findall(r"chunks \[([\d, ]+)\] of allocation " + str(alloc.alloc_id) + r"\b", text)]
+    assert worker in text and named and all(n <= held for n in named), (text, held)
+
+
+def spread(client, n: int = 4000, chunks: int = 500):
+    """arange(n) over every worker, chunk 1 not on the first worker holding chunk 0."""
+    until(lambda: len(workers(client)) == 4, what="four workers")
+    x = dnp.from_numpy(np.arange(float(n)), chunks=chunks, placement="round_robin")
+    assert len(set(x.alloc.homes())) == 4
+    w = dnp.ones(8, chunks=1, colocate=x)  # the kernels compiled on every worker first
+    n = dnp.zeros(8, dtype=np.int64, chunks=1, colocate=x)
+    dgvm.launch(add_one, w, out=w)
+    dgvm.launch(spin, n, out=w)
+    w.free()
+    n.free()
+    return x
+
+
+def test_every_use_of_a_lost_chunk_raises_chunklost_at_once(client):
+    x = spread(client)
+    homes = x.alloc.homes()
+    victim = homes[1]
+    arena = client.run(lambda dask_worker: dask_worker.extensions["dgvm"].backend.shm_name,
+                       workers=[victim])[victim]
+    assert os.path.exists(f"/dev/shm/{arena}")
+    kill(client, victim)
+    # What the worker did not hold is there.
+    kept = [k for k, w in enumerate(homes) if w != victim]
+    np.testing.assert_array_equal(dnp.asnumpy(x[500 * kept[-1]: 500 * kept[-1] + 500]),
+                                  np.arange(500 * kept[-1], 500 * kept[-1] + 500.0))
+    uses = {
+        "read": lambda: dnp.asnumpy(x),
+        "sum": lambda: float(x.sum()),
+        "x + 1": lambda: (x + 1).wait(),
+        "(x + 1).sum()": lambda: float((x + 1).sum()),
+        "a slice": lambda: dnp.asnumpy(x[400:600]),
+        "a launch": lambda: dgvm.launch(add_one, x, out=x) or x.wait(),
+    }
+    for name, use in uses.items():
+        error, _ = bounded(use)
+        assert_lost(error, x.alloc, victim), name
+    until(lambda: not os.path.exists(f"/dev/shm/{arena}"), what="the dead worker's arena unlinked")
+    error, seconds = bounded(x.free)
+    assert error is None
+
+
+def test_work_in_flight_when_a_worker_dies_answers_with_chunklost(client):
+    x = spread(client)
+    out = dnp.zeros(x.shape, chunks=500, colocate=x)
+    victim = x.alloc.home(1)
+    on_victim = np.repeat(np.array(x.alloc.homes()) == victim, 500)
+    n = dnp.from_numpy(np.where(on_victim, 10**15, 0), chunks=500, colocate=x)
+    y = (x * 2 + 1).persist()  # done soon; its chunks on the victim are lost with it
+    y.wait()
+    dgvm.launch(spin, n, out=out)  # runs until the victim is killed, done elsewhere
+    total = {}
+    reader = threading.Thread(target=lambda: total.update(r=bounded(lambda: float(out.sum()))), daemon=True)
+    reader.start()  # a reduction waiting for the launch
+    until(lambda: any("spin" in str(k) for k in client.processing(workers=[victim])[victim]),
+          what="the launch running on the victim")
+    kill(client, victim)
+    error, _ = bounded(out.wait)
+    assert_lost(error, out.alloc, victim)
+    reader.join(BOUND)
+    assert not reader.is_alive()
+    assert isinstance(total["r"][0], dgvm.ChunkLost), total
+    error, _ = bounded(lambda: dnp.asnumpy(y))
+    assert_lost(error, y.alloc, victim)
+    for a in (x, out, y, n):
+        assert bounded(a.free)[0] is None
+
+
+def test_free_of_a_damaged_allocation_returns_at_once_and_frees_what_survives(client):
+    x = spread(client)
+    victim = x.alloc.home(1)
+    dgvm.launch(add_one, x, out=x)  # tasks on it, finished: Dask would compute them again
+    x.wait()
+    kill(client, victim)
+    error, seconds = bounded(x.free)
+    assert error is None and seconds < 5, (error, seconds)
+    drain_releases()
+    assert dgvm.table(client=client) == []
+    used = client.run(lambda dask_worker: dask_worker.extensions["dgvm"].backend.used)
+    assert set(used.values()) == {0}, used
+
+
+def test_a_closed_cluster_leaves_no_arena_behind():
+    cluster = dgvm.LocalCluster(n_workers=2, backend="cpu", processes=True, device_memory="16MiB",
+                                dashboard_address=None)
+    client = dgvm.connect(cluster)
+    names = set()
+
+    def arenas():
+        found = client.run(lambda dask_worker: dask_worker.extensions["dgvm"].backend.shm_name)
+        names.update(found.values())
+        return found
+
+    try:
+        victim = next(iter(arenas()))
+        x = dnp.ones(1000, chunks=100, placement="round_robin")
+        kill(client, victim)
+        until(lambda: len(workers(client)) == 2, what="the nanny's new worker")
+        arenas()
+        assert len(names) == 3
+        del x
+    finally:
+        client.close()
+        cluster.close()
+    assert [n for n in names if os.path.exists(f"/dev/shm/{n}")] == []
