@@ -139,3 +139,26 @@ def test_when_main_thread_ends_runs_while_thread_pools_still_take_work(tmp_path)
     # At atexit time the pool would refuse ("cannot schedule new futures after
     # interpreter shutdown").
     assert out.returncode == 0 and "pool answered 42" in out.stdout, out.stderr
+
+
+def test_a_task_stranded_on_a_worker_that_left_is_failed_with_the_error_given(client):
+    gone = "tcp://127.0.0.1:9"  # no worker there: the task waits in no-worker
+    with dask.annotate(compat_probe=[3, 4]):
+        stranded = client.submit(_double, 1, key="compatstranded-1", workers=[gone], allow_other_workers=False)
+    after = client.submit(_double, stranded, key="compatafter-1")
+    deadline = time.monotonic() + 10
+    while client.run_on_scheduler(lambda dask_scheduler: dask_compat.stranded_on(dask_scheduler, "compatstranded-1")) is None:
+        assert time.monotonic() < deadline, "the task never reached no-worker"
+        time.sleep(0.02)
+    assert client.run_on_scheduler(
+        lambda dask_scheduler: dask_compat.annotation(dask_scheduler, "compatstranded-1", "compat_probe")) == [3, 4]
+
+    def fail(dask_scheduler):
+        assert dask_compat.stranded_on(dask_scheduler, "compatstranded-1") == {gone}
+        assert dask_compat.stranded_on(dask_scheduler, "compatafter-1") is None  # waiting, not stranded
+        dask_compat.fail_waiting_task(dask_scheduler, "compatstranded-1", LookupError("its worker left"), "compat")
+
+    client.run_on_scheduler(fail)
+    for f in (stranded, after):
+        with pytest.raises(LookupError, match="its worker left"):
+            f.result(timeout=10)

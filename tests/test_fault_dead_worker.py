@@ -68,11 +68,21 @@ def workers(client) -> set:
     return set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.workers)))
 
 
-def kill(client, address: str) -> None:
-    """SIGKILL the process of the worker at ``address``; return once the scheduler removed it."""
+def kill(client, address: str, racing=None):
+    """SIGKILL the process of the worker at ``address``; return once the scheduler removed
+    it. ``racing``: a call started right after the signal, before the scheduler knows;
+    returns what ``bounded`` says of it."""
     pid = client.run(os.getpid, workers=[address])[address]
     os.kill(pid, signal.SIGKILL)
+    raced = {}
+    if racing is not None:
+        thread = threading.Thread(target=lambda: raced.update(r=bounded(racing)), daemon=True)
+        thread.start()
     until(lambda: address not in workers(client), what=f"the scheduler removing {address}")
+    if racing is not None:
+        thread.join(BOUND)
+        assert not thread.is_alive()
+        return raced["r"]
 
 
 def bounded(call, timeout: float = BOUND):
@@ -125,7 +135,9 @@ def test_every_use_of_a_lost_chunk_raises_chunklost_at_once(client):
     arena = client.run(lambda dask_worker: dask_worker.extensions["dgvm"].backend.shm_name,
                        workers=[victim])[victim]
     assert os.path.exists(f"/dev/shm/{arena}")
-    kill(client, victim)
+    dnp.asnumpy(x)  # the client has connections to every worker
+    error, _ = kill(client, victim, racing=lambda: dnp.asnumpy(x))
+    assert_lost(error, x.alloc, victim)  # a read as the worker died
     # What the worker did not hold is there.
     kept = [k for k, w in enumerate(homes) if w != victim]
     np.testing.assert_array_equal(dnp.asnumpy(x[500 * kept[-1]: 500 * kept[-1] + 500]),

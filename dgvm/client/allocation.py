@@ -27,6 +27,11 @@ from dgvm.protocol.records import ChunkInfo
 MOVED_RETRIES = 8
 
 
+# Seconds a request that failed on a worker's connection waits for the news that the worker
+# left (then its chunks are named lost); past that its own error is raised.
+LEFT_WAIT = 5.0
+
+
 class LiveAllocations:
     """The allocation handles of one session that it still holds (a session part), so
     that the GVAT's events about chunks whose home moved (``messages.MOVED_TOPIC``) mark
@@ -238,7 +243,9 @@ class AllocationHandle:
             try:
                 return call_workers(handler, requests, self.client), order
             except OSError:
-                # A worker went away: if the GVAT now says so, name the lost chunks.
+                # A worker went away: once the GVAT says so, name the lost chunks (a
+                # request that raced with its death fails before the scheduler knows).
+                self.session.part(LeftWorkers).wait_left(by_worker, LEFT_WAIT)
                 self.refresh()
                 self._route(pieces)
                 raise

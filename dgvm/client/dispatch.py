@@ -48,7 +48,7 @@ def _allocations_in(value, depth: int = 0) -> set:
     tuples a few levels down, as launches and operations pass them)."""
     if isinstance(value, ArraySpec):
         return {int(value.alloc_id)} if value.alloc_id >= 0 else set()
-    if depth < 3 and isinstance(value, (list, tuple)):
+    if depth < 3 and isinstance(value, (list, tuple)) and len(value) <= 64:  # not a user's data
         return set().union(*(_allocations_in(v, depth + 1) for v in value))
     return set()
 

@@ -9,8 +9,13 @@ next use of a lost chunk raises ``ChunkLost`` at once, from the fresh map).
 
 from __future__ import annotations
 
+import collections
+import threading
+
 from dgvm.protocol import messages
 from dgvm.transfer import LeftPeers
+
+REMEMBERED = 256  # departures kept for ``wait_left``
 
 
 class LeftWorkers:
@@ -19,11 +24,19 @@ class LeftWorkers:
     def __init__(self, session):
         self.peers = LeftPeers()
         self._listeners: list = []
+        self._recent: collections.deque = collections.deque(maxlen=REMEMBERED)
+        self._news = threading.Condition()
         session.client.subscribe_topic(messages.LEFT_TOPIC, self._on_left)
 
     def on_left(self, fn) -> None:
         """Call ``fn(address)`` when a worker leaves (on the client's event loop)."""
         self._listeners.append(fn)
+
+    def wait_left(self, addresses, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for news that one of ``addresses`` left (a
+        request to it failed: the scheduler may not have removed it yet); True if one did."""
+        with self._news:
+            return self._news.wait_for(lambda: any(a in self._recent for a in addresses), timeout)
 
     def _on_left(self, event) -> None:
         _, msg = event
@@ -31,3 +44,6 @@ class LeftWorkers:
         for fn in list(self._listeners):
             fn(address)
         self.peers.left(address)
+        with self._news:
+            self._recent.append(address)
+            self._news.notify_all()

@@ -55,7 +55,8 @@ class Departures:
     def note(self, key, finish: str) -> None:
         """Dask's transition hook (every transition): note a dgvm task that went to
         ``no-worker``, to fail on the loop's next turn if its worker is gone. O(1)."""
-        if finish != "no-worker" or not isinstance(key, str) or not key.startswith(messages.TASK_PREFIX):
+        if (finish != "no-worker" or self.scheduler is None or not isinstance(key, str)
+                or not key.startswith(messages.TASK_PREFIX)):
             return
         if not self._stranded:
             self.scheduler.loop.add_callback(self.fail_stranded)

@@ -7,8 +7,10 @@ end or ends the context) in place, in one step.
 All-or-nothing launches, for kernels that may stop halfway.
 
 A kernel that can raise after writing part of a chunk (on ``cpu``: ``raise``, ``assert``,
-calls into Python or NumPy, bounds checks; anything in the simulator) must leave the
-output as it was when it fails, on every worker, not only on the chunk that failed. So
+calls into Python or NumPy; anything in the simulator) must leave the output as it was
+when it fails, on every worker, not only on the chunk that failed. (An index out of
+bounds, checked on ``cpu``, is a bug of the kernel: it raises without this, and may leave
+the launch's output chunks partly written; ``dgvm.kernels.cpu``.) So
 ``dgvm.launch`` runs it in two steps (``dgvm.client.dispatch(..., then=...)``):
 
 1. ``stage``, one task per home of the output: the kernel writes copies of the worker's

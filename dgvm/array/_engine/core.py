@@ -358,7 +358,9 @@ class ArrayCore:
         return self
 
     def wait(self):
-        """Block until every launch writing this array has finished."""
+        """Block until every launch writing this array has finished; raise the first
+        error as soon as one fails (once: the array is usable after it,
+        ``dgvm.client.failures``)."""
         if self._alias is not None:
             self._alias.base.wait()
             return self
