@@ -11,7 +11,7 @@ import os
 import time
 import uuid
 import weakref
-from multiprocessing import shared_memory
+from multiprocessing import resource_tracker, shared_memory
 
 import _posixshmem  # POSIX shared memory, as multiprocessing.shared_memory uses it
 
@@ -26,11 +26,16 @@ _ALIGN = 256  # bytes; keeps every chunk view aligned for any dtype and SIMD
 
 
 def _open_arena(size: int) -> shared_memory.SharedMemory:
+    # The worker owns the segment, not the resource tracker: it unlinks it when it closes,
+    # and the scheduler when the worker's process died (dgvm.scheduler.departures).
     name = f"dgvm-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    try:  # Python >= 3.13: the worker owns the segment, not the resource tracker
+    try:  # Python >= 3.13
         return shared_memory.SharedMemory(name=name, create=True, size=size, track=False)
     except TypeError:
-        return shared_memory.SharedMemory(name=name, create=True, size=size)
+        shm = shared_memory.SharedMemory(name=name, create=True, size=size)
+        # Else the tracker unlinks it again at exit, and warns that it was gone.
+        resource_tracker.unregister("/" + shm.name, "shared_memory")
+        return shm
 
 
 def unlink_arena(name: str) -> bool:
@@ -48,10 +53,7 @@ def _close_arena(shm: shared_memory.SharedMemory) -> None:
         shm.close()
     except BufferError:  # a view is still alive; the mapping goes with the process
         pass
-    try:
-        shm.unlink()
-    except FileNotFoundError:
-        pass
+    unlink_arena(shm.name)  # not shm.unlink(): the tracker does not know it
 
 
 class CpuBackend(Backend):
