@@ -7,6 +7,7 @@ Workers in processes of their own (their nannies start a new one after each kill
 cluster for the module. Every wait is bounded: a call runs in a thread joined with a
 timeout, a condition is polled against a deadline."""
 
+import asyncio
 import math
 import os
 import re
@@ -21,6 +22,7 @@ from numba import cuda
 import dgvm
 import dgvm.array as dnp
 from dgvm.array._engine.lifecycle import drain_releases
+from dgvm.transfer import LeftPeers
 
 BOUND = 30.0  # seconds any one call may take once the scheduler removed the worker
 
@@ -221,3 +223,23 @@ def test_a_closed_cluster_leaves_no_arena_behind():
         client.close()
         cluster.close()
     assert [n for n in names if os.path.exists(f"/dev/shm/{n}")] == []
+
+
+def test_a_request_to_a_peer_stops_waiting_when_the_peer_leaves():
+    async def scenario():
+        peers = LeftPeers()
+        never = asyncio.get_running_loop().create_future()  # a connection that never answers
+        waiting = asyncio.ensure_future(peers.call("tcp://a:1", never, lambda: ConnectionError("a left")))
+        answered = await peers.call("tcp://b:1", asyncio.sleep(0, "b's answer"), lambda: ConnectionError("b left"))
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        peers.left("tcp://b:1")  # another peer: nothing changes
+        await asyncio.sleep(0)
+        assert not waiting.done()
+        peers.left("tcp://a:1")
+        with pytest.raises(ConnectionError, match="a left"):
+            await asyncio.wait_for(waiting, 5)
+        assert never.cancelled()  # the request itself goes
+        return answered
+
+    assert asyncio.run(scenario()) == "b's answer"
