@@ -91,8 +91,9 @@ def test_a_failing_task_still_waits_for_the_work_left_before_it():
     # As a Backend's synchronize: the device wait, then the work left running is forgotten.
     backend = types.SimpleNamespace(queued=q, synchronize=lambda: q.synchronized(lambda: waits.append(1)),
                                     one_stream=True)
-    access = types.SimpleNamespace(store=types.SimpleNamespace(backend=backend), reads={},
-                                   output_chunk=contextlib.nullcontext)
+    store = types.SimpleNamespace(backend=backend, wait_writable=lambda alloc_id, k: None,
+                                  is_home=lambda alloc_id, k: True, wrote=lambda alloc_id, k: None)
+    access = types.SimpleNamespace(store=store, reads={}, output_chunk=contextlib.nullcontext)
 
     def per_chunk(k):
         raise ValueError("the task's own error")

@@ -131,6 +131,9 @@ def _quantile(a, q, axis, method, keepdims, weights, name: str, scale: float):
         gamma = index - before
         ranks = [int(r) % s.n for r in before], [int(r) % s.n for r in after]
         low, high = s.at(ranks[0]), s.at(ranks[1])
+        if a.dtype.kind in "biu":  # NumPy interpolates integers in float64 (CuPy's weak
+            # promotion would take float16 for uint8 and a Python float)
+            low, high = astype(low, np.float64), astype(high, np.float64)
         step = apply("subtract", high, low)
         if q.ndim == 0 and weak:  # a Python float, as NumPy's gamma is then
             g = float(gamma[0])
