@@ -28,6 +28,24 @@ def sort_key(a, xp):
     return a
 
 
+def order_key(a, xp):
+    """Keys for the sorts (not the searches): NumPy's own sorts already put raw values in
+    the order (NaN last, -0.0 level with +0.0, complex values NumPy's way), so on NumPy
+    they sort the values as they are, without a pass that makes keys."""
+    return a if xp is np else sort_key(a, xp)
+
+
+def mixed_zeros(a, xp) -> bool:
+    """Whether ``a`` holds equal values that a sort of values alone could still tell apart:
+    zeros of both signs (complex values: always assumed). Only then need it be stable."""
+    if a.dtype.kind == "c":
+        return True
+    if a.dtype.kind != "f":
+        return False
+    signs = xp.signbit(a[a == 0])
+    return bool(signs.any()) and not bool(signs.all())
+
+
 def _complex_keys(k, xp):
     """A complex key's three real keys, least significant first: the imaginary part, the
     real part, and which parts are NaN (0 none, 1 imaginary, 2 real, 3 both)."""
