@@ -141,6 +141,6 @@ class Merge:
         # The runs are in block order, each in its stable local order: equal values in
         # their original order, which a stable sort of them keeps.
         if not self.indices:
-            return from_lines(sorted_values(v, 1, self.descending, xp), ax, shape, xp)
+            return from_lines(sorted_values(v, 1, self.descending, xp, runs=True), ax, shape, xp)
         order = argsort_lines(order_key(v, xp), self.descending, xp)
         return from_lines(xp.take_along_axis(src, order, axis=1), ax, shape, xp)
