@@ -127,6 +127,25 @@ def test_mask_property(case, data):
     same(x[dnp.from_numpy(m, chunks=chunks)], a[m])
 
 
+@pytest.mark.parametrize("p", [0.0, 0.4, 1.0])
+def test_one_dimensional_masks_along_an_axis(case, p, on_workers):
+    """A 1-d mask in a key selects along its axis, as its true positions would."""
+    a = values((9, 8, 5), seed=4)
+    x = dnp.from_numpy(a, chunks=(4, 3, 5))
+    rng = np.random.default_rng(int(p * 10))
+    m0, m1 = rng.random(9) < p, rng.random(8) < p
+    d0, d1 = dnp.from_numpy(m0, chunks=4), dnp.from_numpy(m1, chunks=5)
+    keys = [(m0,), (slice(None), m1), (m0, 2), (1, m1), (Ellipsis, m1, slice(1, 4)), (None, m0)]
+    got, want = [], []
+    with on_workers():
+        for key in keys:
+            darray_key = tuple(d0 if k is m0 else d1 if k is m1 else k for k in key)
+            got += [x[key], x[darray_key]]
+            want += [a[key]] * 2
+    for g, w in zip(got, want):
+        same(g, w)
+
+
 def test_mask_errors(case):
     x = dnp.from_numpy(values((4, 5)), chunks=2)
     with pytest.raises(IndexError, match="boolean index"):

@@ -14,7 +14,7 @@ from dgvm.array._engine.aliases import view_of
 from dgvm.array._engine.apply import apply
 from dgvm.array._engine.index_gather import check_indices, gather_along
 from dgvm.array._engine.keys import added_axes, as_index_array, basic_view, expand_key, is_mask
-from dgvm.array._engine.mask_select import masked
+from dgvm.array._engine.mask_select import masked, positions
 from dgvm.array._engine.views import View
 
 
@@ -37,7 +37,10 @@ def getitem(x, key):
         # A 0-d boolean is an advanced index: NumPy's result is a copy, not a view.
         return apply("astype", out, dtype=out.dtype)
     if is_mask(key):
-        return masked(x, key[0] if isinstance(key, tuple) else key)
+        mask = key[0] if isinstance(key, tuple) else key
+        if mask.ndim == 1 and x.ndim > 1:  # along axis 0: the positions it selects
+            return _indexed(x, key)
+        return masked(x, mask)
     view = basic_view(x, key)
     if view is not None:  # no copy now: a deferred view, read in place or computed on use
         return view_of(x, view, "getitem")
@@ -46,22 +49,26 @@ def getitem(x, key):
 
 # -- an integer index array --------------------------------------------------------------
 def _indexed(x, key):
-    """A key with one integer index array (a DArray or host array): its basic indices
-    first (a view), then a gather along the array's axis (``index_gather``). As in NumPy,
-    the integers of the key index with the array; when they and it are not side by side,
-    the gathered axis comes first."""
+    """A key with one integer index array (a DArray or host array; a 1-d boolean array
+    stands for the positions of its true elements): its basic indices first (a view),
+    then a gather along the array's axis (``index_gather``). As in NumPy, the integers of
+    the key index with the array; when they and it are not side by side, the gathered
+    axis comes first."""
     items = expand_key(key, x.ndim)
     arrays = [i for i, k in enumerate(items) if as_index_array(k) is not None]
     if len(arrays) > 1:
         raise IndexError("dgvm.array supports integer-array indexing along one axis only")
     pos = arrays[0]
     idx = as_index_array(items[pos])
+    axis = sum(1 for k in items[:pos] if k is None or isinstance(k, slice))
     if idx.dtype == bool:
-        raise IndexError("a boolean mask must be the whole key (x[mask])")
+        if idx.ndim != 1:
+            raise IndexError("a boolean mask of more than one dimension must be the whole key "
+                             f"(x[mask], of x's shape), got one of shape {tuple(idx.shape)}")
+        idx = positions(idx, x.shape[sum(1 for k in items[:pos] if k is not None)], axis)
     check_indices(idx, "integer array indices")
     basic = [slice(None) if i == pos else k for i, k in enumerate(items)]
     advanced = [i for i, k in enumerate(items) if i == pos or not (k is None or isinstance(k, slice))]
-    axis = sum(1 for k in items[:pos] if k is None or isinstance(k, slice))
     plain = all(isinstance(k, slice) and k == slice(None) for k in basic)
     out = gather_along(x if plain else getitem(x, tuple(basic)), axis, idx, "getitem")
     if axis and advanced != list(range(advanced[0], advanced[-1] + 1)):

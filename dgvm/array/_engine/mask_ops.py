@@ -2,7 +2,8 @@
 
 ``LineCounts`` counts the true elements of every line (the last axis) of each chunk of
 the mask; ``Total`` sums a chunk; ``Compact`` copies a chunk's selected elements (C
-order) into its piece; ``Interleave`` lays the pieces of a row block out in C order.
+order) into its piece, ``Positions`` the positions of a 1-d mask's true elements;
+``Interleave`` lays the pieces of a row block out in C order.
 """
 
 from __future__ import annotations
@@ -56,6 +57,20 @@ class Compact:
         k = int(np.searchsorted(self.starts, lo[0], side="right")) - 1
         xlo, xhi = self.bounds[k]
         return read(0, xlo, xhi)[read(1, xlo, xhi)]
+
+
+@dataclass
+class Positions:
+    """A piece (1-d): the positions where a 1-d mask (input 0) is true, of the chunk whose
+    bounds ``bounds[k]`` give piece k (``starts``)."""
+
+    starts: np.ndarray
+    bounds: list
+
+    def block(self, read, lo, hi, xp):
+        k = int(np.searchsorted(self.starts, lo[0], side="right")) - 1
+        (first,), (last,) = self.bounds[k]
+        return xp.flatnonzero(read(0, [first], [last])).astype(np.int64) + first
 
 
 @dataclass

@@ -15,7 +15,8 @@ caller learns one count per chunk. On the workers:
    (``Interleave``): only selected elements travel between workers.
 
 A host mask is stored once, beside x's chunks; a DArray mask of other chunks is cut
-into x's.
+into x's. A 1-d mask along one axis of x stands for the positions of its true elements
+(``positions``, made where the mask lives), which ``getitem`` gathers.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 from dgvm.array._engine import blockwise
 from dgvm.array._engine.core import ArrayCore
 from dgvm.array._engine.layout_ops import Copy
-from dgvm.array._engine.mask_ops import Compact, Interleave, LineCounts, Total
+from dgvm.array._engine.mask_ops import Compact, Interleave, LineCounts, Positions, Total
 from dgvm.array._engine.search_ops import CountNonzero
 from dgvm.protocol import chunk_grid
 
@@ -41,6 +42,31 @@ def _as_mask_of(x, mask):
         blockwise.run(Copy(), out, [mask], "mask-chunks")
         return out
     return mask.stored()  # computed once, here, if deferred: every pass below reads it
+
+
+def positions(mask, n: int, axis: int):
+    """The int64 positions where the 1-d boolean ``mask`` (a DArray or host array) of an
+    axis of length ``n`` is true: a host array for a host mask, else a DArray made where
+    the mask's chunks live (NumPy's ``mask.nonzero()[0]``, the index array a 1-d mask
+    in a key stands for)."""
+    if mask.shape != (n,):
+        raise IndexError(f"boolean index of shape {tuple(mask.shape)} does not match axis {axis} "
+                         f"of the indexed array, of length {n}")
+    if not isinstance(mask, ArrayCore) or mask.host_value is not None:
+        return np.flatnonzero(mask if not isinstance(mask, ArrayCore) else mask.host_value)
+    mask = mask.stored()
+    parts = blockwise.collect(CountNonzero((0,)), mask, "mask-count")
+    blocks = [b for b in sorted(parts) if int(np.asarray(parts[b]).sum())]
+    sizes = [int(np.asarray(parts[b]).sum()) for b in blocks]
+    if not sizes:
+        return np.zeros(0, dtype=np.int64)
+    edges = np.concatenate([[0], np.cumsum(mask.chunks[0])]).astype(np.int64)
+    bounds = [([int(edges[b])], [int(edges[b + 1])]) for (b,) in blocks]
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    out = type(mask).allocated((int(starts[-1]),), np.int64, (tuple(sizes),), client=mask.client,
+                               colocate=(mask, [b for (b,) in blocks]), zero=False)
+    blockwise.run(Positions(starts, bounds), out, [mask], "mask-positions")
+    return out
 
 
 def masked(x, mask):
