@@ -57,39 +57,44 @@ def _picks(x, grid, axis: int, block_along) -> list[int]:
     return out
 
 
+def _counted(indices, axis: int, n: int, edges: np.ndarray, cut: int):
+    """(runs, counts per run and input block, the indices): a DArray's counted where it
+    lives and left there; a host array's checked, made non-negative and counted here."""
+    if isinstance(indices, ArrayCore):
+        runs = [r for c in indices.chunks[0] for r in runs_of(c, cut)]
+        parts = blockwise.collect(Histogram(n, edges, cut), indices, "take-count")
+        blocks = [parts[(j,)] for j in range(indices.numblocks[0])]
+        _out_of_bounds(min(int(b[1][0]) for b in blocks), max(int(b[1][1]) for b in blocks), axis, n)
+        return runs, np.concatenate([b[0] for b in blocks]), indices
+    v = np.asarray(indices)
+    if not len(v):
+        return [], np.zeros((0, len(edges) - 1), dtype=np.int64), v
+    _out_of_bounds(int(v.min()), int(v.max()), axis, n)
+    v = v.astype(np.int64)
+    if indices.dtype.kind == "i":
+        v = np.where(v < 0, v + n, v)
+    runs = runs_of(len(v), cut)
+    return runs, _host_counts(v, edges, runs), v
+
+
 def gather_along(x, axis: int, indices, name: str = "take"):
     """``x`` at the integer ``indices`` along ``axis`` (a 1-d DArray or host array;
     negative ones count from the end), as ``numpy.take(x, indices, axis)``."""
     n = x.shape[axis]
     edges = np.concatenate([[0], np.cumsum(x.chunks[axis])]).astype(np.int64)
-    cut = max(1, max(x.chunks[axis], default=1))
     if isinstance(indices, ArrayCore) and indices.host_value is not None:
         indices = indices.host_value  # its values are on the caller already
     check_indices(indices, "integer array indices")
-    length = int(indices.shape[0])
-    shape = x.shape[:axis] + (length,) + x.shape[axis + 1:]
-    if isinstance(indices, ArrayCore):
-        rows = [r for c in indices.chunks[0] for r in runs_of(c, cut)]
-        parts = blockwise.collect(Histogram(n, edges, cut), indices, f"{name}-count")
-        blocks = [parts[(j,)] for j in range(indices.numblocks[0])]
-        _out_of_bounds(min(int(b[1][0]) for b in blocks), max(int(b[1][1]) for b in blocks), axis, n)
-        counts = np.concatenate([b[0] for b in blocks])
-        idx = indices
-    else:
-        v = np.asarray(indices)
-        if length:
-            _out_of_bounds(int(v.min()), int(v.max()), axis, n)
-        v = np.where(v < 0, v.astype(np.int64) + n, v).astype(np.int64) if v.dtype.kind == "i" else v.astype(np.int64)
-        rows = runs_of(length, cut)
-        counts = _host_counts(v, edges, rows) if length else None
+    runs, counts, idx = _counted(indices, axis, n, edges, cut=max(1, max(x.chunks[axis], default=1)))
+    shape = x.shape[:axis] + (int(indices.shape[0]),) + x.shape[axis + 1:]
     if 0 in shape:  # nothing to gather: held on the caller (zero_size)
         return type(x).empty_on_caller(shape, x.dtype, x.client)
     counts = counts.astype(np.int32 if counts.max() < 2**31 else np.int64)  # half the bytes in the tasks
-    plan = Plan(axis, n, edges, np.concatenate([[0], np.cumsum(rows)]).astype(np.int64), counts)
-    if not isinstance(indices, ArrayCore):  # stored once, beside the chunks that read it
+    plan = Plan(axis, n, edges, np.concatenate([[0], np.cumsum(runs)]).astype(np.int64), counts)
+    if not isinstance(idx, ArrayCore):  # stored once, beside the output chunks that read it
         first = [0] * x.ndim
         homes = [chunk_grid.flat_index(first[:axis] + [int(b)] + first[axis + 1:], x.numblocks) for b in plan.best]
-        idx = type(x).from_host(v, chunks=(tuple(rows),), colocate=(x, homes), client=x.client)
+        idx = type(x).from_host(idx, chunks=(tuple(runs),), colocate=(x, homes), client=x.client)
     inputs = [x, idx]
     if len(plan.pairs):
         sizes = tuple(int(c) for c in np.diff(plan.starts))
@@ -100,7 +105,7 @@ def gather_along(x, axis: int, indices, name: str = "take"):
                                    colocate=(x, _picks(x, grid, axis, lambda k: plan.pairs[k][1])))
         blockwise.run(Pick(plan), pieces, [x, idx], f"{name}-pick")
         inputs.append(pieces)
-    chunks = x.chunks[:axis] + (tuple(rows),) + x.chunks[axis + 1:]
+    chunks = x.chunks[:axis] + (tuple(runs),) + x.chunks[axis + 1:]
     grid = chunk_grid.grid_shape(chunks)
     out = type(x).allocated(shape, x.dtype, chunks, client=x.client, zero=False,
                             colocate=(x, _picks(x, grid, axis, lambda r: plan.best[r])))
