@@ -281,3 +281,24 @@ def test_the_complex_order_of_backends_without_numpys_sort():
     for dtype in (np.complex64, np.complex128):
         k = (rng.choice(parts, (3, 60)) + 1j * rng.choice(parts, (3, 60))).astype(dtype)
         np.testing.assert_array_equal(stable_argsort(k, xp), np.argsort(k, axis=-1, kind="stable"))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int16", "bool"])
+def test_counts_before_agree_on_every_backend(dtype):
+    # On cpu the counts of the splits and searches come from NumPy's own searchsorted, a
+    # row at a time; other backends (CuPy) run one vectorized binary search. Both agree,
+    # ascending and descending, level or not, with NaN and both zeros among the keys.
+    import types
+
+    from dgvm.array._engine.sort_keys import count_before, sort_key
+
+    xp = types.SimpleNamespace(**{n: getattr(np, n) for n in (
+        "where", "isnan", "asarray", "take", "arange", "zeros", "full", "minimum")})
+    for descending in (False, True):
+        lines = sort_key(data((4, 40), dtype, seed=5, distinct=6), np)
+        lines = np.flip(np.sort(lines, axis=1), axis=1) if descending else np.sort(lines, axis=1)
+        queries = sort_key(data((4, 25), dtype, seed=6, distinct=8), np)
+        level = np.random.default_rng(7).random((1, 25)) < 0.5
+        for inclusive in (False, True, level):
+            np.testing.assert_array_equal(count_before(lines, queries, inclusive, descending, np),
+                                          count_before(lines, queries, inclusive, descending, xp))

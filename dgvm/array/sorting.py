@@ -2,8 +2,11 @@
 
 The order is ``_engine.sort_keys``' (NumPy's, NaN after +inf; descending is its reverse,
 ties kept in their original order). One block along the axis: each chunk sorts its lines
-where it lives. Several blocks: an exact distributed merge (``_engine.sort_splits``), and
-the result keeps the input's chunks.
+where it lives. Several blocks: each chunk sorts its lines where it lives, then the
+sorted runs are regrouped into chunks that hold whole lines (``_engine.whole_lines``),
+merged there, and cut back into the input's chunks; where a single line is larger than
+the input's largest chunk, an exact distributed merge (``_engine.sort_splits``). The
+result keeps the input's chunks and their places.
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ import numpy as np
 
 from dgvm.array._engine import blockwise
 from dgvm.array._engine.core import ArrayCore
+from dgvm.array._engine.layout_ops import Copy
 from dgvm.array._engine.sort_keys import block_starts
-from dgvm.array._engine.sort_ops import LocalSort, Merge, TakeLocal
+from dgvm.array._engine.sort_ops import LocalSort, Merge, SortRuns, TakeLocal
 from dgvm.array._engine.sort_splits import splits
+from dgvm.array._engine.whole_lines import line_chunks, line_picks
 from dgvm.array._engine.zero_size import empty_aware
 from dgvm.array.manipulation import reshape
 
@@ -44,18 +49,27 @@ def _sorted(x, axis: int, descending: bool, indices: bool, name: str):
     dtype = np.dtype(np.int64) if indices else x.dtype
     new = type(x).allocated
     if x.numblocks[axis] == 1:
-        out = new(x.shape, dtype, x.chunks, colocate=x, client=client)
+        out = new(x.shape, dtype, x.chunks, colocate=x, client=client, zero=False)
         blockwise.run(LocalSort(axis, descending, indices), out, [x], name)
         return out
-    s = new(x.shape, x.dtype, x.chunks, colocate=x, client=client)
+    s = new(x.shape, x.dtype, x.chunks, colocate=x, client=client, zero=False)
     if indices:
-        i = new(x.shape, np.int64, x.chunks, colocate=x, client=client)
+        i = new(x.shape, np.int64, x.chunks, colocate=x, client=client, zero=False)
         blockwise.run(LocalSort(axis, descending, True), i, [x], f"{name}-local")
         blockwise.run(TakeLocal(axis), s, [x, i], f"{name}-local-values")
         inputs = [s, i]
     else:
         blockwise.run(LocalSort(axis, descending, False), s, [x], f"{name}-local")
         inputs = [s]
+    lines = line_chunks(x, axis)
+    if lines is not None:
+        # The sorted runs of each line merged where a chunk of whole lines is put, then
+        # cut back into x's chunks: no split to find.
+        whole = new(x.shape, dtype, lines, colocate=(x, line_picks(x, lines, axis)), client=client, zero=False)
+        blockwise.run(SortRuns(axis, descending, indices), whole, inputs, f"{name}-lines")
+        out = new(x.shape, dtype, x.chunks, colocate=x, client=client, zero=False)
+        blockwise.run(Copy(), out, [whole], name)
+        return out
     c = splits(s, axis, descending)
     # Made once the splits are known: a failure before leaves no result allocated.
     out = new(x.shape, dtype, x.chunks, colocate=x, client=client)

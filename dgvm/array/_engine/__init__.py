@@ -17,11 +17,12 @@ From the bottom up (a module imports only modules listed before it):
   trip);
 - over arrays, which they check with ``isinstance(x, ArrayCore)`` and make results of
   their inputs' class: ``apply`` (elementwise operations), ``zero_size``
-  (``empty_aware``), ``gather``, ``keys``, ``getitem``, ``setitem``, ``reduction_ops``,
-  ``matrix_bodies``, ``per_matrix``;
+  (``empty_aware``), ``gather``, ``index_gather`` (integer-array gathers), ``mask_select``
+  (boolean masks), ``whole_lines`` (chunks of whole lines for sorts), ``keys``,
+  ``getitem``, ``setitem``, ``reduction_ops``, ``matrix_bodies``, ``per_matrix``;
 - the ops of the category files, run on the workers: ``fill_ops``, ``fft_ops``,
-  ``layout_ops``, ``matrix_ops``, ``philox``, ``sort_keys``, ``sort_ops``, ``sort_splits``,
-  ``search_ops``, ``unique_ops``.
+  ``index_ops``, ``layout_ops``, ``mask_ops``, ``matrix_ops``, ``philox``, ``sort_keys``,
+  ``sort_ops``, ``sort_splits``, ``search_ops``, ``unique_ops``.
 
 ``dgvm.array.DArray`` (``array_object``) is ``core.ArrayCore`` with its Python face.
 """

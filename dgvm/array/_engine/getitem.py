@@ -2,23 +2,19 @@
 
 Basic indexing (slices with steps, negatives, integers, ``...``, ``None``) makes no copy:
 the result is a deferred view (``views``) that elementwise operations and reductions
-read in place, computed on first other use. Integer-array indexing is a gather
-(``gather.take_along_maps``): each output chunk is cut from the input chunk(s) it maps
-to, on its worker. A boolean mask first counts and locates the selected elements per
-chunk where they live, then gathers them in C order.
+read in place, computed on first other use. Integer-array indexing is a gather on the
+workers (``index_gather``): the indices, a DArray or a host array stored once, never
+come to the caller. A boolean mask is counted and compacted where its chunks live, and
+the pieces laid out in C order there (``mask_select``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
-
-from dgvm.array._engine import blockwise
 from dgvm.array._engine.aliases import view_of
 from dgvm.array._engine.apply import apply
-from dgvm.array._engine.gather import take_along_maps
-from dgvm.array._engine.keys import added_axes, basic_view, is_mask, plan
+from dgvm.array._engine.index_gather import check_indices, gather_along
+from dgvm.array._engine.keys import added_axes, as_index_array, basic_view, expand_key, is_mask
+from dgvm.array._engine.mask_select import masked, positions
 from dgvm.array._engine.views import View
 
 
@@ -45,7 +41,10 @@ def getitem(x, key):
         # A 0-d boolean is an advanced index: NumPy's result is a copy, not a view.
         return apply("astype", out, dtype=out.dtype)
     if is_mask(key):
-        return _masked(x, key[0] if isinstance(key, tuple) else key)
+        mask = key[0] if isinstance(key, tuple) else key
+        if mask.ndim == 1 and x.ndim > 1:  # along axis 0: the positions it selects
+            return _indexed(x, key)
+        return masked(x, mask)
     view = basic_view(x, key)
     if view is not None:  # no copy: a view of x's memory, read in place
         out = view_of(x, view, "getitem")
@@ -54,64 +53,36 @@ def getitem(x, key):
             # view (still read from the chunks in place, and only if used).
             return out.alias.copy_of(out)
         return out
-    # An index array along one axis: a gather, then the axes integers drop and None adds.
-    maps, drop, new_axes = plan(x, key)
-    out = take_along_maps(x, maps, "getitem")
-    if drop or new_axes:
-        src = [a for a in range(x.ndim) if a not in drop]
-        for pos in new_axes:
-            src.insert(pos, None)
+    return _indexed(x, key)
+
+
+# -- an integer index array --------------------------------------------------------------
+def _indexed(x, key):
+    """A key with one integer index array (a DArray or host array; a 1-d boolean array
+    stands for the positions of its true elements): its basic indices first (a view),
+    then a gather along the array's axis (``index_gather``). As in NumPy, the integers of
+    the key index with the array; when they and it are not side by side, the gathered
+    axis comes first."""
+    items = expand_key(key, x.ndim)
+    arrays = [i for i, k in enumerate(items) if as_index_array(k) is not None]
+    if len(arrays) > 1:
+        raise IndexError("dgvm.array supports integer-array indexing along one axis only")
+    pos = arrays[0]
+    idx = as_index_array(items[pos])
+    axis = sum(1 for k in items[:pos] if k is None or isinstance(k, slice))
+    if idx.dtype == bool:
+        if idx.ndim != 1:
+            raise IndexError("a boolean mask of more than one dimension must be the whole key "
+                             f"(x[mask], of x's shape), got one of shape {tuple(idx.shape)}")
+        idx = positions(idx, x.shape[sum(1 for k in items[:pos] if k is not None)], axis)
+    check_indices(idx, "integer array indices")
+    basic = [slice(None) if i == pos else k for i, k in enumerate(items)]
+    advanced = [i for i, k in enumerate(items) if i == pos or not (k is None or isinstance(k, slice))]
+    plain = all(isinstance(k, slice) and k == slice(None) for k in basic)
+    out = gather_along(x if plain else getitem(x, tuple(basic)), axis, idx, "getitem")
+    if axis and advanced != list(range(advanced[0], advanced[-1] + 1)):
+        src = list(range(out.ndim))
+        src.insert(0, src.pop(axis))
         out = _axis_view(out, tuple(src), "getitem")
     return out
 
-
-# -- masks -------------------------------------------------------------------------------
-@dataclass
-class _Selected:
-    """Per chunk of a mask: the global flat indices of its true elements."""
-
-    shape: tuple
-
-    def partial(self, chunk, lo, hi, xp):
-        local = xp.nonzero(chunk)
-        local = [v.get() if hasattr(v, "get") else v for v in local]
-        coords = [v + o for v, o in zip(local, lo)]
-        return np.ravel_multi_index(coords, self.shape)  # (a 0-d mask never gets here: _masked)
-
-
-def selected_flat(mask) -> np.ndarray:
-    """Sorted global flat indices where ``mask`` is true (computed where it lives)."""
-    parts = blockwise.collect(_Selected(mask.shape), mask, "mask")
-    if not parts:
-        return np.zeros(0, dtype=np.int64)
-    return np.sort(np.concatenate([np.asarray(p, dtype=np.int64).reshape(-1) for p in parts.values()]))
-
-
-@dataclass
-class _FlatTake:
-    """Output element j is the input's element at flat index ``flat[j]``; a chunk reads the
-    rows (full trailing axes) that cover its run."""
-
-    flat: np.ndarray
-    shape: tuple
-
-    def block(self, read, lo, hi, xp):
-        f = self.flat[lo[0]:hi[0]]
-        row = int(np.prod(self.shape[1:], dtype=np.int64))
-        r0, r1 = int(f[0]) // row, int(f[-1]) // row + 1
-        slab = read(0, [r0] + [0] * (len(self.shape) - 1), [r1, *self.shape[1:]])
-        return slab.reshape(-1)[xp.asarray(f - r0 * row)]
-
-
-def _masked(x, mask):
-    if isinstance(mask, np.ndarray):
-        mask = type(x).from_host(mask, chunks=x.chunks if mask.shape == x.shape else "auto")
-    if mask.shape != x.shape:
-        raise IndexError(f"boolean mask of shape {mask.shape} does not match the array's {x.shape}")
-    flat = selected_flat(mask)
-    if not len(flat):  # held on the caller (zero_size)
-        return type(x).empty_on_caller((0,), x.dtype, x.client)
-    per = max(1, max(x.alloc.offsets[1:] - x.alloc.offsets[:-1]) // x.dtype.itemsize)
-    out = type(x).allocated((len(flat),), x.dtype, chunks=(int(per),))
-    blockwise.run(_FlatTake(flat, x.shape), out, [x], "mask")
-    return out

@@ -1,8 +1,8 @@
 """Index keys: what ``x[key]`` selects, worked out on the caller.
 
 A key is expanded to one entry per axis (``expand_key``); a basic key (slices, integers,
-``...``, ``None``) is the ``View`` it selects (``basic_view``); a key with an index array
-is a coordinate map per axis (``plan``); ``None`` and 0-d booleans add axes
+``...``, ``None``) is the ``View`` it selects (``basic_view``); for an assignment, a key
+with an index array is a coordinate map per axis (``plan``); ``None`` and 0-d booleans add axes
 (``added_axes``). A value assigned to a selection is checked against it as NumPy
 checks it (``fitted``). ``getitem`` and ``setitem`` act on what these say.
 """
@@ -42,8 +42,10 @@ def expand_key(key, ndim: int):
 
 
 def as_index_array(k):
+    """An index array of a key as it is (a DArray stays where it lives; a list becomes a
+    host array), or None for other indices."""
     if isinstance(k, ArrayCore):
-        return k.to_numpy()
+        return k
     if isinstance(k, (list, np.ndarray)):
         a = np.asarray(k)
         return a.astype(np.intp) if a.size == 0 and a.dtype != bool else a  # x[[]], as NumPy
@@ -51,7 +53,8 @@ def as_index_array(k):
 
 
 def plan(x, key):
-    """(coordinate maps per axis, axes to drop, where to add axes) for a key without masks."""
+    """(coordinate maps per axis, axes to drop, where to add axes) for a key without
+    masks: the positions an assignment writes (``setitem``)."""
     items = expand_key(key, x.ndim)
     maps, drop, new_axes, axis, result_pos = [], [], [], 0, 0
     arrays = 0
@@ -62,6 +65,10 @@ def plan(x, key):
             continue
         n = x.shape[axis]
         idx = as_index_array(k)
+        if isinstance(idx, ArrayCore):
+            # An assignment through an index array reads its values here (``x[key]``
+            # itself gathers on the workers: ``index_gather``).
+            idx = idx.to_numpy()
         if idx is not None:
             if idx.dtype == bool:
                 raise IndexError("a boolean mask must be the whole key (x[mask])")
@@ -200,7 +207,7 @@ def int_index(k, axis: int, n: int) -> int:
 
 def basic_view(x, key):
     """A basic index (slices, integers, ``...``, ``None``) as the ``View`` it is; None for
-    keys with index arrays (left to ``plan``, which gathers them once)."""
+    keys with index arrays (left to ``getitem``'s gather and ``setitem``'s ``plan``)."""
     items, new_axes, pos = [], [], 0
     for k in expand_key(key, x.ndim):
         if k is None:

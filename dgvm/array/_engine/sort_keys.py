@@ -28,6 +28,24 @@ def sort_key(a, xp):
     return a
 
 
+def order_key(a, xp):
+    """Keys for the sorts (not the searches): NumPy's own sorts already put raw values in
+    the order (NaN last, -0.0 level with +0.0, complex values NumPy's way), so on NumPy
+    they sort the values as they are, without a pass that makes keys."""
+    return a if xp is np else sort_key(a, xp)
+
+
+def mixed_zeros(a, xp) -> bool:
+    """Whether ``a`` holds equal values that a sort of values alone could still tell apart:
+    zeros of both signs (complex values: always assumed). Only then need it be stable."""
+    if a.dtype.kind == "c":
+        return True
+    if a.dtype.kind != "f":
+        return False
+    signs = xp.signbit(a[a == 0])
+    return bool(signs.any()) and not bool(signs.all())
+
+
 def _complex_keys(k, xp):
     """A complex key's three real keys, least significant first: the imaginary part, the
     real part, and which parts are NaN (0 none, 1 imaginary, 2 real, 3 both)."""
@@ -94,9 +112,11 @@ def count_before(lines, queries, inclusive, descending: bool, xp):
     bools broadcasting to the queries): a binary search, vectorized over rows and
     queries (NumPy's searchsorted is one row at a time), the same on every backend."""
     m, n = lines.shape
-    flat = lines.reshape(-1)
     # Complex keys compare as their three real keys: made once here, not at every step.
     complex_ = lines.dtype.kind == "c" or queries.dtype.kind == "c"
+    if xp is np and not complex_:
+        return _searched(lines, queries, inclusive, descending)
+    flat = lines.reshape(-1)
     keys = _complex_keys(flat, xp) if complex_ else (flat,)
     q = _complex_keys(queries, xp) if complex_ else queries
 
@@ -120,6 +140,23 @@ def count_before(lines, queries, inclusive, descending: bool, xp):
         lo = xp.where(go, mid + 1, lo)
         hi = xp.where(go, hi, mid)
     return lo
+
+
+def _searched(lines, queries, inclusive, descending: bool):
+    """``count_before`` by NumPy's own binary search, a row at a time: its order of real
+    keys is this one (NaN last, -0.0 level with +0.0). A descending line is searched
+    reversed: what comes before a query there is what comes after it ascending."""
+    m, n = lines.shape
+    queries = np.asarray(queries)
+    level = np.broadcast_to(np.asarray(inclusive, dtype=bool), queries.shape)
+    out = np.empty(queries.shape, dtype=np.int64)
+    for i in range(m):
+        line = lines[i, ::-1] if descending else lines[i]
+        left = np.searchsorted(line, queries[i], side="left")
+        right = np.searchsorted(line, queries[i], side="right")
+        before, through = (n - right, n - left) if descending else (left, right)
+        out[i] = np.where(level[i], through, before)
+    return out
 
 
 def to_lines(a, axis: int, xp):

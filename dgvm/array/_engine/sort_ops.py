@@ -1,8 +1,11 @@
 """Blockwise ops of sorting: local sorts of each chunk's lines, and the merge.
 
-An axis of one block sorts each chunk where it lives (``LocalSort``). Several blocks
-sort locally first, then each output chunk merges the runs the splits give it
-(``sort_splits``) from every input block (``Merge``).
+An axis of one block sorts each chunk where it lives (``LocalSort``); values alone are
+sorted by the backend's own sort, in place in the result's chunk where it is home (a
+stable sort only where zeros of both signs make equal values distinguishable). Several
+blocks sort locally first; then chunks that hold whole lines merge their runs (``SortRuns``),
+or, where a line is too long for one chunk, each output chunk merges the runs the
+splits give it (``sort_splits``) from every input block (``Merge``).
 """
 
 from __future__ import annotations
@@ -12,8 +15,32 @@ from dataclasses import dataclass
 import numpy as np
 
 from dgvm.array._engine.sort_keys import (
-    argsort_lines, block_of, cross_of, from_lines, sort_key, stable_argsort, to_lines,
+    argsort_lines, block_of, cross_of, from_lines, mixed_zeros, order_key, to_lines,
 )
+
+
+def sorted_values(x, axis: int, descending: bool, xp, into=None, runs: bool = False):
+    """``x`` sorted along ``axis`` (into ``into`` when given). On NumPy its own sort (a
+    descending sort is the reverse of an ascending sort of the reversed lines, which keeps
+    equal values in their order; ``runs``: lines made of sorted runs, which its stable
+    sort merges); on other backends by the keys of ``sort_keys``."""
+    if xp is not np:
+        lines = to_lines(x, axis, xp)
+        order = argsort_lines(order_key(lines, xp), descending, xp)
+        out = from_lines(xp.take_along_axis(lines, order, axis=1), axis, x.shape, xp)
+    else:
+        kind = "stable" if runs or mixed_zeros(x, xp) else None
+        if not descending and into is not None:
+            into[...] = x
+            into.sort(axis=axis, kind=kind)
+            return into
+        out = np.sort(np.flip(x, axis=axis) if descending else x, axis=axis, kind=kind)
+        if descending:
+            out = np.flip(out, axis=axis)
+    if into is None:
+        return out
+    into[...] = out
+    return into
 
 
 @dataclass
@@ -26,10 +53,19 @@ class LocalSort:
 
     def block(self, read, lo, hi, xp):
         x = read(0, lo, hi)
+        if not self.indices:
+            return sorted_values(x, self.axis, self.descending, xp)
         lines = to_lines(x, self.axis, xp)
-        order = argsort_lines(sort_key(lines, xp), self.descending, xp)
+        order = argsort_lines(order_key(lines, xp), self.descending, xp)
         out = order + lo[self.axis] if self.indices else xp.take_along_axis(lines, order, axis=1)
         return from_lines(out, self.axis, x.shape, xp)
+
+    def block_into(self, read, lo, hi, xp, target) -> bool:
+        """Values on NumPy: sorted in the result's own chunk, with no temporary."""
+        if self.indices or xp is not np:
+            return False
+        sorted_values(read(0, lo, hi), self.axis, self.descending, xp, into=target)
+        return True
 
 
 @dataclass
@@ -43,6 +79,25 @@ class TakeLocal:
         order = to_lines(read(1, lo, hi), self.axis, xp) - lo[self.axis]
         return from_lines(xp.take_along_axis(to_lines(x, self.axis, xp), order, axis=1),
                           self.axis, x.shape, xp)
+
+
+@dataclass
+class SortRuns:
+    """A chunk of whole lines, each made of the locally sorted runs of every input block
+    (input 0: values, input 1: their global indices), merged by one stable sort."""
+
+    axis: int
+    descending: bool
+    indices: bool
+
+    def block(self, read, lo, hi, xp):
+        v = read(0, lo, hi)
+        if not self.indices:
+            return sorted_values(v, self.axis, self.descending, xp, runs=True)
+        lines = to_lines(v, self.axis, xp)
+        order = argsort_lines(order_key(lines, xp), self.descending, xp)
+        index = to_lines(read(1, lo, hi), self.axis, xp)
+        return from_lines(xp.take_along_axis(index, order, axis=1), self.axis, v.shape, xp)
 
 
 @dataclass
@@ -75,12 +130,17 @@ class Merge:
             pos = np.arange(p0, p1)
             keep.append((pos >= first[:, b:b + 1]) & (pos < last[:, b:b + 1]))
         v = xp.concatenate(values, axis=1)
-        order = argsort_lines(sort_key(v, xp), self.descending, xp)
+        src = xp.concatenate(index, axis=1) if self.indices else None
         keep = np.concatenate(keep, axis=1)
-        if not keep.all():  # lines take runs of different lengths: the taken ones first
-            kept = xp.take_along_axis(xp.asarray(keep), order, axis=1)
-            order = xp.take_along_axis(order, stable_argsort((~kept).astype(np.uint8), xp), axis=1)
-        order = order[:, : hi[ax] - lo[ax]]
-        src = xp.concatenate(index, axis=1) if self.indices else v
-        return from_lines(xp.take_along_axis(src, order, axis=1), ax,
-                          [h - l for l, h in zip(lo, hi)], xp)
+        m, w = v.shape[0], hi[ax] - lo[ax]
+        if not keep.all():  # lines take runs of different lengths, but each w elements in all
+            keep = xp.asarray(keep)
+            v = v[keep].reshape(m, w)
+            src = None if src is None else src[keep].reshape(m, w)
+        shape = [h - l for l, h in zip(lo, hi)]
+        # The runs are in block order, each in its stable local order: equal values in
+        # their original order, which a stable sort of them keeps.
+        if not self.indices:
+            return from_lines(sorted_values(v, 1, self.descending, xp, runs=True), ax, shape, xp)
+        order = argsort_lines(order_key(v, xp), self.descending, xp)
+        return from_lines(xp.take_along_axis(src, order, axis=1), ax, shape, xp)
