@@ -105,3 +105,16 @@ def test_creation_functions_have_the_standards_parameter_order(case, name, lead)
     assert x.chunks == ((2, 2), (3, 3)) and x.dtype == np.int16
     with pytest.raises(TypeError):  # a third positional argument is not chunks any more
         getattr(dnp, name)((4, 6), *fill, dnp.int16, (2, 3))
+
+
+def test_solve_with_no_right_hand_sides_reads_the_matrix(case):
+    # The result has no elements, but NumPy checks the matrix: stand-in zeros would be
+    # singular where the real matrix is not.
+    rng = np.random.default_rng(0)
+    a = (np.eye(4) * 3 + rng.standard_normal((2, 4, 4))).astype(np.complex128)
+    b = np.empty((2, 4, 0), np.complex128)
+    same(dnp.linalg.solve(dnp.asarray(a), dnp.asarray(b)), np.linalg.solve(a, b))
+    with pytest.raises(np.linalg.LinAlgError):
+        np.linalg.solve(np.zeros((2, 2)), np.empty((2, 0)))
+    with pytest.raises(np.linalg.LinAlgError):  # a singular matrix is still refused
+        dnp.linalg.solve(dnp.zeros((2, 2)), dnp.asarray(np.empty((2, 0))))
