@@ -118,3 +118,20 @@ def test_solve_with_no_right_hand_sides_reads_the_matrix(case):
         np.linalg.solve(np.zeros((2, 2)), np.empty((2, 0)))
     with pytest.raises(np.linalg.LinAlgError):  # a singular matrix is still refused
         dnp.linalg.solve(dnp.zeros((2, 2)), dnp.asarray(np.empty((2, 0))))
+
+
+def test_asarray_of_nested_sequences_holding_arrays(case):
+    x, y = np.arange(12.0), np.arange(12.0) * -2
+    dx, dy = dnp.asarray(x, chunks=5), dnp.asarray(y, chunks=4)
+    # 0-d arrays among host values (the suite's expected values): each read once
+    same(dnp.asarray([[dx[i] * dy[j] for j in range(4)] for i in range(3)]),
+         np.asarray([[x[i] * y[j] for j in range(4)] for i in range(3)]))
+    same(dnp.asarray([dx[1], 2.5, dy[3]], dtype=dnp.float32),
+         np.asarray([x[1], 2.5, y[3]], dtype=np.float32))
+    same(dnp.asarray((dx[0], (dy[1] > 0))), np.asarray((x[0], y[1] > 0)))
+    # arrays with elements are stacked where they live
+    big = np.arange(5000, dtype=np.int32)
+    same(dnp.asarray([dnp.asarray(big), dnp.asarray(big * 2)], dtype=dnp.int64),
+         np.asarray([big, big * 2], dtype=np.int64))
+    with pytest.raises(ValueError):  # inhomogeneous, as NumPy refuses it
+        dnp.asarray([dnp.asarray(big), dnp.asarray(big[:10])])

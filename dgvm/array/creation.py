@@ -215,6 +215,12 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None, chunks="auto") -> DAr
     if type(obj).__module__.startswith("dask.array"):
         x = from_dask(obj, chunks=None if chunks == "auto" else chunks)
         return x if dtype is None else x.astype(dtype)
+    if _holds_darrays(obj):
+        if any(a.size > _HOST_LEAF_LIMIT for a in _darray_leaves(obj)):
+            return array(obj, dtype=dtype, copy=None, chunks=chunks)  # stacked where they live
+        # Small arrays among host values (``[[x[i] * y[j] for j ...] for i ...]``): each read
+        # once, where NumPy's conversion would ask each for its values several times.
+        obj = _host_values(obj)
     a = np.asarray(obj, dtype=dtype)
     if dtype is None and a.dtype.kind == "i" and not isinstance(obj, (np.ndarray, np.generic)):
         a = a.astype(np.int64)
@@ -222,6 +228,26 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None, chunks="auto") -> DAr
 
 
 _ORDERS = ("K", "A", "C", "F", None)
+
+
+_HOST_LEAF_LIMIT = 4096  # elements of a DArray in a nested sequence read to the caller
+
+
+def _darray_leaves(obj):
+    for o in obj:
+        if isinstance(o, DArray):
+            yield o
+        elif isinstance(o, (list, tuple)):
+            yield from _darray_leaves(o)
+
+
+def _host_values(obj):
+    """``obj`` (nested lists and tuples) with each DArray replaced by its values."""
+    if isinstance(obj, DArray):
+        return obj.to_numpy()
+    if isinstance(obj, (list, tuple)):
+        return [_host_values(o) for o in obj]
+    return obj
 
 
 def _holds_darrays(obj) -> bool:
