@@ -31,26 +31,27 @@ __all__ = [
 
 
 @empty_aware
-def empty(shape, dtype=None, chunks="auto", placement=None, colocate=None, client=None,
-          *, device=None) -> DArray:
+def empty(shape, dtype=None, *, device=None, chunks="auto", placement=None, colocate=None,
+          client=None) -> DArray:
     """A new array in global device memory (its memory is zero-filled on allocation)."""
     return DArray.allocated(shape, dtype, chunks, placement, colocate, client)
 
 
 @empty_aware
-def zeros(shape, dtype=None, chunks="auto", placement=None, colocate=None, client=None,
-          *, device=None) -> DArray:
+def zeros(shape, dtype=None, *, device=None, chunks="auto", placement=None, colocate=None,
+          client=None) -> DArray:
     """An array of zeros in global device memory."""
-    return empty(shape, dtype, chunks, placement, colocate, client)
+    return empty(shape, dtype, chunks=chunks, placement=placement, colocate=colocate, client=client)
 
 
 @empty_aware
-def full(shape, fill_value, dtype=None, chunks="auto", placement=None, colocate=None,
-         client=None, *, device=None) -> DArray:
+def full(shape, fill_value, dtype=None, *, device=None, chunks="auto", placement=None,
+         colocate=None, client=None) -> DArray:
     """An array of ``fill_value`` (dtype from the value when not given)."""
     if isinstance(fill_value, DArray):
         if fill_value.ndim:  # an array fill: broadcast over the shape, as NumPy's
-            x = empty(shape, dtype or fill_value.dtype, chunks, placement, colocate, client)
+            x = empty(shape, dtype or fill_value.dtype, chunks=chunks, placement=placement,
+                      colocate=colocate, client=client)
             x[...] = fill_value
             return x
         dtype = dtype or fill_value.dtype
@@ -59,22 +60,30 @@ def full(shape, fill_value, dtype=None, chunks="auto", placement=None, colocate=
         dtype = np.asarray(fill_value).dtype
         if dtype.kind == "i":
             dtype = np.dtype(np.int64)
-    x = empty(shape, dtype, chunks, placement, colocate, client)
-    if fill_value != 0:
+    x = empty(shape, dtype, chunks=chunks, placement=placement, colocate=colocate, client=client)
+    if _needs_fill(fill_value, x.dtype):
         blockwise.run(Fill(fill_value, x.dtype), x, [], "full")
     return x
 
 
+def _needs_fill(fill_value, dtype) -> bool:
+    """Whether ``fill_value`` differs from the zero bytes a new allocation holds: ``-0.0``
+    compares equal to 0 but carries a sign bit, which a skipped fill would lose."""
+    return np.asarray(fill_value, dtype=dtype).tobytes().strip(b"\0") != b""
+
+
 @empty_aware
-def ones(shape, dtype=None, chunks="auto", placement=None, colocate=None, client=None,
-         *, device=None) -> DArray:
+def ones(shape, dtype=None, *, device=None, chunks="auto", placement=None, colocate=None,
+         client=None) -> DArray:
     """An array of ones."""
-    return full(shape, 1, check(np.float64 if dtype is None else dtype), chunks, placement, colocate, client)
+    return full(shape, 1, check(np.float64 if dtype is None else dtype), chunks=chunks,
+                placement=placement, colocate=colocate, client=client)
 
 
 @empty_aware
 def empty_like(x, /, *, dtype=None, device=None, chunks=None) -> DArray:
-    return empty(x.shape, dtype or x.dtype, chunks or x.chunks, colocate=x if chunks is None else None)
+    return empty(x.shape, dtype or x.dtype, chunks=chunks or x.chunks,
+                 colocate=x if chunks is None else None)
 
 
 @empty_aware
@@ -89,7 +98,7 @@ def ones_like(x, /, *, dtype=None, device=None, chunks=None) -> DArray:
 
 @empty_aware
 def full_like(x, /, fill_value, *, dtype=None, device=None, chunks=None) -> DArray:
-    return full(x.shape, fill_value, dtype or x.dtype, chunks or x.chunks,
+    return full(x.shape, fill_value, dtype or x.dtype, chunks=chunks or x.chunks,
                 colocate=x if chunks is None else None)
 
 
@@ -103,7 +112,7 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None, chunks="auto
         # NumPy's dtype for these three values (a float stop makes floats), from a range
         # of two elements: ``stop - stop`` carries stop's type.
         dtype = np.arange(start, start + 2 * step + (stop - stop), step).dtype
-    x = empty((n,), dtype, chunks)
+    x = empty((n,), dtype, chunks=chunks)
     blockwise.run(Range(start, step, x.dtype), x, [], "arange")
     return x
 
@@ -115,7 +124,7 @@ def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True, chu
     step = (stop - start) / div if div > 0 else 0.0
     if dtype is None:
         dtype = np.result_type(np.float64, np.asarray(start), np.asarray(stop))
-    x = empty((num,), dtype, chunks)
+    x = empty((num,), dtype, chunks=chunks)
     last = stop if endpoint and num > 1 else None
     blockwise.run(Range(start, step, x.dtype, last, num), x, [], "linspace")
     return x
@@ -124,7 +133,7 @@ def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True, chu
 @empty_aware
 def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None, chunks="auto") -> DArray:
     """A 2-d array with ones on diagonal ``k``."""
-    x = empty((n_rows, n_rows if n_cols is None else n_cols), dtype, chunks)
+    x = empty((n_rows, n_rows if n_cols is None else n_cols), dtype, chunks=chunks)
     blockwise.run(Eye(k, x.dtype), x, [], "eye")
     return x
 
@@ -165,7 +174,7 @@ def meshgrid(*arrays, indexing="xy") -> list[DArray]:
     dtype = np.result_type(*(a.dtype for a in arrays))
     out = []
     for a, ax in zip(arrays, axes):
-        g = empty(tuple(shape), dtype, tuple(chunks))
+        g = empty(tuple(shape), dtype, chunks=tuple(chunks))
         blockwise.run(Grid(ax), g, [apply("astype", a, dtype=dtype) if a.dtype != dtype else a], "meshgrid")
         out.append(g)
     return out
@@ -206,6 +215,12 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None, chunks="auto") -> DAr
     if type(obj).__module__.startswith("dask.array"):
         x = from_dask(obj, chunks=None if chunks == "auto" else chunks)
         return x if dtype is None else x.astype(dtype)
+    if _holds_darrays(obj):
+        if any(a.size > _HOST_LEAF_LIMIT for a in _darray_leaves(obj)):
+            return array(obj, dtype=dtype, copy=None, chunks=chunks)  # stacked where they live
+        # Small arrays among host values (``[[x[i] * y[j] for j ...] for i ...]``): each read
+        # once, where NumPy's conversion would ask each for its values several times.
+        obj = _host_values(obj)
     a = np.asarray(obj, dtype=dtype)
     if dtype is None and a.dtype.kind == "i" and not isinstance(obj, (np.ndarray, np.generic)):
         a = a.astype(np.int64)
@@ -213,6 +228,26 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None, chunks="auto") -> DAr
 
 
 _ORDERS = ("K", "A", "C", "F", None)
+
+
+_HOST_LEAF_LIMIT = 4096  # elements of a DArray in a nested sequence read to the caller
+
+
+def _darray_leaves(obj):
+    for o in obj:
+        if isinstance(o, DArray):
+            yield o
+        elif isinstance(o, (list, tuple)):
+            yield from _darray_leaves(o)
+
+
+def _host_values(obj):
+    """``obj`` (nested lists and tuples) with each DArray replaced by its values."""
+    if isinstance(obj, DArray):
+        return obj.to_numpy()
+    if isinstance(obj, (list, tuple)):
+        return [_host_values(o) for o in obj]
+    return obj
 
 
 def _holds_darrays(obj) -> bool:

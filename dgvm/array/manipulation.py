@@ -94,14 +94,16 @@ def moveaxis(x, source, destination, /):
 
 
 @empty_aware
-def expand_dims(x, /, *, axis=0):
-    """``x`` with a new axis of length 1 at ``axis``."""
-    n = x.ndim + 1
-    if not -n <= axis < n:
-        raise IndexError(f"axis {axis} is out of range for the {n} dimensions of the result")
-    axis %= n
+def expand_dims(x, /, axis=0):
+    """``x`` with a new axis of length 1 at ``axis``, a position in the result; a tuple of
+    positions inserts several, as NumPy's. ``axis`` may be passed by position
+    (``expand_dims(x, 0)``), as NumPy's and the standard's signatures allow."""
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    # AxisError (an IndexError, as the standard asks) out of range; ValueError if repeated.
+    new = normalize_axis(axes, x.ndim + len(axes))
     src = list(range(x.ndim))
-    src.insert(axis, None)
+    for a in new:  # ascending, so each position is final once inserted
+        src.insert(a, None)
     return _axis_view(x, tuple(src), "expand_dims")
 
 
@@ -171,17 +173,24 @@ def repeat_counts(repeats) -> np.ndarray:
     return reps.astype(np.int64) if reps.dtype.kind == "u" else reps
 
 
-def _repeat_on_host(x, repeats, axis=None):  # NumPy's repeat, with the standard's counts
-    return np.repeat(x, repeat_counts(repeats), axis=axis)
+def repeat(x, repeats, /, *, axis=None):
+    """Each element repeated ``repeats`` times (an int, or one count per element)."""
+    # The counts are read before an array with no elements is computed on the caller:
+    # there the result's length along ``axis`` is still their sum (``repeat(zeros((2, 0)),
+    # [2], axis=0)`` has 4 rows), and stand-ins for them would count nothing.
+    return _repeat(x, repeat_counts(repeats), axis=axis)
+
+
+def _repeat_on_host(x, counts, axis=None):  # NumPy's repeat
+    return np.repeat(x, counts, axis=axis)
 
 
 @empty_aware(host=_repeat_on_host)
-def repeat(x, repeats, /, *, axis=None):
-    """Each element repeated ``repeats`` times (an int, or one count per element)."""
+def _repeat(x, counts, /, *, axis=None):
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
     axis = normalize_axis(axis, x.ndim)[0]
-    m = np.repeat(np.arange(x.shape[axis]), repeat_counts(repeats))
+    m = np.repeat(np.arange(x.shape[axis]), counts)
     maps = [m if a == axis else None for a in range(x.ndim)]
     return take_along_maps(x, maps, "repeat")
 

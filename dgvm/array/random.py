@@ -84,7 +84,7 @@ class Generator:
         self._calls += 1
         if size is None:
             return op.values([], [], np)[()]
-        x = empty(size, dtype, chunks, client=client)
+        x = empty(size, dtype, chunks=chunks, client=client)
         op.shape = x.shape
         blockwise.run(op, x, [], f"random-{kind}")
         return x

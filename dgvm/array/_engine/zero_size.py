@@ -18,7 +18,9 @@ definition, ``@empty_aware``; the elementwise functions need not (``apply`` answ
   ``take(x, empty)``) needs none of their values. A result with elements that depends on
   them (``where(empty_mask, x, y)`` cannot, ``outer(x, empty)`` has none) is computed
   again from their values only when they are small (``GATHER_LIMIT``); otherwise the
-  call raises ``DgvmError`` rather than gather them. Results are made DArrays again:
+  call raises ``DgvmError`` rather than gather them; a call NumPy refuses for the
+  stand-ins' zeros (``linalg.solve(x, empty)``: singular as zeros) is asked again with
+  the values when they are small. Results are made DArrays again:
   stored in the GVAT when they have elements (``zeros((3, 0)) @ zeros((0, 4))``,
   ``sum(zeros(0))``), host values when not. A function that takes arrays with no
   elements among others itself, reading only the others (``concat``: ``mixed=True``),
@@ -100,16 +102,25 @@ def on_host(fn, name: str, args, kwargs, as_list: bool = False):
             return fn(*(_to_numpy(a, real) for a in args),
                       **{k: _to_numpy(v, real) for k, v in kwargs.items()})
 
-    value = run(real=False)
     n = sum(a.size for a in _arrays(args, kwargs))
-    if n and _has_elements(value):  # the result may depend on their values
-        if n > GATHER_LIMIT:
-            raise DgvmError(
-                f"dgvm.array.{name}: an array with no elements beside arrays of {n} elements "
-                f"in all, whose result has elements: that would gather them to the caller "
-                f"(at most {GATHER_LIMIT} elements are)"
-            )
+    try:
+        value = run(real=False)
+    except Exception:
+        # NumPy may refuse the stand-ins' zeros where it takes the real values
+        # (``linalg.solve(x, empty)`` with x singular only as zeros): ask again with the
+        # values, when they are small, and answer as NumPy does for them.
+        if not n or n > GATHER_LIMIT:
+            raise
         value = run(real=True)
+    else:
+        if n and _has_elements(value):  # the result may depend on their values
+            if n > GATHER_LIMIT:
+                raise DgvmError(
+                    f"dgvm.array.{name}: an array with no elements beside arrays of {n} "
+                    f"elements in all, whose result has elements: that would gather them to "
+                    f"the caller (at most {GATHER_LIMIT} elements are)"
+                )
+            value = run(real=True)
     if isinstance(value, np.ndarray) and not value.flags.writeable:
         value = value.copy()  # a stand-in's view, read-only
     out = _from_numpy(value, like)
