@@ -170,15 +170,21 @@ def main(argv=None) -> int:
         def dask_run(name, fn):
             return fn if name == "x[x > 0.5].sum()" else (lambda: dask_done(client, backend, fn()))
 
-        mine, theirs, single = {}, {}, {}
+        mine, theirs, single, failed = {}, {}, {}, {}
         for name in mine_ops:
             t = interleaved_times({"dgvm": mine_done(mine_ops[name]), "dask": dask_run(name, theirs_ops[name]),
                                    "single": single_ops[name]}, args.reps)
             mine[name], theirs[name], single[name] = t["dgvm"], t["dask"], t["single"]
             got = mine_ops[name]()
             got = got if name == "x[x > 0.5].sum()" else host(dnp.asnumpy(got))
-            ref = theirs_ops[name]() if name == "x[x > 0.5].sum()" else host(theirs_ops[name]().compute())
             want = host(single_ops[name]())
+            try:
+                ref = theirs_ops[name]() if name == "x[x > 0.5].sum()" else host(theirs_ops[name]().compute())
+            except Exception as e:  # noqa: BLE001  (dask.array + CuPy cannot do every one of these)
+                theirs[name] = None
+                failed[name] = f"{type(e).__name__}: {str(e)[:60]}"
+                np.testing.assert_array_equal(got, want, err_msg=name)
+                continue
             if name == "x[x > 0.5].sum()":
                 np.testing.assert_allclose([got, ref], [want, want], rtol=1e-9)
             elif name == "x[x > 0.5]":  # dask.array's elements come in block order
@@ -194,6 +200,10 @@ def main(argv=None) -> int:
     print(f"{'operation':30} {'dgvm s':>9} {'dask s':>9} {'dgvm/dask':>10} {peer + ' s':>9} "
           f"{'dgvm/' + peer:>11}  target")
     for name in mine:
+        if theirs[name] is None:
+            print(f"{name:30} {mine[name]:9.4f} {'-':>9} {'-':>10} {single[name]:9.4f} "
+                  f"{mine[name] / single[name]:10.2f}x  dask.array failed: {failed[name]}")
+            continue
         ok_dask = mine[name] <= TARGET_DASK * theirs[name]
         line = (f"{name:30} {mine[name]:9.4f} {theirs[name]:9.4f} {mine[name] / theirs[name]:9.2f}x "
                 f"{single[name]:9.4f} {mine[name] / single[name]:10.2f}x  "
