@@ -59,7 +59,7 @@ def ints(low=None, high=None):
 def bad_int(low=0, high=None, wire=False):
     """Not an integer, or an integer outside ``[low, high]``."""
     out = st.sampled_from(WIRE_NOT_INT if wire else NOT_INT + HUGE)
-    out |= ints(None, low - 1)
+    out |= ints(-(2**63) if wire else None, low - 1)
     if high is not None:
         out |= ints(high + 1, 2**63 - 1 if wire else None)
     if wire:
@@ -150,8 +150,9 @@ def api_calls(buf, freed, client):
         which = d.draw(st.sampled_from(["nbytes", "chunk_bytes", "placement", "colocate"]))
         kw = dict(nbytes=4096, chunk_bytes=1024, placement=None, colocate=None)
         kw[which] = d.draw({
-            "nbytes": bad_int(1) | st.sampled_from(["abc", "1.5.3", "-5 MiB", "nan"]),
-            "chunk_bytes": bad_int(1) | st.sampled_from(["abc", "-1 kB"]),
+            # (a byte count may be a string: "7" and "4 KiB" are valid; None: the default chunk)
+            "nbytes": bad_int(1).filter(lambda v: not isinstance(v, str) or v != "7") | st.sampled_from(["abc", "1.5.3", "-5 MiB", "nan"]),
+            "chunk_bytes": bad_int(1).filter(lambda v: v is not None and (not isinstance(v, str) or v != "7")) | st.sampled_from(["abc", "-1 kB"]),
             "placement": st.sampled_from(["nope", "", 5, 1.5, b"packed", ["packed"], True]),
             "colocate": st.sampled_from([10**9, -1, 1.5, NAN, "abc", b"x", True, [1], (freed, [0]),
                                          (buf, [0, "a"]), (buf, NAN)]) | st.just(freed),
@@ -416,7 +417,7 @@ def scheduler_requests(buf, client, worker):
         messages.FREE_ALL: ({}, {}),
         messages.TRANSLATE: (dict(vaddrs=[buf.vaddr], __required__=("vaddrs",)),
                              dict(vaddrs=bad_int_list(0, wire=True))),
-        messages.TABLE: ({}, dict(alloc_id=wid(), chunks=wbool)),
+        messages.TABLE: ({}, dict(alloc_id=wid().filter(lambda v: v is not None), chunks=wbool)),
         messages.WORKERS: ({}, dict(include_lost=wbool)),
         messages.CHUNK_MAP: (dict(alloc_id=buf.alloc_id, __required__=("alloc_id",)), dict(alloc_id=wid())),
         messages.LOCATE: (dict(alloc_id=buf.alloc_id, index=0, worker=worker,
@@ -426,18 +427,19 @@ def scheduler_requests(buf, client, worker):
             dict(alloc_id=buf.alloc_id, index=0, worker=worker, nbytes=1024, path="comm", seconds=0.1,
                  source=worker, version=0,
                  __required__=("alloc_id", "index", "worker", "nbytes", "path", "seconds", "source", "version")),
-            dict(alloc_id=wid(), index=chunk(), worker=wstr, nbytes=bad_int(1, wire=True),
+            dict(alloc_id=bad_int(0, wire=True), index=chunk(), worker=wstr, nbytes=bad_int(1, wire=True),
                  path=st.sampled_from([5, None, "nope"]), seconds=st.sampled_from([NAN, -1.0, INF, "a", None]),
                  source=wstr, version=bad_int(0, wire=True)),
         ),
         messages.LAUNCHED: (
             dict(alloc_id=buf.alloc_id, wrote=[], reads={}, __required__=("alloc_id", "wrote", "reads")),
-            dict(alloc_id=wid(), wrote=bad_int_list(0, buf.nchunks - 1, wire=True), worker=st.sampled_from([5, b"x", [1]]),
+            dict(alloc_id=bad_int(0, wire=True), wrote=bad_int_list(0, buf.nchunks - 1, wire=True), worker=st.sampled_from([5, b"x", [1]]),
                  reads=st.sampled_from([[], "ab", {"x": {}}, {buf.alloc_id: {}}, {buf.alloc_id: 5},
                                         {buf.alloc_id: {"hits": NAN, "misses": 0, "home": [], "remote": []}},
                                         {buf.alloc_id: {"hits": 0, "misses": 0, "home": [99], "remote": []}}])),
         ),
         messages.STATS: ({}, {}),
+        messages.RELEASES_SENT: (dict(worker=worker, __required__=("worker",)), dict(worker=wstr)),
         messages.MIGRATE: (
             dict(alloc_id=buf.alloc_id, indices=[0], worker=worker, owner=owner,
                  __required__=("alloc_id", "indices", "worker")),
@@ -460,7 +462,8 @@ def worker_requests(buf, client, worker):
     nobody = 10**9  # an allocation id the GVAT never gave
     wid = lambda: bad_int(0, wire=True)  # noqa: E731
     wstr = st.sampled_from(NOT_STR)
-    ticket = st.sampled_from(WIRE_NOT_INT + [-1, 10**6])  # 10**6: never sent to this worker
+    # (None: no release to wait for; 10**6: never sent to this worker)
+    ticket = st.sampled_from([v for v in WIRE_NOT_INT if v is not None] + [-1, 10**6])
     pieces_bad = st.sampled_from([
         "ab", 5, [[0]], [[0, 0]], [["a", 0, b"x"]], [[0, NAN, b"x"]], [[0, -1, b"x"]], [[0, 2**62, b"x"]],
         [[NAN, 0, b"x"]], [[0, 0, 5]], [[0, 0, None]], [[0, 0, "abc"]], [5], [[0, True, b"x"]],
@@ -508,6 +511,11 @@ def worker_requests(buf, client, worker):
     }
 
 
+# Refusals that name what the argument names rather than the argument: an allocation the
+# GVAT never gave or freed, a byte range outside its chunk (the store's own check).
+NAMED = {"alloc_id": ("alloc_id", "allocation"), "pieces": ("pieces", "asked of chunk")}
+
+
 def rpc_call(client, rpc, handler, kwargs):
     kwargs = {k: v for k, v in kwargs.items() if k != "__required__"}
     return lambda: client.sync(messages.call, rpc, handler, **kwargs)
@@ -528,7 +536,7 @@ def test_scheduler_handlers_refuse_invalid_arguments(case):
             kwargs, arg = mutate(data, template, bad)
             handler = messages.ALLOCATE if name == "allocate-grid" else name
             check(f"{handler}({arg}={kwargs.get(arg)!r:.50})", rpc_call(client, client.scheduler, handler, kwargs),
-                  arg, rpc=True)
+                  NAMED.get(arg, arg), rpc=True)
 
         run()
         np.testing.assert_array_equal(buf.read(0, 8), np.zeros(8, np.uint8))
@@ -553,7 +561,7 @@ def test_worker_handlers_refuse_invalid_arguments(case):
             template, bad = requests[name]
             kwargs, arg = mutate(data, template, bad)
             check(f"{name}({arg}={kwargs.get(arg)!r:.50})", rpc_call(client, client.rpc(worker), name, kwargs),
-                  arg, rpc=True)
+                  NAMED.get(arg, arg), rpc=True)
 
         run()
         np.testing.assert_array_equal(buf.read(0, 8), np.zeros(8, np.uint8))

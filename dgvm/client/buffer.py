@@ -18,7 +18,7 @@ def _positive_int(name: str, value) -> int:
     """A number of bytes: an integer, or a string such as "4 GiB"."""
     if isinstance(value, str):
         try:
-            n = config.to_bytes(value)
+            n = config.to_bytes(arguments.text(name, value))
         except (TypeError, ValueError, OverflowError):
             raise InvalidArgument(f"{name} must be a number of bytes, got {value!r}") from None
         return arguments.integer(name, n, 1)

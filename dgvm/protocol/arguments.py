@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from dgvm.protocol.errors import InvalidArgument, InvalidArgumentType
 
 INT64_MAX = 2**63 - 1  # ids, addresses, offsets and sizes travel and are kept as int64
@@ -72,6 +74,11 @@ def integers(name: str, values, low: int | None = 0, high: int | None = INT64_MA
         return out
     if isinstance(values, (str, bytes, bytearray, dict)) or not hasattr(values, "__iter__"):
         raise InvalidArgumentType(f"{name} must be a list of integers, got {shown(values)}")
+    if isinstance(values, list) and set(map(type, values)) <= {int}:  # the common case, in C
+        if values and ((low is not None and min(values) < low) or (high is not None and max(values) > high)):
+            bad = min(values) if low is not None and min(values) < low else max(values)
+            raise InvalidArgument(f"{name} must hold integers {_bounds(low, high)}, got {bad}")
+        return values
     return [integer(f"{name}[{k}]", v, low, high) for k, v in enumerate(values)]
 
 
@@ -123,3 +130,27 @@ def sequence(name: str, value, length: int | None = None) -> list:
     if length is not None and len(value) != length:
         raise InvalidArgument(f"{name} must have {length} items, got {len(value)}")
     return list(value)
+
+
+def dtype_name(name: str, value) -> str:
+    """The name of a NumPy dtype of fixed-size values (none of Python objects)."""
+    text(name, value)
+    try:
+        d = np.dtype(value)
+    except TypeError:
+        raise InvalidArgument(f"{name} {value!r} names no NumPy dtype") from None
+    if d.hasobject or d.itemsize == 0:
+        raise InvalidArgument(f"{name} {value!r} is not a dtype of fixed-size values")
+    return value
+
+
+def grid(name: str, chunks, shape: list[int]) -> tuple[tuple[int, ...], ...]:
+    """Block lengths per axis (each > 0) that add up to ``shape``."""
+    axes = sequence(name, chunks, len(shape))
+    out = []
+    for k, (axis, n) in enumerate(zip(axes, shape)):
+        blocks = integers(f"{name}[{k}]", axis, 1)
+        if sum(blocks) != n:
+            raise InvalidArgument(f"{name}[{k}] adds up to {sum(blocks)}, not to the shape's {n}")
+        out.append(tuple(blocks))
+    return tuple(out)

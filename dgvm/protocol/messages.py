@@ -58,10 +58,11 @@ STATS = "dgvm_stats"  # counters per worker and allocation -> dict
 MIGRATE = "dgvm_migrate"  # move chunk homes -> Migrated
 REBALANCE = "dgvm_rebalance"  # even out device memory -> {"chunks", "bytes"}
 REPLICAS_DROPPED = "dgvm_replicas_dropped"  # a worker evicted replicas
+RELEASES_SENT = "dgvm_releases_sent"  # the last release ticket sent to a worker -> int or None
 
 SCHEDULER_HANDLERS = frozenset({
     ALLOCATE, FREE, FREE_ALL, TRANSLATE, TABLE, WORKERS, CHUNK_MAP, LOCATE, REPLICA_ADDED,
-    LAUNCHED, STATS, MIGRATE, REBALANCE, REPLICAS_DROPPED,
+    LAUNCHED, STATS, MIGRATE, REBALANCE, REPLICAS_DROPPED, RELEASES_SENT,
 })
 
 # -- RPC handlers of each worker (ChunkStorePlugin) -----------------------------------------
