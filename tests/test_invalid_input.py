@@ -579,3 +579,28 @@ def test_refusals_over_rpc_are_decoded_argument_errors(case):
     with pytest.raises(dgvm.InvalidArgument, match="alloc_id"):
         call_scheduler(messages.CHUNK_MAP, case.client, alloc_id=-3)
     assert math.isfinite(len(dgvm.workers(client=case.client)))
+
+
+def test_a_release_ticket_never_sent_to_a_worker_is_refused_at_once(case):
+    """A request that names a release (``after_release``) the scheduler never sent to that
+    worker is refused, not waited for; one it sent is waited for and done."""
+    client = case.client
+    buf = dgvm.malloc(4096, chunk_bytes=1024, placement="round_robin", client=client)
+    try:
+        old = buf.home(0)
+        target = next(w for w in buf.homes() if w != old)
+        assert buf.migrate([0], target) == [0]  # the old home is told to release chunk 0
+        sent = call_scheduler(messages.RELEASES_SENT, client, worker=old)
+        assert isinstance(sent, int)
+        info = client.sync(messages.call, client.rpc(old), messages.STORE_INFO, after_release=sent)
+        assert info["address"] == old
+        for never in (sent + 1, 10**6):
+            with pytest.raises(dgvm.InvalidArgument, match=f"after_release {never}: the scheduler sent no such"):
+                client.sync(messages.call, client.rpc(old), messages.STORE_INFO, after_release=never)
+        fresh = next(w.address for w in dgvm.workers(client=client)
+                     if call_scheduler(messages.RELEASES_SENT, client, worker=w.address) is None)
+        with pytest.raises(dgvm.InvalidArgument, match="after_release 0"):
+            client.sync(messages.call, client.rpc(fresh), messages.STORE_INFO, after_release=0)
+        assert sum(dgvm.stats(client=client)["workers"][w]["rehomes"] for w in buf.homes()) >= 1
+    finally:
+        buf.free()
