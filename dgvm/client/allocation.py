@@ -125,7 +125,8 @@ class AllocationHandle:
         """Move the home of chunks ``indices`` to ``worker``; returns those that moved.
         The old homes free their copies in the background, before their next task."""
         self.check_live()
-        indices = arguments.integers("indices", indices, 0, self.nchunks - 1)
+        # (the GVAT names indices out of range: InvalidAddress)
+        indices = arguments.integers("indices", indices, -arguments.INT64_MAX, arguments.INT64_MAX)
         worker = arguments.text("worker", worker)
         migrated = call_scheduler(
             messages.MIGRATE, self.client, alloc_id=self.alloc_id,
