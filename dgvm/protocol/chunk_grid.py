@@ -86,6 +86,10 @@ def _check_spec(chunks, ndim: int) -> None:
 
     if isinstance(chunks, str):
         return
+    if isinstance(chunks, np.ndarray):  # block lengths, as Dask reads them
+        if chunks.dtype.kind not in "iu" or (chunks < 0).any():
+            raise InvalidArgument(f"chunks as an array must hold block lengths >= 0, got {chunks!r}")
+        return
     if isinstance(chunks, dict):
         for axis, c in chunks.items():
             if not is_integer(axis) or not -ndim <= axis < ndim:
