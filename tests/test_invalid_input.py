@@ -9,8 +9,9 @@ where NumPy raises them); over RPC, a refusal decoded into a ``dgvm`` error
 a comparison ``TypeError``, an array's truth-value error, a stall, or silent acceptance.
 After the calls no allocation is left (the ``case`` fixture) and the cluster still works.
 
-The draws are seeded (``derandomize``); ``DGVM_INVALID_EXAMPLES`` sets how many per
-test (CI: the default), and ``pytest -s`` prints the tally of calls tried.
+The draws are seeded (``derandomize``, or ``DGVM_INVALID_SEED``); ``DGVM_INVALID_EXAMPLES``
+sets how many per test (CI: the default), ``pytest -s`` prints the tally of calls tried,
+and ``DGVM_INVALID_COLLECT=1`` lists every wrong answer instead of failing on the first.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 import dgvm
@@ -31,13 +32,19 @@ from dgvm.client.session import call_scheduler
 from dgvm.protocol import messages
 from dgvm.protocol.errors import DgvmError
 
-EXAMPLES = int(os.environ.get("DGVM_INVALID_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("DGVM_INVALID_EXAMPLES", "1000"))
+SEED = os.environ.get("DGVM_INVALID_SEED")  # another seed than the fixed one of CI
 SLOW = 5.0  # seconds: a refusal that takes longer is a stall
-SETTINGS = settings(
-    max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+_SETTINGS = settings(
+    max_examples=EXAMPLES, derandomize=SEED is None, deadline=None, database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                            HealthCheck.data_too_large],
 )
+
+
+def SETTINGS(test):  # noqa: N802  (a decorator, like hypothesis' own settings object)
+    test = _SETTINGS(test)
+    return test if SEED is None else seed(int(SEED))(test)
 TALLY: collections.Counter = collections.Counter()
 COLLECT = os.environ.get("DGVM_INVALID_COLLECT")  # list every wrong answer, failing none
 FOUND: collections.Counter = collections.Counter()
