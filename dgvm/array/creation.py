@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import operator
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from dgvm.array.array_object import DArray
 from dgvm.array.conversion import from_dask, from_numpy
 from dgvm.array.data_types import astype
 from dgvm.array.manipulation import expand_dims, stack
+from dgvm.protocol.arguments import shown
 
 __all__ = [
     "arange", "array", "asarray", "copy", "empty", "empty_like", "eye", "from_dlpack", "full",
@@ -56,6 +58,18 @@ def full(shape, fill_value, dtype=None, *, device=None, chunks="auto", placement
             return x
         dtype = dtype or fill_value.dtype
         fill_value = fill_value.item()
+    if np.ndim(fill_value):  # a host array fill, broadcast over the shape as NumPy's
+        value = np.asarray(fill_value)
+        x = empty(shape, dtype or value.dtype, chunks, placement, colocate, client)
+        try:
+            fits = np.broadcast_shapes(value.shape, x.shape) == x.shape
+        except ValueError:
+            fits = False
+        if not fits:
+            x.free()
+            raise ValueError(f"full: fill_value of shape {value.shape} does not broadcast to shape {x.shape}")
+        x[...] = value
+        return x
     if dtype is None:
         dtype = np.asarray(fill_value).dtype
         if dtype.kind == "i":
@@ -107,6 +121,10 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None, chunks="auto
     """Evenly spaced values in ``[start, stop)``."""
     if stop is None:
         start, stop = 0, start
+    for name, v in (("start", start), ("stop", stop), ("step", step)):
+        _finite_real("arange", name, v)
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
     n = max(0, math.ceil((stop - start) / step))
     if dtype is None:
         # NumPy's dtype for these three values (a float stop makes floats), from a range
@@ -120,6 +138,7 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None, chunks="auto
 @empty_aware
 def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True, chunks="auto") -> DArray:
     """``num`` evenly spaced values from ``start`` to ``stop``."""
+    num = _count("linspace", "num", num)
     div = (num - 1) if endpoint else num
     step = (stop - start) / div if div > 0 else 0.0
     if dtype is None:
@@ -133,9 +152,35 @@ def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True, chu
 @empty_aware
 def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None, chunks="auto") -> DArray:
     """A 2-d array with ones on diagonal ``k``."""
+    n_rows = _count("eye", "n_rows", n_rows)
+    n_cols = None if n_cols is None else _count("eye", "n_cols", n_cols)
+    k = _count("eye", "k", k, low=None)
     x = empty((n_rows, n_rows if n_cols is None else n_cols), dtype, chunks=chunks)
     blockwise.run(Eye(k, x.dtype), x, [], "eye")
     return x
+
+
+def _count(fn: str, name: str, value, low: int | None = 0) -> int:
+    """An integer argument as NumPy takes it (anything with ``__index__``)."""
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{fn}: {name} must be an integer, got {shown(value)}") from None
+    if low is not None and n < low:
+        raise ValueError(f"{fn}: {name} must be >= {low}, got {n}")
+    return n
+
+
+def _finite_real(fn: str, name: str, value) -> None:
+    """A real, finite number (or a 0-d array of one)."""
+    try:
+        a = np.asarray(value)
+    except Exception:  # noqa: BLE001  (whatever NumPy cannot read is no number)
+        a = None
+    if a is None or a.ndim != 0 or a.dtype.kind not in "biuf":
+        raise TypeError(f"{fn}: {name} must be a real number, got {shown(value)}")
+    if not np.isfinite(a):
+        raise ValueError(f"{fn}: {name} must be finite, got {value}")
 
 
 def _triangle(x, k, upper, name):

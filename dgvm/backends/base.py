@@ -78,20 +78,27 @@ class Backend(abc.ABC):
         is dgvm's capacity, of which others use ``other_used``."""
         return self.capacity, self.free
 
+    def footprint(self, nbytes: int) -> int:
+        """The device bytes a buffer of ``nbytes`` takes (more where buffers are aligned):
+        what ``used`` counts and ``free`` must hold."""
+        return nbytes
+
     def allocate(self, nbytes: int, zero: bool = True, free: int | None = None) -> Any:
         """A buffer of ``nbytes``, zero-filled unless ``zero=False`` (the caller overwrites
         it whole); MemoryError when the device is full. ``free``: the caller's figure of
         ``self.free`` (read once for many chunks: on cuda it asks the driver)."""
         free = self.free if free is None else free
-        if nbytes > free:
-            raise MemoryError(f"{nbytes} bytes asked, {free} of {self.capacity} free")
+        need = self.footprint(nbytes)
+        if need > free:
+            takes = f" (taking {need})" if need != nbytes else ""
+            raise MemoryError(f"{nbytes} bytes asked{takes}, {free} of {self.capacity} free")
         handle = self._allocate(nbytes, zero)
-        self.used += nbytes
+        self.used += need
         return handle
 
     def release(self, handle: Any, nbytes: int) -> None:
         self._free(handle)
-        self.used -= nbytes
+        self.used -= self.footprint(nbytes)
 
     def write(self, handle: Any, nbytes: int, offset: int, data: np.ndarray) -> None:
         """Copy host bytes ``data`` (uint8, 1-D) into the buffer at ``offset``."""

@@ -20,7 +20,7 @@ import numpy as np
 from dgvm import config
 from dgvm.backends.base import Backend
 from dgvm.backends.numba_compat import follow_numba_num_threads
-from dgvm.gvat.ranges import RangeAllocator
+from dgvm.gvat.ranges import RangeAllocator, align_up
 
 _ALIGN = 256  # bytes; keeps every chunk view aligned for any dtype and SIMD
 
@@ -68,10 +68,14 @@ class CpuBackend(Backend):
         self._shm = _open_arena(capacity)
         self._finalizer = weakref.finalize(self, _close_arena, self._shm)
         self._arena = np.ndarray((capacity,), dtype=np.uint8, buffer=self._shm.buf)
-        # Offsets start at _ALIGN so that offset 0 never names a buffer.
-        self._ranges = RangeAllocator(_ALIGN, capacity - _ALIGN, alignment=_ALIGN)
+        # Offsets start at _ALIGN so that offset 0 never names a buffer; a tail shorter
+        # than _ALIGN holds no buffer either.
+        usable = (capacity - _ALIGN) // _ALIGN * _ALIGN
+        if usable <= 0:
+            raise ValueError(f"a cpu device needs more than {2 * _ALIGN} bytes, got {capacity}")
+        self._ranges = RangeAllocator(_ALIGN, usable, alignment=_ALIGN)
         self._high = _ALIGN  # bytes at and above this offset were never handed out
-        return capacity - _ALIGN
+        return usable
 
     @property
     def shm_name(self) -> str:
@@ -79,12 +83,18 @@ class CpuBackend(Backend):
         also a peer in this process: ``transfer.shm.PeerArenas``)."""
         return self._shm.name
 
+    def footprint(self, nbytes: int) -> int:
+        """Every buffer starts on an _ALIGN boundary: it takes whole _ALIGN-byte blocks."""
+        return align_up(nbytes, _ALIGN)
+
     def _allocate(self, nbytes, zero):
         start = self._ranges.allocate(nbytes)
         if start is None:
+            r = self._ranges
             raise MemoryError(
-                f"{nbytes} bytes asked; arena of {self.capacity} bytes has no hole that "
-                f"large ({self._ranges.free_total} bytes free in pieces)"
+                f"{nbytes} bytes asked, taking {self.footprint(nbytes)} in {_ALIGN}-byte blocks; "
+                f"the arena of {self.capacity} bytes has no hole that large: {r.free_total} bytes "
+                f"free in {r.holes} pieces, the largest {r.largest_hole}"
             )
         # A fresh arena reads as zero: only bytes below the high-water mark were used
         # before and need zeroing (touching fresh pages would cost a page fault each).

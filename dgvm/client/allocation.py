@@ -17,8 +17,10 @@ from distributed.protocol import to_serialize
 
 from dgvm.client.left_workers import LeftWorkers
 from dgvm.client.pending import Pending
-from dgvm.client.session import Session, call_scheduler, call_workers, current_client, is_closed, session_of
-from dgvm.protocol import messages
+from dgvm.client.session import (
+    Session, call_scheduler, call_workers, client_or_current, is_closed, session_of,
+)
+from dgvm.protocol import arguments, messages
 from dgvm.protocol.errors import ChunkLost, InvalidAddress
 from dgvm.protocol.messages import ChunkMap
 from dgvm.protocol.records import ChunkInfo
@@ -96,7 +98,7 @@ class AllocationHandle:
 
     @classmethod
     def create(cls, client: Client | None = None, **request) -> "AllocationHandle":
-        client = client or current_client()
+        client = client_or_current(client)
         return cls(client, call_scheduler(messages.ALLOCATE, client, owner=client.id, **request))
 
     def _set_map(self, m: ChunkMap) -> None:
@@ -123,9 +125,12 @@ class AllocationHandle:
         """Move the home of chunks ``indices`` to ``worker``; returns those that moved.
         The old homes free their copies in the background, before their next task."""
         self.check_live()
+        # (the GVAT names indices out of range: InvalidAddress)
+        indices = arguments.integers("indices", indices, -arguments.INT64_MAX, arguments.INT64_MAX)
+        worker = arguments.text("worker", worker)
         migrated = call_scheduler(
             messages.MIGRATE, self.client, alloc_id=self.alloc_id,
-            indices=[int(i) for i in indices], worker=worker, owner=self.owner,
+            indices=indices, worker=worker, owner=self.owner,
         )
         self.stale = False
         self._set_map(migrated.map)
@@ -199,7 +204,7 @@ class AllocationHandle:
     def free(self) -> None:
         """Release the allocation's device memory and virtual range."""
         if self.freed:
-            raise InvalidAddress(f"double free of allocation {self.alloc_id} at {self.vaddr:#x}")
+            raise InvalidAddress(f"allocation {self.alloc_id} at {self.vaddr:#x} was freed already (double free)")
         if is_closed(self.client):  # the memory went with the cluster: nothing to give back
             self.freed = True
             return

@@ -9,30 +9,41 @@ from distributed import Client
 from dgvm import config
 from dgvm.client import progress
 from dgvm.client.allocation import AllocationHandle
-from dgvm.protocol.errors import InvalidAddress
+from dgvm.gvat.placement import POLICIES
+from dgvm.protocol import arguments
+from dgvm.protocol.errors import InvalidAddress, InvalidArgument, InvalidArgumentType
 
 
 def _positive_int(name: str, value) -> int:
-    try:
-        n = config.to_bytes(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number of bytes, got {value!r}") from None
-    if n <= 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    return n
+    """A number of bytes: an integer, or a string such as "4 GiB"."""
+    if isinstance(value, str):
+        try:
+            n = config.to_bytes(arguments.text(name, value))
+        except (TypeError, ValueError, OverflowError):
+            raise InvalidArgument(f"{name} must be a number of bytes, got {value!r}") from None
+        return arguments.integer(name, n, 1)
+    return arguments.integer(name, value, 1)
+
+
+def _partner(name: str, other) -> int:
+    """The allocation id of a ``colocate=`` partner: a DArray, a GlobalBuffer or an id."""
+    handle = getattr(other, "alloc", other)
+    if isinstance(handle, AllocationHandle):  # (the GVAT says if it was freed)
+        return handle.alloc_id
+    return arguments.integer(name, other, 1)
 
 
 def placement_request(placement: str | None, colocate) -> dict:
     """Turn ``placement=`` / ``colocate=`` arguments into GVAT request fields."""
     if isinstance(colocate, tuple):  # (array, picks): chunk i near chunk picks[i] of array
-        other, picks = colocate
-        other = getattr(getattr(other, "alloc", other), "alloc_id", other)
-        return {"placement": "balanced", "colocate": [int(other), [int(i) for i in picks]]}
+        other, picks = arguments.sequence("colocate", colocate, 2)
+        picks = arguments.integers("colocate picks", picks, -1)  # -1: no partner
+        return {"placement": "balanced", "colocate": [_partner("colocate", other), picks]}
     if colocate is not None:
-        other = getattr(colocate, "alloc", colocate)  # a DArray, a GlobalBuffer or an id
-        other = getattr(other, "alloc_id", other)
-        return {"placement": "balanced", "colocate": int(other)}
-    return {"placement": placement or config.get("placement.default")}
+        return {"placement": "balanced", "colocate": _partner("colocate", colocate)}
+    if placement is None:
+        return {"placement": config.get("placement.default")}
+    return {"placement": arguments.text("placement", placement, POLICIES)}
 
 
 class GlobalBuffer(AllocationHandle):
@@ -42,13 +53,15 @@ class GlobalBuffer(AllocationHandle):
     lives. Use ``free()`` or a ``with`` block to give the memory back.
     """
 
-    def _span(self, offset: int, length: int):
+    def _span(self, offset: int, length: int, length_name: str = "nbytes"):
         """(chunk index, offset in chunk, length, offset in the request) for a byte range."""
         self.check_live()
-        if offset < 0 or length < 0 or offset + length > self.nbytes:
+        offset = arguments.integer("offset", offset, None, None)
+        length = arguments.integer(length_name, length, 0, None)
+        if offset < 0 or offset + length > self.nbytes:
             raise InvalidAddress(
-                f"bytes [{offset}, {offset + length}) asked of a buffer of {self.nbytes} bytes "
-                f"at {self.vaddr:#x}"
+                f"bytes [offset, offset + {length_name}) = [{offset}, {offset + length}) asked of "
+                f"a buffer of {self.nbytes} bytes at {self.vaddr:#x}"
             )
         off = self.offsets
         first = int(np.searchsorted(off, offset, side="right")) - 1
@@ -64,8 +77,9 @@ class GlobalBuffer(AllocationHandle):
     def write(self, offset: int, data) -> None:
         """Copy ``data`` (bytes-like or ndarray) to global bytes ``[offset, offset + len)``.
         (A large write on a terminal goes in batches behind a progress bar.)"""
-        raw = np.frombuffer(memoryview(np.ascontiguousarray(data)).cast("B"), dtype=np.uint8)
-        pieces = [(k, o, raw[r : r + n]) for k, o, n, r in self._span(offset, raw.size)]
+        self.check_live()
+        raw = _bytes_of(data)
+        pieces = [(k, o, raw[r : r + n]) for k, o, n, r in self._span(offset, raw.size, "len(data)")]
         for batch in progress.batches(pieces, "write", raw.size):
             self.put(batch)
 
@@ -73,11 +87,36 @@ class GlobalBuffer(AllocationHandle):
         """A new host uint8 array with global bytes ``[offset, offset + nbytes)``.
         (A large read on a terminal goes in batches behind a progress bar.)"""
         spans = list(self._span(offset, nbytes))
-        out = np.empty(nbytes, dtype=np.uint8)
+        out = np.empty(int(nbytes), dtype=np.uint8)
         for batch in progress.batches(spans, "read", nbytes):
             for (k, o, n, r), a in zip(batch, self.get([(k, o, n) for k, o, n, _ in batch])):
                 out[r : r + n] = a
         return out
+
+    # What the handle tells of its chunks is of a live buffer only.
+    @property
+    def chunks(self):
+        self.check_live()
+        return super().chunks
+
+    def home(self, index: int) -> str:
+        """The home worker of chunk ``index``."""
+        self.check_live()
+        return super().home(arguments.integer("index", index, 0, self.nchunks - 1))
+
+    def homes(self) -> list[str]:
+        self.check_live()
+        return super().homes()
+
+    def backends(self) -> set[str]:
+        self.check_live()
+        return super().backends()
+
+    def by_home(self, indices=None) -> dict[str, list[int]]:
+        self.check_live()
+        if indices is not None:
+            indices = arguments.integers("indices", indices, 0, self.nchunks - 1)
+        return super().by_home(indices)
 
     def __enter__(self):
         return self
@@ -92,6 +131,19 @@ class GlobalBuffer(AllocationHandle):
     def __repr__(self):
         state = "freed" if self.freed else f"{self.nchunks} chunks on {len(set(self._home.tolist()))} workers"
         return f"<dgvm.GlobalBuffer id={self.alloc_id} vaddr={self.vaddr:#x} nbytes={self.nbytes} {state}>"
+
+
+def _bytes_of(data) -> np.ndarray:
+    """The bytes of ``data`` (bytes-like or an ndarray) as a flat uint8 array."""
+    if getattr(data, "dtype", None) is not None and np.dtype(data.dtype).hasobject:
+        raise InvalidArgumentType(f"data must hold bytes, not Python objects: got an array of {data.dtype}")
+    if not isinstance(data, np.ndarray):
+        try:
+            memoryview(data)
+        except TypeError:
+            raise InvalidArgumentType(
+                f"data must be bytes-like or an ndarray, got {arguments.shown(data)}") from None
+    return np.frombuffer(memoryview(np.ascontiguousarray(data)).cast("B"), dtype=np.uint8)
 
 
 def malloc(

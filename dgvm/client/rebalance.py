@@ -6,7 +6,7 @@ from distributed import Client
 from distributed import wait as dask_wait
 
 from dgvm.client.allocation import LiveAllocations, live_allocations
-from dgvm.client.session import call_scheduler, current_client, session_of
+from dgvm.client.session import call_scheduler, client_or_current, session_of
 from dgvm.protocol import messages
 
 
@@ -15,7 +15,7 @@ def rebalance(client: Client | None = None) -> dict:
     fraction of its device memory (largest chunks first, only moves that bring both
     workers closer to it). Pending launches on this client's arrays finish first.
     Returns ``{"chunks": moved, "bytes": moved}``."""
-    client = client or current_client()
+    client = client_or_current(client)
     mine = live_allocations(client)
     dask_wait([f for a in mine for f in a.pending.all()])  # their errors are their callers'
     moved = call_scheduler(messages.REBALANCE, client, owner=client.id)

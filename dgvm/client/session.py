@@ -18,7 +18,8 @@ from dgvm.client import thread_switch
 from dgvm.client.left_workers import LeftWorkers
 from dgvm.deploy.cluster import LocalCluster
 from dgvm.protocol import messages
-from dgvm.protocol.errors import DgvmError, NotConnected
+from dgvm.protocol.arguments import shown
+from dgvm.protocol.errors import DgvmError, InvalidArgumentType, NotConnected
 
 
 def connect(address=None, **cluster_kwargs) -> Client:
@@ -32,6 +33,15 @@ def connect(address=None, **cluster_kwargs) -> Client:
     The process's thread switch interval becomes ``dgvm.dispatch.switch-interval``
     (``dgvm.client.thread_switch``).
     """
+    if address is not None and cluster_kwargs:  # they would be dropped unsaid
+        raise InvalidArgumentType(
+            f"connect(address) attaches to a running cluster and takes no cluster arguments; "
+            f"got {', '.join(sorted(cluster_kwargs))}"
+        )
+    if address is not None and not isinstance(address, str) and not hasattr(address, "scheduler_address"):
+        raise InvalidArgumentType(
+            f"address must be a scheduler address ('tcp://host:8786') or a cluster object, got {shown(address)}"
+        )
     if address is None:
         cluster = LocalCluster(**cluster_kwargs)  # checks the configuration first
         client = Client(cluster, set_as_default=True)
@@ -144,7 +154,7 @@ def session_of(client: Client | None = None) -> Session:
     """The session of ``client`` (default: the current client). It lives among the
     client's extensions, as the plugins' state does on the scheduler and the workers: it
     goes with its client, whatever its parts hold (allocation handles hold the client)."""
-    client = client or current_client()
+    client = client_or_current(client)
     with _sessions_lock:
         s = client.extensions.get(messages.EXTENSION)
         if s is None:
@@ -160,6 +170,15 @@ def current_client() -> Client:
             "no dgvm cluster is connected: call dgvm.connect() (local cluster) or "
             "dgvm.connect('tcp://scheduler:8786')"
         ) from None
+
+
+def client_or_current(client) -> Client:
+    """``client`` (an argument of the public API), or the current client for None."""
+    if client is None:
+        return current_client()
+    if not isinstance(client, Client):
+        raise InvalidArgumentType(f"client must be a distributed.Client (or None), got {shown(client)}")
+    return client
 
 
 def is_closed(client: Client) -> bool:
@@ -182,7 +201,7 @@ def call_scheduler(handler: str, client: Client | None = None, **kwargs):
     """Call the GVAT's ``handler`` (a name of ``dgvm.protocol.messages``) and return its
     answer (blocking), decoded: a structured answer as its record, a refusal raised as
     its error (``messages.call``)."""
-    client = ensure_open(client or current_client())
+    client = ensure_open(client_or_current(client))
     return client.sync(messages.call, client.scheduler, handler, **kwargs)
 
 
@@ -190,7 +209,7 @@ def call_workers(handler: str, requests: dict[str, dict], client: Client | None 
     """Call ``handler`` on several workers at once: {address: kwargs} -> {address: answer},
     decoded as ``call_scheduler`` does; the first refusal is raised. A request to a worker
     that leaves meanwhile raises ``ConnectionError`` once the GVAT says so."""
-    client = ensure_open(client or current_client())
+    client = ensure_open(client_or_current(client))
     peers = session_of(client).part(LeftWorkers).peers
 
     def gone(address):  # an OSError, as a failed connection is: the caller asks the GVAT

@@ -37,6 +37,16 @@ class RangeAllocator:
     def free_total(self) -> int:
         return self.limit - self.used_total
 
+    @property
+    def holes(self) -> int:
+        """How many free pieces there are."""
+        return len(self._free_sizes)
+
+    @property
+    def largest_hole(self) -> int:
+        """The size of the largest free piece (0 when full). O(holes)."""
+        return max(self._free_sizes, default=0)
+
     def __len__(self) -> int:
         return len(self._used)
 

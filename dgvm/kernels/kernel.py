@@ -104,4 +104,6 @@ _COMPILERS = {"cuda": _compile_cuda, "cpu": _compile_cpu}
 
 def kernel(pyfunc) -> Kernel:
     """Decorator: turn a function written against ``numba.cuda`` into a dgvm kernel."""
+    if not callable(pyfunc) or not hasattr(pyfunc, "__name__"):
+        raise TypeError(f"dgvm.kernel decorates a function, got {type(pyfunc).__name__} {pyfunc!r:.60}")
     return Kernel(pyfunc)

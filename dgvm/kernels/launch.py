@@ -18,6 +18,8 @@ from dgvm.client.dispatch import dispatch
 from dgvm.kernels.blocks import Blocks
 from dgvm.kernels.kernel import Kernel
 from dgvm.worker import kernel_tasks
+from dgvm.protocol import arguments
+from dgvm.protocol.errors import InvalidArgument
 from dgvm.protocol.records import ArraySpec
 
 
@@ -45,6 +47,19 @@ def check_args(args, out) -> None:
             )
 
 
+def _check_threads(threads_per_block, ndim: int) -> None:
+    """None, a positive int (1-d) or one positive int per dimension of the output."""
+    if threads_per_block is None:
+        return
+    block = (threads_per_block,) if arguments.is_integer(threads_per_block) else threads_per_block
+    block = arguments.sequence("threads_per_block", block)
+    for k, b in enumerate(block):
+        arguments.integer(f"threads_per_block[{k}]", b, 1)
+    if len(block) != max(ndim, 1):
+        raise InvalidArgument(
+            f"threads_per_block {tuple(block)} has {len(block)} dimensions; the output has {ndim}")
+
+
 def launch(kernel, *args, out, halo: int = 0, pass_origin: bool = False,
            threads_per_block=None) -> None:
     """Run ``kernel`` once per chunk of ``out`` where that chunk lives.
@@ -60,8 +75,9 @@ def launch(kernel, *args, out, halo: int = 0, pass_origin: bool = False,
         raise TypeError(f"launch needs a @dgvm.kernel, got {kernel!r}")
     if not isinstance(out, DArray):
         raise TypeError(f"out must be a dgvm DArray, got {type(out).__name__}")
-    if halo < 0:
-        raise ValueError(f"halo must be >= 0, got {halo}")
+    halo = arguments.integer("halo", halo, 0)
+    arguments.flag("pass_origin", pass_origin)
+    _check_threads(threads_per_block, out.ndim)
     check_args(args, out)
     if out.size == 0:  # no chunk to run on (dgvm.array._engine.zero_size)
         return
@@ -89,5 +105,8 @@ def launch(kernel, *args, out, halo: int = 0, pass_origin: bool = False,
 def wait(*arrays) -> None:
     """Block until every launch that writes these arrays has finished; raise the first
     ``KernelError``."""
+    for x in arrays:
+        if not isinstance(x, DArray):
+            raise TypeError(f"dgvm.wait takes DArrays, got {arguments.shown(x)}")
     for x in arrays:
         x.wait()

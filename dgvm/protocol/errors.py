@@ -27,6 +27,17 @@ class InvalidAddress(ValueError, DgvmError):
     """
 
 
+class InvalidArgument(ValueError, DgvmError):
+    """An argument out of its range (a negative size, NaN, an unknown placement policy);
+    the message names the argument, the value and what is allowed. A ``ValueError``."""
+
+
+class InvalidArgumentType(TypeError, DgvmError):
+    """An argument of the wrong type (a string for an offset, a float for a chunk index,
+    a bool for a count); the message names the argument and what it takes. A
+    ``TypeError``."""
+
+
 class ConfigError(ValueError, DgvmError):
     """A ``dgvm.*`` configuration value (``dask.config``, a YAML file or a ``DASK_DGVM__…``
     environment variable) that the schema does not allow; the message names the key, the

@@ -28,6 +28,8 @@ from dgvm.protocol.errors import (
     ChunkLost,
     DgvmError,
     InvalidAddress,
+    InvalidArgument,
+    InvalidArgumentType,
     KernelError,
     OutOfDeviceMemory,
 )
@@ -56,10 +58,11 @@ STATS = "dgvm_stats"  # counters per worker and allocation -> dict
 MIGRATE = "dgvm_migrate"  # move chunk homes -> Migrated
 REBALANCE = "dgvm_rebalance"  # even out device memory -> {"chunks", "bytes"}
 REPLICAS_DROPPED = "dgvm_replicas_dropped"  # a worker evicted replicas
+RELEASES_SENT = "dgvm_releases_sent"  # the last release ticket sent to a worker -> int or None
 
 SCHEDULER_HANDLERS = frozenset({
     ALLOCATE, FREE, FREE_ALL, TRANSLATE, TABLE, WORKERS, CHUNK_MAP, LOCATE, REPLICA_ADDED,
-    LAUNCHED, STATS, MIGRATE, REBALANCE, REPLICAS_DROPPED,
+    LAUNCHED, STATS, MIGRATE, REBALANCE, REPLICAS_DROPPED, RELEASES_SENT,
 })
 
 # -- RPC handlers of each worker (ChunkStorePlugin) -----------------------------------------
@@ -218,6 +221,8 @@ REFUSALS: dict[str, type[DgvmError]] = {
     "denied": AccessDenied,  # another client's allocation
     "lost": ChunkLost,  # the chunk's home left the cluster
     "kernel": KernelError,
+    "argument": InvalidArgument,  # an argument out of range (dgvm.protocol.arguments)
+    "argument-type": InvalidArgumentType,  # an argument of the wrong type, or a missing one
     "error": DgvmError,  # anything else dgvm refuses, e.g. a worker busy with releases
 }
 _KINDS = {cls: kind for kind, cls in REFUSALS.items()}
@@ -292,10 +297,16 @@ def served(handler: Callable) -> Callable:
     """``handler`` as it is installed: a refusal it raises is answered as data, and a
     record it returns travels as its dict."""
 
+    signature = inspect.signature(handler)
+
     @functools.wraps(handler)
     async def answer(*args, **kwargs):
         try:
-            result = handler(*args, **kwargs)
+            try:
+                result = handler(*args, **kwargs)
+            except TypeError as e:  # a missing or unknown argument: refused, naming it
+                _check_binds(handler, signature, args, kwargs, e)
+                raise
             if inspect.isawaitable(result):
                 result = await result
         except DgvmError as e:
@@ -305,6 +316,15 @@ def served(handler: Callable) -> Callable:
         return result.to_dict() if isinstance(result, Record) else result
 
     return answer
+
+
+def _check_binds(handler: Callable, signature: inspect.Signature, args, kwargs, error: TypeError) -> None:
+    """Raise ``InvalidArgumentType`` if ``handler`` cannot take these arguments (Python's
+    message names the argument); nothing if the TypeError came from inside it."""
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError:
+        raise InvalidArgumentType(f"{handler.__name__}: {error}") from None
 
 
 def serve(handlers: dict[str, Callable]) -> dict[str, Callable]:

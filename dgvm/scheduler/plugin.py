@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 
 import numpy as np
 from distributed import SchedulerPlugin
@@ -17,9 +18,10 @@ from distributed import SchedulerPlugin
 from dgvm import config, dashboard, dask_compat, streams, transfer
 from dgvm.dashboard.counters import latest
 from dgvm.gvat import GVAT, migration
-from dgvm.protocol import messages
+from dgvm.gvat.placement import POLICIES
+from dgvm.protocol import arguments, messages
 from dgvm.protocol.chunk_grid import block_nbytes
-from dgvm.protocol.errors import ChunkLost, InvalidAddress, OutOfDeviceMemory
+from dgvm.protocol.errors import ChunkLost, InvalidAddress, InvalidArgument, OutOfDeviceMemory
 from dgvm.protocol.messages import ChunkMap, Migrated, Pulled, Translation, Where
 from dgvm.protocol.records import AllocId, ClientId, DeviceProfile, WorkerAddress
 from dgvm.scheduler.departures import Departures
@@ -85,6 +87,7 @@ class GVATPlugin(SchedulerPlugin):
             messages.MIGRATE: self.migrate,
             messages.REBALANCE: self.rebalance,
             messages.REPLICAS_DROPPED: self.replicas_dropped,
+            messages.RELEASES_SENT: self.releases_sent,
         }
 
     async def start(self, scheduler):
@@ -234,6 +237,23 @@ class GVATPlugin(SchedulerPlugin):
     ) -> ChunkMap:
         """Reserve, place and create an allocation; all or nothing. ``zero=False``: the
         chunks are not zero-filled (the caller's next task writes all of them)."""
+        owner = arguments.text("owner", owner)
+        arguments.flag("zero", zero)
+        placement = arguments.text("placement", placement, POLICIES)
+        colocate = _colocate(colocate)
+        if shape is not None:
+            shape = arguments.integers("shape", shape, 1)  # an array of no elements is never placed
+            dtype = arguments.dtype_name("dtype", dtype)
+            if math.prod(shape) * np.dtype(dtype).itemsize > arguments.INT64_MAX:
+                raise InvalidArgument(f"shape {shape} of {dtype} holds more than 2**63 bytes")
+            chunks = arguments.sequence("chunks", chunks)
+            if len(chunks) != len(shape):
+                raise InvalidArgument(f"chunks has {len(chunks)} axes, shape {shape} has {len(shape)}")
+            self._check_chunk_count(None, None, [arguments.sequence(f"chunks[{k}]", c) for k, c in enumerate(chunks)])
+            chunks = arguments.grid("chunks", chunks, shape)
+        else:
+            nbytes = arguments.integer("nbytes", nbytes, 1)
+            chunk_bytes = arguments.integer("chunk_bytes", chunk_bytes, 1)
         self._check_chunk_count(nbytes, chunk_bytes, chunks)
         self._sync_inventory()
         if shape is not None:
@@ -291,7 +311,7 @@ class GVATPlugin(SchedulerPlugin):
                 logger.warning("freeing allocation %s on %s failed: %s", alloc_id, a, r)
 
     async def free(self, alloc_id: AllocId, owner: ClientId | None = None) -> int:
-        alloc = self.gvat.get(alloc_id, owner)
+        alloc = self.gvat.get(arguments.integer("alloc_id", alloc_id), arguments.maybe_text("owner", owner))
         # Old homes too: a release still on its way there frees nothing once this has.
         live = self.gvat.inventory.by_address
         old = {a for a in self.releases.old_homes(alloc_id) if a in live}
@@ -303,7 +323,9 @@ class GVATPlugin(SchedulerPlugin):
     # -- migration -----------------------------------------------------------------------
     def locate(self, alloc_id: AllocId, index: int, worker: WorkerAddress) -> Where:
         """Where a worker that misses a chunk fetches it from, and by which path."""
-        alloc = self.gvat.get(alloc_id)
+        alloc = self.gvat.get(arguments.integer("alloc_id", alloc_id))
+        index = arguments.integer("index", index, 0, alloc.nchunks - 1)
+        worker = arguments.text("worker", worker)
         home = self.gvat.inventory.by_uid[int(alloc.homes[index])]
         if not home.alive:
             raise ChunkLost(f"chunks [{index}] of allocation {alloc_id} were on worker {home.address}, "
@@ -314,6 +336,11 @@ class GVATPlugin(SchedulerPlugin):
 
     def replica_added(self, alloc_id: AllocId, index: int, worker: WorkerAddress, nbytes: int,
                       path: str, seconds: float, source: WorkerAddress, version: int) -> str:
+        alloc_id, index = arguments.integer("alloc_id", alloc_id), arguments.integer("index", index)
+        self._check_indices("index", alloc_id, [index])
+        worker, source = arguments.text("worker", worker), arguments.text("source", source)
+        nbytes, version = arguments.integer("nbytes", nbytes), arguments.integer("version", version)
+        path, seconds = arguments.text("path", path, transfer.NAMES), arguments.number("seconds", seconds)
         return self.gvat.add_replica(alloc_id, index, worker, nbytes, path, seconds, source, version)
 
     async def launched(self, alloc_id: AllocId, wrote: list, reads: dict, worker: WorkerAddress | None = None):
@@ -321,11 +348,14 @@ class GVATPlugin(SchedulerPlugin):
         (``reads``: alloc id -> hits, misses, chunks used at home, chunks read remotely):
         count, bump versions, drop every stale replica before answering (no later reader
         can see one), and move the home of chunks read remotely often enough here."""
+        alloc_id = arguments.integer("alloc_id", alloc_id)
+        wrote = self._check_indices("wrote", alloc_id, arguments.integers("wrote", wrote))
+        reads = self._check_reads(arguments.mapping("reads", reads))
+        worker = arguments.maybe_text("worker", worker)
         await self.invalidate(alloc_id, wrote)
         rec = self.gvat.inventory.by_address.get(worker) if worker else None
         threshold = int(config.get("migration.rehome-after"))
         for read_id, r in reads.items():
-            read_id = int(read_id)
             self.gvat.count_reads(read_id, r["hits"], r["misses"])
             alloc = self.gvat.allocations.get(read_id)
             # Never move chunks of the array this launch writes: its other tasks may be
@@ -353,6 +383,29 @@ class GVATPlugin(SchedulerPlugin):
             await self.launched(alloc_id, wrote, reads, worker=worker)
         except Exception:  # noqa: BLE001
             logger.exception("dgvm: the report of a task on %s (allocation %s) failed", worker, alloc_id)
+
+    def _check_indices(self, name: str, alloc_id: AllocId, indices: list) -> list:
+        """``indices`` if each names a chunk of ``alloc_id`` (when it is still allocated)."""
+        alloc = self.gvat.allocations.get(alloc_id)
+        if alloc is not None and indices and not 0 <= min(indices) <= max(indices) < alloc.nchunks:
+            raise InvalidArgument(f"{name}: allocation {alloc_id} has chunks 0..{alloc.nchunks - 1}, "
+                                  f"not {[i for i in indices if not 0 <= i < alloc.nchunks][:8]}")
+        return indices
+
+    def _check_reads(self, reads: dict) -> dict:
+        """A launch's ``reads`` (alloc id -> hits, misses, chunks at home, chunks remote),
+        with its ids as ints."""
+        out = {}
+        for key, r in reads.items():
+            read_id = int(key) if isinstance(key, str) and key.isdigit() else arguments.integer("reads key", key)
+            r = arguments.mapping(f"reads[{key!r}]", r)
+            for count in ("hits", "misses"):
+                arguments.integer(f"reads[{key!r}][{count!r}]", r.get(count))
+            for where in ("home", "remote"):
+                self._check_indices(f"reads[{key!r}][{where!r}]", read_id,
+                                    arguments.integers(f"reads[{key!r}][{where!r}]", r.get(where)))
+            out[read_id] = r
+        return out
 
     async def invalidate(self, alloc_id: AllocId, indices):
         drop = self.gvat.wrote(alloc_id, indices)
@@ -421,18 +474,21 @@ class GVATPlugin(SchedulerPlugin):
                       owner: ClientId | None = None) -> Migrated:
         """Move the home of chunks ``indices`` of an allocation to ``worker``; answers the
         chunks moved and the new chunk map."""
-        alloc = self.gvat.get(alloc_id, owner)
-        bad = [i for i in indices if not 0 <= int(i) < alloc.nchunks]
+        alloc = self.gvat.get(arguments.integer("alloc_id", alloc_id), arguments.maybe_text("owner", owner))
+        indices = arguments.integers("indices", indices)
+        bad = [i for i in indices if not 0 <= i < alloc.nchunks]
         if bad:
             raise InvalidAddress(
-                f"allocation {alloc_id} has chunks 0..{alloc.nchunks - 1}; asked for {bad[:8]}"
+                f"indices: allocation {alloc_id} has chunks 0..{alloc.nchunks - 1}; asked for {bad[:8]}"
             )
-        moved = await self.move(alloc, indices, self._live_record(worker), reason="migrate")
+        moved = await self.move(alloc, indices, self._live_record(arguments.text("worker", worker)),
+                                reason="migrate")
         return Migrated(moved, self.gvat.chunk_map(alloc))
 
     async def rebalance(self, owner: ClientId | None = None):
         """Even out device memory by moving homes of ``owner``'s chunks (all chunks when
         no owner is given); returns {"chunks": moved, "bytes": moved}."""
+        owner = arguments.maybe_text("owner", owner)
         allocs = [
             self.gvat.allocations[a]
             for a in (self.gvat.owned_by(owner) if owner else list(self.gvat.allocations))
@@ -454,7 +510,18 @@ class GVATPlugin(SchedulerPlugin):
         return {"chunks": chunks, "bytes": nbytes}
 
     def replicas_dropped(self, worker: WorkerAddress, dropped: dict):
-        migration.replicas_dropped(self.gvat, worker, dropped)
+        worker = arguments.text("worker", worker)
+        checked = {}
+        for key, indices in arguments.mapping("dropped", dropped).items():
+            alloc_id = int(key) if isinstance(key, str) and key.isdigit() else arguments.integer("dropped key", key)
+            checked[alloc_id] = self._check_indices(f"dropped[{key!r}]", alloc_id,
+                                                    arguments.integers(f"dropped[{key!r}]", indices))
+        migration.replicas_dropped(self.gvat, worker, checked)
+
+    def releases_sent(self, worker: WorkerAddress):
+        """The ticket of the last release sent to ``worker`` (None: none since it joined):
+        a worker asked to wait for a later one refuses (``ChunkStorePlugin``)."""
+        return self.releases.last_sent(arguments.text("worker", worker))
 
     async def stats(self):
         """Counters per worker (asked of the live stores) and per allocation."""
@@ -475,12 +542,13 @@ class GVATPlugin(SchedulerPlugin):
         return {"workers": workers, "allocations": allocations}
 
     def translate(self, vaddrs: list[int]) -> Translation:
-        return self.gvat.translate_many(vaddrs)
+        return self.gvat.translate_many(arguments.integers("vaddrs", vaddrs))
 
     def chunk_map(self, alloc_id: AllocId) -> ChunkMap:
-        return self.gvat.chunk_map(self.gvat.get(alloc_id))
+        return self.gvat.chunk_map(self.gvat.get(arguments.integer("alloc_id", alloc_id)))
 
     def table(self, alloc_id: AllocId | None = None, chunks: bool = False):
+        alloc_id, chunks = arguments.maybe_integer("alloc_id", alloc_id), arguments.flag("chunks", chunks)
         allocs = (
             [self.gvat.get(alloc_id)] if alloc_id is not None
             else list(self.gvat.allocations.values())
@@ -488,6 +556,7 @@ class GVATPlugin(SchedulerPlugin):
         return [self.gvat.info(a, with_chunks=chunks).to_dict() for a in allocs]
 
     def workers(self, include_lost: bool = False):
+        include_lost = arguments.flag("include_lost", include_lost)
         self._sync_inventory()
         inv = self.gvat.inventory
         recs = list(inv.by_uid.values()) if include_lost else inv.live()
@@ -495,6 +564,16 @@ class GVATPlugin(SchedulerPlugin):
         bw = inv.effective_bandwidth(live)
         base = min(bw.values()) if bw else 1.0
         return [inv.info(r, bw.get(r.uid, 0.0) / base).to_dict() for r in recs]
+
+
+def _colocate(colocate):
+    """An allocation's ``colocate``: None, a partner's id, or [id, picks] (-1: none)."""
+    if colocate is None:
+        return None
+    if isinstance(colocate, (list, tuple)):
+        other, picks = arguments.sequence("colocate", colocate, 2)
+        return [arguments.integer("colocate", other, 1), arguments.integers("colocate picks", picks, -1)]
+    return arguments.integer("colocate", colocate, 1)
 
 
 # A scheduler imports its preloads before it builds its HTTP server: listing the dashboard's

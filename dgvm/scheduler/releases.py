@@ -19,6 +19,11 @@ runs inside the handler of a worker's own report, ahead of anything that worker 
 after it. A free of the allocation is also sent to its old homes (``old_homes``),
 which drop the copy themselves if the release has not come yet.
 
+A worker asked to wait for a release it has not done yet asks the scheduler for the last
+ticket sent to it (``messages.RELEASES_SENT``: ``last_sent``) and refuses a later one at
+once: no such release is on its way. The scheduler records a ticket as sent before any
+request names it, so a real one always passes.
+
 The worker's scheduler stream is held while the release runs: it waits for the chunk's
 current reader (the store's lock), milliseconds.
 """

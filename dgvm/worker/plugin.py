@@ -18,12 +18,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import click
+import numpy as np
 from distributed import WorkerPlugin
 from distributed.protocol import to_serialize
 
 from dgvm import backends, config, gc_pauses, streams, transfer
-from dgvm.protocol import messages
-from dgvm.protocol.errors import ChunkLost, DgvmError, InvalidAddress, OutOfDeviceMemory
+from dgvm.protocol import arguments, messages
+from dgvm.protocol.errors import (
+    ChunkLost, DgvmError, InvalidAddress, InvalidArgument, InvalidArgumentType, OutOfDeviceMemory,
+)
 from dgvm.protocol.messages import PEER_LEFT, RELEASE, THAW, PullChunk, Pulled
 from dgvm.protocol.records import AllocId, ClientId, ReleaseTicket, WorkerAddress
 from dgvm.transfer.fetch import request_exports
@@ -154,10 +157,16 @@ class ChunkStorePlugin(WorkerPlugin):
                        zero: bool = True, after_release: ReleaseTicket | None = None) -> int:
         """Create chunks ``indices`` of ``alloc_id``; a full device is refused
         (OutOfDeviceMemory, answered as data)."""
+        alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
+        indices, sizes = arguments.integers("indices", indices), arguments.integers("sizes", sizes, 1)
+        if len(indices) != len(sizes):
+            raise InvalidArgument(f"sizes: {len(sizes)} given for {len(indices)} indices")
+        arguments.flag("zero", zero)
         await self._after_releases(after_release)  # their memory first (a timeout: OOM says so)
         return await self._run(self.store.allocate, alloc_id, owner, indices, sizes, zero)
 
     async def free(self, alloc_id: AllocId) -> int:
+        alloc_id = arguments.integer("alloc_id", alloc_id)
         store = self.store
         job = None if store is None else self._submit(store.free, alloc_id)
         if job is None:
@@ -185,6 +194,8 @@ class ChunkStorePlugin(WorkerPlugin):
             self.retirement.peer_left(worker)
 
     async def write(self, alloc_id: AllocId, owner: ClientId, pieces: list) -> int:
+        alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
+        pieces = _pieces(pieces, with_data=True)
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -198,11 +209,20 @@ class ChunkStorePlugin(WorkerPlugin):
         return n
 
     async def read(self, alloc_id: AllocId, owner: ClientId, pieces: list):
+        alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
+        pieces = _pieces(pieces, with_data=False)
         arrays = await self._run(self.store.read, alloc_id, owner, pieces)
         return [to_serialize(a) for a in arrays]
 
     async def export(self, alloc_id: AllocId, indices: list, path: str, to: WorkerAddress | None = None,
                      move: bool = False, have: list | None = None):
+        alloc_id, indices = arguments.integer("alloc_id", alloc_id), arguments.integers("indices", indices)
+        path, to = arguments.text("path", path, transfer.NAMES), arguments.maybe_text("to", to)
+        move = arguments.flag("move", move)
+        if have is not None:
+            have = [arguments.integers(f"have[{k}]", pair) for k, pair in enumerate(arguments.sequence("have", have))]
+            if any(len(pair) != 2 for pair in have):
+                raise InvalidArgument("have must list [chunk index, write count] pairs")
         loop = asyncio.get_running_loop()
         if move:  # freezing takes the store's lock: never on the event loop
             return await loop.run_in_executor(self._export_executor, self._export_moving,
@@ -260,7 +280,8 @@ class ChunkStorePlugin(WorkerPlugin):
         the releases sent here up to ``after_release`` are done. Refused with
         OutOfDeviceMemory when they do not fit, and with DgvmError when the releases take
         too long."""
-        chunks = [PullChunk.from_dict(c) for c in chunks]
+        alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
+        chunks = [_pull_chunk(k, c) for k, c in enumerate(arguments.sequence("chunks", chunks))]
         if not await self._after_releases(after_release, memory=False):  # their order only
             raise DgvmError(f"{self.worker.address} did not do the chunk releases sent to it "
                             f"within {RELEASE_WAIT:.0f} s; chunks of allocation {alloc_id} stay")
@@ -340,6 +361,10 @@ class ChunkStorePlugin(WorkerPlugin):
     async def ipc_forget(self, holder: WorkerAddress, handles: list | None, timeout: float | None = None) -> int:
         """A peer frees buffers this worker may keep mapped (all of its own when
         ``handles`` is None): close them first."""
+        holder = arguments.text("holder", holder)
+        if handles is not None:
+            arguments.sequence("handles", handles)
+        timeout = None if timeout is None else arguments.number("timeout", timeout)
         return await self.transfers.mappings.forget(holder, handles, timeout)
 
     async def release(self, alloc_id: AllocId, indices: list, ticket: ReleaseTicket):
@@ -368,9 +393,17 @@ class ChunkStorePlugin(WorkerPlugin):
     async def _after_releases(self, after_release: ReleaseTicket | None, memory: bool = True) -> bool:
         """Wait until the releases sent here up to ticket ``after_release`` are done and
         (``memory``) their memory is back (``scheduler.releases``); False after
-        ``RELEASE_WAIT`` seconds."""
+        ``RELEASE_WAIT`` seconds. A ticket the scheduler never sent here is refused at once
+        (InvalidArgument): it asks the scheduler, only when there is something to wait for."""
         if after_release is None:
             return True
+        after_release = arguments.integer("after_release", after_release)
+        if self._release_done < after_release:
+            sent = await messages.call(self.worker.scheduler, messages.RELEASES_SENT, worker=self.worker.address)
+            if sent is None or after_release > sent:
+                raise InvalidArgument(
+                    f"after_release {after_release}: the scheduler sent no such release to "
+                    f"{self.worker.address} (the last it sent: {sent}; done here: {self._release_done})")
         async with self._releases:
             try:
                 await asyncio.wait_for(
@@ -383,12 +416,41 @@ class ChunkStorePlugin(WorkerPlugin):
         return True
 
     async def drop_replicas(self, alloc_id: AllocId, indices: list) -> int:
+        alloc_id, indices = arguments.integer("alloc_id", alloc_id), arguments.integers("indices", indices)
         # Not waiting for retirement: writes wait for this (and replicas are rarely exported).
         return await self._run(self.store.drop_replicas, alloc_id, indices)
 
     async def info(self, after_release: ReleaseTicket | None = None) -> dict:
         await self._after_releases(after_release)  # the figures after the moves so far
         return {"address": self.worker.address, **self.metrics()}
+
+
+def _pieces(pieces, with_data: bool) -> list:
+    """WRITE's pieces ([chunk index, offset, bytes]) or READ's ([chunk index, offset,
+    length]), checked: the store checks that they fall inside their chunks."""
+    out = []
+    for k, p in enumerate(arguments.sequence("pieces", pieces)):
+        index, offset, last = arguments.sequence(f"pieces[{k}]", p, 3)
+        index = arguments.integer(f"pieces[{k}] chunk index", index)
+        offset = arguments.integer(f"pieces[{k}] offset", offset)
+        if with_data:
+            if not isinstance(last, (bytes, bytearray, memoryview, np.ndarray)):
+                raise InvalidArgumentType(f"pieces[{k}] data must be bytes or an array, got {arguments.shown(last)}")
+        else:
+            last = arguments.integer(f"pieces[{k}] length", last)
+        out.append((index, offset, last))
+    return out
+
+
+def _pull_chunk(k: int, c) -> PullChunk:
+    """One of PULL's ``chunks``, checked."""
+    c = arguments.mapping(f"chunks[{k}]", c)
+    return PullChunk(
+        arguments.integer(f"chunks[{k}] index", c.get("index")),
+        arguments.text(f"chunks[{k}] home", c.get("home")),
+        arguments.text(f"chunks[{k}] path", c.get("path"), transfer.NAMES),
+        arguments.integer(f"chunks[{k}] version", c.get("version")),
+    )
 
 
 # Dask gives one argument list to every preload of a worker, and ``dask cuda worker`` adds

@@ -101,7 +101,7 @@ class ChunkStore:
         try:
             for i, n in zip(indices, sizes):
                 made[i] = StoredChunk(self.backend.allocate(int(n), zero, free), int(n))
-                free -= int(n)
+                free -= self.backend.footprint(int(n))
         except MemoryError as e:
             for c in made.values():
                 self._release(c)

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
+
+from dgvm.protocol.arguments import shown
 
 
 def normalize_shape(shape) -> tuple[int, ...]:
-    """``shape`` (an int or a sequence) as a tuple of ints, none negative."""
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if any(int(s) < 0 for s in shape):
-        raise ValueError(f"negative dimension in shape {shape}")
-    return tuple(int(s) for s in shape)
+    """``shape`` (an int or a sequence of ints, as NumPy takes them) as a tuple of ints,
+    none negative; TypeError or ValueError naming the shape."""
+    try:
+        dims = (operator.index(shape),)
+    except TypeError:
+        try:
+            dims = tuple(operator.index(s) for s in shape)
+        except TypeError:
+            raise TypeError(f"shape must be an integer or a sequence of integers, got {shown(shape)}") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"negative dimension in shape {dims}")
+    return dims
 
 
 def normalize_axis(axis, ndim: int, *, sort: bool = True) -> tuple[int, ...]:

@@ -35,6 +35,7 @@ from dgvm.array._engine.lifecycle import release_when_unreachable, releases_of
 from dgvm.array._engine.small_reads import read_view
 from dgvm.array._engine.tree_op import Elementwise, result_placement
 from dgvm.array._engine.trees import nodes
+from dgvm import config
 from dgvm.client import failures, progress
 from dgvm.client.allocation import AllocationHandle
 from dgvm.client.dispatch import wait_raising
@@ -84,7 +85,7 @@ class ArrayCore:
         nothing to place: that array is held on the caller (``zero_size``)."""
         shape = normalize_shape(shape)
         dtype = check(np.float64 if dtype is None else dtype)
-        grid = chunk_grid.normalize(chunks, shape, dtype)
+        grid = chunk_grid.normalize(chunks, shape, dtype, max_blocks=int(config.get("max-chunks")))
         if math.prod(shape) == 0:
             return cls.empty_on_caller(shape, dtype, client_for(client))
         return cls(allocate(shape, dtype, grid, placement, colocate, client, zero), shape, dtype, grid)
