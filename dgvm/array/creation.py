@@ -60,7 +60,7 @@ def full(shape, fill_value, dtype=None, *, device=None, chunks="auto", placement
         fill_value = fill_value.item()
     if np.ndim(fill_value):  # a host array fill, broadcast over the shape as NumPy's
         value = np.asarray(fill_value)
-        x = empty(shape, dtype or value.dtype, chunks, placement, colocate, client)
+        x = empty(shape, dtype or value.dtype, chunks=chunks, placement=placement, colocate=colocate, client=client)
         try:
             fits = np.broadcast_shapes(value.shape, x.shape) == x.shape
         except ValueError:
