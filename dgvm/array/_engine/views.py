@@ -1,12 +1,10 @@
 """``View``: how a leaf of a deferred tree reads its input array in another shape.
 
 Basic indexing (``x[1:-1, ::2]``, ``x[3]``, ``x[None]``) and axis permutations (``x.T``)
-make no copy: they make a deferred DArray whose tree is one leaf reading its input
-through a ``View``, which elementwise operations and reductions then read in place
-(``x[1:] - x[:-1]`` is one pass over x's chunks; ``x[::3].sum()`` stores nothing). A
-view of a view is one view of the first array. Values are those of the input when the
-view was made: a write to the input computes the view first (``deferred``),
-so dgvm's indexing keeps copy semantics.
+make a view of their input's memory (``aliases``): to the engine, a one-leaf deferred
+tree reading the input through a ``View``, which elementwise operations and reductions
+read in place (``x[1:] - x[:-1]`` is one pass over x's chunks; ``x[::3].sum()`` stores
+nothing). A view of a view is one view of the first array.
 
 View axis ``k`` walks input axis ``axes[k]`` (None: a new axis of length 1) from
 ``start[a]`` by ``step[a]`` (non-zero, may be negative); an input axis no view axis walks
