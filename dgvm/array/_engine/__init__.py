@@ -12,11 +12,13 @@ From the bottom up (a module imports only modules listed before it):
 - memory, per client session: ``clients`` (which cluster), ``recycle`` (released
   allocations kept for reuse), ``lifecycle`` (freeing unreachable arrays),
   ``allocation`` (``allocate``, ``NoElements``);
-- the array: ``deferred`` (the tree record, building trees), ``small_reads``, ``core``
-  (``ArrayCore``: state, constructors, deferred bookkeeping, life cycle, host round
-  trip);
+- the array: ``deferred`` (the tree record, building trees), ``small_reads``,
+  ``aliases`` (views: ``Alias``, ``view_of``, ``derived``), ``core`` (``ArrayCore``:
+  state, constructors, deferred bookkeeping, views' copies, life cycle, host round trip);
 - over arrays, which they check with ``isinstance(x, ArrayCore)`` and make results of
-  their inputs' class: ``apply`` (elementwise operations), ``zero_size``
+  their inputs' class: ``assign_ops`` (the ops of assignments), ``view_writes`` (writes
+  through views), ``apply`` (elementwise operations), ``complex_parts`` (``x.real``,
+  ``x.imag``), ``printing`` (NumPy's text from the elements shown), ``zero_size``
   (``empty_aware``), ``gather``, ``index_gather`` (integer-array gathers), ``mask_select``
   (boolean masks), ``whole_lines`` (chunks of whole lines for sorts), ``keys``,
   ``getitem``, ``setitem``, ``reduction_ops``, ``matrix_bodies``, ``per_matrix``;
