@@ -16,12 +16,12 @@ From the bottom up (a module imports only modules listed before it):
   ``aliases`` (views: ``Alias``, ``view_of``, ``derived``), ``core`` (``ArrayCore``:
   state, constructors, deferred bookkeeping, views' copies, life cycle, host round trip);
 - over arrays, which they check with ``isinstance(x, ArrayCore)`` and make results of
-  their inputs' class: ``assign_ops`` (the ops of assignments), ``view_writes`` (writes
-  through views), ``apply`` (elementwise operations), ``complex_parts`` (``x.real``,
-  ``x.imag``), ``printing`` (NumPy's text from the elements shown), ``zero_size``
+  their inputs' class: ``keys`` (what an index selects), ``assign_ops`` (the ops of
+  assignments), ``view_writes`` (writes through views), ``apply`` (elementwise
+  operations), ``complex_parts`` (``x.real``, ``x.imag``), ``printing`` (NumPy's text from
+  the elements shown), ``zero_size``
   (``empty_aware``), ``gather``, ``index_gather`` (integer-array gathers), ``mask_select``
-  (boolean masks), ``whole_lines`` (chunks of whole lines for sorts), ``keys``,
-  ``getitem``, ``setitem``, ``reduction_ops``, ``matrix_bodies``, ``per_matrix``;
+  (boolean masks), ``whole_lines`` (chunks of whole lines for sorts), ``getitem``, ``setitem``, ``reduction_ops``, ``matrix_bodies``, ``per_matrix``;
 - the ops of the category files, run on the workers: ``fill_ops``, ``fft_ops``,
   ``index_ops``, ``layout_ops``, ``mask_ops``, ``matrix_ops``, ``philox``, ``sort_keys``,
   ``sort_ops``, ``sort_splits``, ``search_ops``, ``unique_ops``.
