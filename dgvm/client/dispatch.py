@@ -90,6 +90,11 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
         fn2, *args2 = then
         futures = submit(client, fn2, tuple(args2), homes, futures, f"{name}-commit")
         touched.record(futures, homes.values(), aligned)
+    if getattr(out.alloc, "unfilled", False):
+        # The first write of a result not zero-filled: if it fails the result has no
+        # values, so its error is raised at every read, never only once.
+        failures.fill(futures)
+        out.alloc.unfilled = False
     out.pending.wrote(futures)
     add_readers([a for a in inputs if a is not out], readers)
 

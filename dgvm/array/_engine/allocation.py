@@ -39,6 +39,7 @@ def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zer
     if kept is not None:  # ordered after the tasks still running on it
         alloc, after = kept
         alloc.pending.wrote(after)
+        alloc.unfilled = True  # its values are a released array's until written
         return alloc
 
     def create():
@@ -55,4 +56,7 @@ def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zer
         releases.drain()  # the kept allocations are freed: room, perhaps
         alloc = create()
     alloc.reusable = reusable
+    # Not zero-filled: no values until its first operation writes them. If that one fails,
+    # the array has none, and every read says so (``dgvm.client.failures``, a fill).
+    alloc.unfilled = not zero
     return alloc
