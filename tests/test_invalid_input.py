@@ -32,6 +32,8 @@ from dgvm.client.session import call_scheduler
 from dgvm.protocol import messages
 from dgvm.protocol.errors import DgvmError
 
+# Dask's threads use the random module while hypothesis draws: not the strategies' doing.
+pytestmark = pytest.mark.filterwarnings("ignore:Do not use the `random` module:hypothesis.errors.HypothesisDeprecationWarning")
 EXAMPLES = int(os.environ.get("DGVM_INVALID_EXAMPLES", "1000"))
 SEED = os.environ.get("DGVM_INVALID_SEED")  # another seed than the fixed one of CI
 SLOW = 5.0  # seconds: a refusal that takes longer is a stall

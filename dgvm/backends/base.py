@@ -30,7 +30,8 @@ class Backend(abc.ABC):
 
     def __init__(self, capacity: int | None = None, speed: float | None = None):
         self.speed = speed
-        self.used = 0
+        self.used = 0  # bytes of the buffers handed out
+        self.padding = 0  # bytes they take beyond that (``footprint``): not free either
         self.capacity = self._init_device(capacity)
         #: work tasks queued and left running (``dgvm.backends.queued_work``)
         self.queued = QueuedWork(self.record_event)
@@ -63,7 +64,7 @@ class Backend(abc.ABC):
     # -- shared ------------------------------------------------------------------------
     @property
     def free(self) -> int:
-        return self.capacity - self.used - self.other_used()
+        return self.capacity - self.used - self.padding - self.other_used()
 
     def other_used(self) -> int:
         """Bytes of the device used by something other than dgvm."""
@@ -80,7 +81,7 @@ class Backend(abc.ABC):
 
     def footprint(self, nbytes: int) -> int:
         """The device bytes a buffer of ``nbytes`` takes (more where buffers are aligned):
-        what ``used`` counts and ``free`` must hold."""
+        what ``free`` must hold; ``used`` counts ``nbytes``, ``padding`` the rest."""
         return nbytes
 
     def allocate(self, nbytes: int, zero: bool = True, free: int | None = None) -> Any:
@@ -93,12 +94,14 @@ class Backend(abc.ABC):
             takes = f" (taking {need})" if need != nbytes else ""
             raise MemoryError(f"{nbytes} bytes asked{takes}, {free} of {self.capacity} free")
         handle = self._allocate(nbytes, zero)
-        self.used += need
+        self.used += nbytes
+        self.padding += need - nbytes
         return handle
 
     def release(self, handle: Any, nbytes: int) -> None:
         self._free(handle)
-        self.used -= self.footprint(nbytes)
+        self.used -= nbytes
+        self.padding -= self.footprint(nbytes) - nbytes
 
     def write(self, handle: Any, nbytes: int, offset: int, data: np.ndarray) -> None:
         """Copy host bytes ``data`` (uint8, 1-D) into the buffer at ``offset``."""
