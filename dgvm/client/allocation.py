@@ -241,6 +241,7 @@ class AllocationHandle:
         self.ensure_fresh()
         for attempt in range(MOVED_RETRIES):
             by_worker, order = self._route(pieces)
+            routed = [self.home(p[0]) for p in pieces]  # the homes this attempt asked
             requests = {
                 w: dict(alloc_id=self.alloc_id, owner=self.owner, pieces=p)
                 for w, p in by_worker.items()
@@ -255,9 +256,8 @@ class AllocationHandle:
                 self._route(pieces)
                 raise
             except InvalidAddress:
-                homes = [self.home(p[0]) for p in pieces]
                 self.refresh()
-                if attempt == MOVED_RETRIES - 1 or homes == [self.home(p[0]) for p in pieces]:
+                if attempt == MOVED_RETRIES - 1 or routed == [self.home(p[0]) for p in pieces]:
                     raise
 
     def put(self, pieces: list[tuple[int, int, np.ndarray]]) -> None:
