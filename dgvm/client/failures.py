@@ -13,13 +13,14 @@ task follows its failed tasks (``pending.unfinished``) and no wait raises them a
 the next read and the next launch of its output work, as after a NumPy call that
 raised. Without this, one failed launch would fail every later use of its output.
 
-Except where values are gone, which no later call brings back:
+Except the tasks that fill a new result (a deferred array being computed,
+``ArrayCore._fill``): a result whose computation failed has no values, so they raise their
+error at every wait (and every task that follows them fails with it).
 
-- the tasks that fill a new result (a deferred array being computed,
-  ``ArrayCore._fill``): a result whose computation failed has no values;
-- ``ChunkLost``: a chunk whose worker left the cluster is lost.
-
-Those raise their error at every wait (and every task that follows them fails with it).
+A ``ChunkLost`` is told as any other error: the lost chunks stay lost (the chunk map marks
+them, and every later use of one raises a ``ChunkLost`` of its own), but an array that
+holds none, written by an operation that read a lost chunk, is read and written again as
+usual, and so are the chunks of a damaged array that survive.
 
 State per task, held weakly: a future no array's pending lists hold any more needs none.
 """
@@ -27,8 +28,6 @@ State per task, held weakly: a future no array's pending lists hold any more nee
 from __future__ import annotations
 
 import weakref
-
-from dgvm.protocol.errors import ChunkLost
 
 
 class _Operation:
@@ -81,7 +80,7 @@ def tell(futures) -> None:
             continue
         seen.add(id(f))
         op = _operation.get(f)
-        if op is not None and not isinstance(f.exception(), ChunkLost):
+        if op is not None:
             op.told = True
         for ref in _followed.get(f, ()):
             dep = ref()

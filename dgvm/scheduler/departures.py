@@ -16,7 +16,7 @@ at once, not after Dask's connect timeout), the workers through ``messages.PEER_
 A ``cpu`` worker keeps its chunks in a shared-memory arena that its process unlinks when
 it closes; a process killed never does. The arena's name comes with the worker's
 heartbeats (``arena``), and the scheduler unlinks it when it exists on this host, off
-the event loop (``left``).
+the event loop (``left``). The scheduler's own requests to the worker stop waiting then (``peers``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from dgvm.backends.cpu import unlink_arena
 from dgvm.protocol import messages
 from dgvm.protocol.errors import ChunkLost
 from dgvm.protocol.records import WorkerAddress, WorkerUid
+from dgvm.transfer import LeftPeers
 
 logger = logging.getLogger("dgvm.scheduler")
 
@@ -51,6 +52,7 @@ class Departures:
         self._uids: "collections.OrderedDict[str, WorkerUid]" = collections.OrderedDict()
         self._lost: dict[str, dict] = {}
         self.arenas: dict[str, str] = {}  # address -> the shared-memory arena a worker reported
+        self.peers = LeftPeers()  # the scheduler's requests to workers, which stop when one leaves
 
     def note(self, key, finish: str) -> None:
         """Dask's transition hook (every transition): note a dgvm task that went to
@@ -88,6 +90,7 @@ class Departures:
                 gone, _ = self._uids.popitem(last=False)
                 self._lost.pop(gone, None)
         self.scheduler.log_event(messages.LEFT_TOPIC, {"worker": address})
+        self.peers.left(address)
         arena = self.arenas.pop(address, None)
         if arena is not None:
             # Off the loop: unlinking gives its pages back, milliseconds per GiB.
