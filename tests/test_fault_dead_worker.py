@@ -210,6 +210,49 @@ def test_an_array_that_lost_nothing_stays_usable_after_an_operation_on_lost_chun
         assert bounded(a.free)[0] is None
 
 
+def test_an_array_written_on_the_worker_that_left_and_moved_off_it_lost_nothing(client):
+    x = spread(client)
+    victim, safe = x.alloc.home(1), x.alloc.home(0)
+    y = dnp.zeros(4000, chunks=500, colocate=x)
+    dgvm.launch(add_one, x, out=y)  # its tasks run on every worker, the victim too
+    y.wait()
+    y.migrate(list(range(8)), safe)  # y holds nothing there now
+    kill(client, victim)
+    # Dask computes the launch's finished task again where its result was held, and the
+    # scheduler fails it there: no one's failure (before, y's next use raised it).
+    np.testing.assert_array_equal(bounded(lambda: dnp.asnumpy(y))[0], np.arange(4000.0) + 1)
+    dgvm.launch(add_one, y, out=y)
+    assert float(bounded(lambda: y.sum())[0]) == float((np.arange(4000.0) + 2).sum())
+    for a in (x, y):
+        assert bounded(a.free)[0] is None
+
+
+def test_a_task_that_followed_one_failed_since_is_not_waited_for_for_ever(client):
+    x = spread(client)
+    steps = dnp.from_numpy(np.full(4000, 20000), chunks=500, colocate=x)
+    y = dnp.zeros(4000, chunks=500, colocate=x)
+    z = dnp.zeros(4000, chunks=500, colocate=x)
+    dgvm.launch(spin, steps, out=y)  # a while on every worker
+    dgvm.launch(add_one, y, out=z, halo=1)  # each of its tasks follows every task of y's
+    z.wait()
+    client.amm.run_once()  # Dask keeps one copy of each task's result: where it ran
+    ys = [f.key for f in y.pending.writes]
+    held = client.run_on_scheduler(lambda dask_scheduler: {
+        k: sorted(ws.address for ws in dask_scheduler.tasks[k].who_has) for k in ys})
+    first = next(h[0] for h in held.values() if len(h) == 1)
+    second = next(w for w in x.alloc.homes() if w != first)
+    k = next(i for i, w in enumerate(x.alloc.homes()) if w not in (first, second))
+    kept = dnp.asnumpy(z[500 * k: 500 * k + 500])
+    kill(client, first)  # y's finished task there fails (its result went with it)
+    kill(client, second)  # z's task there followed it: Dask leaves it released, wanted
+    got, _ = bounded(lambda: dnp.asnumpy(z[500 * k: 500 * k + 500]))
+    np.testing.assert_array_equal(got, kept)
+    # A wait passes over the tasks that ran; before, z's free waited for that one for ever.
+    assert bounded(lambda: z.wait())[0] is z
+    for a in (x, steps, y, z):
+        assert bounded(lambda: a.free())[0] is None
+
+
 def test_the_surviving_chunks_of_a_damaged_array_take_writes(client):
     x = spread(client)
     victim = x.alloc.home(1)

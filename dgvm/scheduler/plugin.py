@@ -115,7 +115,7 @@ class GVATPlugin(SchedulerPlugin):
 
     def transition(self, key, start, finish, *args, **kwargs):
         # Every transition of every task: O(1) (``Departures.note``).
-        self.departures.note(key, finish)
+        self.departures.note(key, start, finish)
 
     def add_client(self, scheduler, client: str):
         # Dask makes the stream to a client after this hook, before it next yields to
