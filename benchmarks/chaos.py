@@ -685,6 +685,11 @@ def run(client, seed: int, operations: int | None = None, seconds: float | None 
         chaos.finish()
     except Hang as e:
         chaos.counts.hangs.append(str(e))
+        if TRACE:  # what the cluster was still doing
+            print("tasks not done:", bounded(lambda: client.run_on_scheduler(lambda dask_scheduler: [
+                (k, ts.state, sorted(ts.worker_restrictions or ()), [d.key for d in ts.waiting_on or ()],
+                 ts.processing_on.address if ts.processing_on else None)
+                for k, ts in dask_scheduler.tasks.items() if ts.state not in ("memory", "erred")])))
     return chaos
 
 
