@@ -53,10 +53,14 @@ def queued_prefixes(ws) -> dict[str, int]:
 
 def stranded_on(scheduler, key) -> set | None:
     """The workers task ``key`` was pinned to, if it waits in Dask's ``no-worker`` state
-    with none of them in the cluster (it can never run); else None
+    with none of them in the cluster (it can never run), or stays ``released`` though
+    wanted (its result was lost and a task it followed failed since: Dask computes it
+    neither again nor ever, ``Scheduler._transition_memory_released``); else None
     (``TaskState.worker_restrictions``, ``Scheduler.workers``)."""
     ts = scheduler.tasks.get(key)
-    if ts is None or ts.state != "no-worker" or not ts.worker_restrictions:
+    if ts is None or not ts.worker_restrictions:
+        return None
+    if ts.state != "no-worker" and not (ts.state == "released" and (ts.who_wants or ts.waiters)):
         return None
     pinned = set(ts.worker_restrictions)
     return None if any(a in scheduler.workers for a in pinned) else pinned
@@ -69,14 +73,20 @@ def annotation(scheduler, key, name: str, default=None):
 
 
 def fail_waiting_task(scheduler, key, error: Exception, stimulus_id: str) -> None:
-    """Fail task ``key``, waiting in Dask's ``no-worker`` state, with ``error`` (its
-    client's future raises it; the tasks that depend on it fail too), as Dask fails a task
+    """Fail task ``key``, waiting in Dask's ``no-worker`` (or ``released``) state, with
+    ``error`` (its client's future raises it; the tasks that depend on it fail too), as Dask fails a task
     that killed too many workers in ``Scheduler.remove_worker`` (``Scheduler.transition``
     to ``erred`` with a pickled exception, then ``transitions`` of what it recommends)."""
-    recommendations = scheduler.transition(
-        key, "erred", stimulus_id, cause=key, exception=pickle.dumps(error), traceback=None,
-        exception_text=repr(error), traceback_text="",
-    )
+    ts = scheduler.tasks[key]
+    if ts.state == "released":  # (``Scheduler._transition_released_erred`` takes no cause)
+        ts.exception, ts.exception_text, ts.exception_blame = pickle.dumps(error), repr(error), ts
+        ts.traceback, ts.traceback_text = None, ""
+        recommendations = scheduler.transition(key, "erred", stimulus_id)
+    else:
+        recommendations = scheduler.transition(
+            key, "erred", stimulus_id, cause=key, exception=pickle.dumps(error), traceback=None,
+            exception_text=repr(error), traceback_text="",
+        )
     scheduler.transitions(recommendations, stimulus_id)
 
 

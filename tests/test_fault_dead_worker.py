@@ -22,6 +22,7 @@ from numba import cuda
 import dgvm
 import dgvm.array as dnp
 from dgvm.array._engine.lifecycle import drain_releases
+from dgvm.protocol import messages
 from dgvm.transfer import LeftPeers
 
 BOUND = 30.0  # seconds any one call may take once the scheduler removed the worker
@@ -175,15 +176,110 @@ def test_work_in_flight_when_a_worker_dies_answers_with_chunklost(client):
     until(lambda: any("spin" in str(k) for k in client.processing(workers=[victim])[victim]),
           what="the launch running on the victim")
     kill(client, victim)
-    error, _ = bounded(out.wait)
-    assert_lost(error, out.alloc, victim)
     reader.join(BOUND)
     assert not reader.is_alive()
-    assert isinstance(total["r"][0], dgvm.ChunkLost), total
+    assert isinstance(total["r"][0], dgvm.ChunkLost), total  # the first call to wait hears it
+    error, _ = bounded(out.wait)
+    assert error is out  # raised once, as any failure; out's lost chunks still say so:
+    error, _ = bounded(lambda: dnp.asnumpy(out))
+    assert_lost(error, out.alloc, victim)
     error, _ = bounded(lambda: dnp.asnumpy(y))
     assert_lost(error, y.alloc, victim)
     for a in (x, out, y, n):
         assert bounded(a.free)[0] is None
+
+
+def test_an_array_that_lost_nothing_stays_usable_after_an_operation_on_lost_chunks(client):
+    x = spread(client)
+    victim = x.alloc.home(1)
+    safe = next(w for w in x.alloc.homes() if w != victim)
+    out = dnp.from_numpy(np.full(4000, 7.0), chunks=500, colocate=x)
+    out.migrate(list(range(8)), safe)  # out keeps every chunk
+    kill(client, victim)
+    error, _ = bounded(lambda: dgvm.launch(add_one, x, out=out) or out.wait())
+    assert_lost(error, x.alloc, victim)  # raised once, as any failure
+    # out lost nothing: it reads, takes writes and launches again, as after a failed kernel
+    # (before, every later use raised the old ChunkLost).
+    assert bounded(lambda: dnp.asnumpy(out))[0].shape == (4000,)
+    h = np.arange(4000.0) * 3
+    out[...] = h
+    np.testing.assert_array_equal(bounded(lambda: dnp.asnumpy(out))[0], h)
+    dgvm.launch(add_one, out, out=out)
+    np.testing.assert_array_equal(bounded(lambda: dnp.asnumpy(out))[0], h + 1)
+    for a in (x, out):
+        assert bounded(a.free)[0] is None
+
+
+def test_an_array_written_on_the_worker_that_left_and_moved_off_it_lost_nothing(client):
+    x = spread(client)
+    victim, safe = x.alloc.home(1), x.alloc.home(0)
+    y = dnp.zeros(4000, chunks=500, colocate=x)
+    dgvm.launch(add_one, x, out=y)  # its tasks run on every worker, the victim too
+    y.wait()
+    y.migrate(list(range(8)), safe)  # y holds nothing there now
+    kill(client, victim)
+    # Dask computes the launch's finished task again where its result was held, and the
+    # scheduler fails it there: no one's failure (before, y's next use raised it).
+    np.testing.assert_array_equal(bounded(lambda: dnp.asnumpy(y))[0], np.arange(4000.0) + 1)
+    dgvm.launch(add_one, y, out=y)
+    assert float(bounded(lambda: y.sum())[0]) == float((np.arange(4000.0) + 2).sum())
+    for a in (x, y):
+        assert bounded(a.free)[0] is None
+
+
+def test_a_task_that_followed_one_failed_since_is_not_waited_for_for_ever(client):
+    x = spread(client)
+    steps = dnp.from_numpy(np.full(4000, 20000), chunks=500, colocate=x)
+    y = dnp.zeros(4000, chunks=500, colocate=x)
+    z = dnp.zeros(4000, chunks=500, colocate=x)
+    dgvm.launch(spin, steps, out=y)  # a while on every worker
+    dgvm.launch(add_one, y, out=z, halo=1)  # each of its tasks follows every task of y's
+    z.wait()
+    client.amm.run_once()  # Dask keeps one copy of each task's result: where it ran
+    ys = [f.key for f in y.pending.writes]
+    held = client.run_on_scheduler(lambda dask_scheduler: {
+        k: sorted(ws.address for ws in dask_scheduler.tasks[k].who_has) for k in ys})
+    first = next(h[0] for h in held.values() if len(h) == 1)
+    second = next(w for w in x.alloc.homes() if w != first)
+    k = next(i for i, w in enumerate(x.alloc.homes()) if w not in (first, second))
+    kept = dnp.asnumpy(z[500 * k: 500 * k + 500])
+    kill(client, first)  # y's finished task there fails (its result went with it)
+    kill(client, second)  # z's task there followed it: Dask leaves it released, wanted
+    got, _ = bounded(lambda: dnp.asnumpy(z[500 * k: 500 * k + 500]))
+    np.testing.assert_array_equal(got, kept)
+    # A wait passes over the tasks that ran; before, z's free waited for that one for ever.
+    assert bounded(lambda: z.wait())[0] is z
+    for a in (x, steps, y, z):
+        assert bounded(lambda: a.free())[0] is None
+
+
+def test_the_surviving_chunks_of_a_damaged_array_take_writes(client):
+    x = spread(client)
+    victim = x.alloc.home(1)
+    k = next(i for i, w in enumerate(x.alloc.homes()) if w != victim)
+    kill(client, victim)
+    x[500 * k: 500 * k + 500] = -1.0  # a task on the worker of chunk k alone
+    np.testing.assert_array_equal(bounded(lambda: dnp.asnumpy(x[500 * k: 500 * k + 500]))[0], -np.ones(500))
+    error, _ = bounded(lambda: dnp.asnumpy(x))
+    assert_lost(error, x.alloc, victim)
+    assert bounded(x.free)[0] is None
+
+
+def maps(client, worker: str) -> str:
+    return client.run(lambda: open("/proc/self/maps").read(), workers=[worker])[worker]
+
+
+def test_survivors_stop_mapping_the_arena_of_a_worker_that_left(client):
+    x = spread(client)
+    victim, other = x.alloc.home(1), x.alloc.home(0)
+    arena = client.run(lambda dask_worker: dask_worker.extensions["dgvm"].backend.shm_name,
+                       workers=[victim])[victim]
+    x.migrate(1, other)  # copied through the victim's arena, which the other maps from then on
+    assert arena in maps(client, other)
+    kill(client, victim)
+    # Unlinked, the arena's pages stay as long as a process maps them.
+    until(lambda: arena not in maps(client, other), what="the survivor unmapping the dead worker's arena")
+    assert bounded(x.free)[0] is None
 
 
 def test_free_of_a_damaged_allocation_returns_at_once_and_frees_what_survives(client):
@@ -223,6 +319,51 @@ def test_a_closed_cluster_leaves_no_arena_behind():
         client.close()
         cluster.close()
     assert [n for n in names if os.path.exists(f"/dev/shm/{n}")] == []
+
+
+def test_an_allocation_placed_as_a_worker_dies_goes_to_the_others():
+    cluster = dgvm.LocalCluster(n_workers=3, backend="cpu", processes=False, device_memory="16MiB",
+                                dashboard_address=None)
+    client = dgvm.connect(cluster)
+    try:
+        doomed = sorted(workers(client))[0]
+
+        def dies_as_it_allocates(dask_worker):
+            async def dying(**_):  # the scheduler's request breaks with the worker
+                await dask_worker.close()
+                await asyncio.Event().wait()
+            dask_worker.handlers[messages.STORE_ALLOCATE] = dying
+
+        client.run(dies_as_it_allocates, workers=[doomed])
+        # Before, the scheduler's OSError went out of its handler, and Dask closed the
+        # caller's connection: a raw CommClosedError.
+        buf, _ = bounded(lambda: dgvm.malloc(6 * 1024, chunk_bytes=1024, placement="round_robin"))
+        assert isinstance(buf, dgvm.GlobalBuffer), repr(buf)
+        assert doomed not in set(buf.homes()) and len(set(buf.homes())) == 2
+        buf.write(0, np.arange(6 * 1024, dtype=np.uint8))
+        np.testing.assert_array_equal(buf.read(0, 6 * 1024), np.arange(6 * 1024, dtype=np.uint8))
+        buf.free()
+    finally:
+        client.close()
+        cluster.close()
+
+
+def test_a_request_whose_connection_breaks_as_its_peer_dies_says_the_peer_left():
+    async def scenario(news: bool):
+        peers = LeftPeers()
+
+        async def broken():
+            raise ConnectionResetError("reset by peer")
+
+        loop = asyncio.get_running_loop()
+        if news:  # the scheduler's word comes a moment after the connection broke
+            loop.call_later(0.05, peers.left, "tcp://a:1")
+        await peers.call("tcp://a:1", broken(), lambda: ConnectionError("a left"), grace=5.0 if news else 0.1)
+
+    with pytest.raises(ConnectionError, match="a left"):
+        asyncio.run(scenario(news=True))
+    with pytest.raises(ConnectionResetError, match="reset by peer"):  # no news: as it was
+        asyncio.run(scenario(news=False))
 
 
 def test_a_request_to_a_peer_stops_waiting_when_the_peer_leaves():

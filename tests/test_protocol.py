@@ -106,6 +106,18 @@ def test_served_handlers_answer_refusals_and_records_as_data():
     assert asyncio.run(table["locates"]()) == {"home": "tcp://w", "path": "shm", "version": 4}
 
 
+def test_a_broken_connection_to_a_peer_is_answered_as_a_dgvm_error():
+    # Raised out of a handler, Dask would take an OSError for the caller's own
+    # connection breaking and close it: the caller would see a raw CommClosedError.
+    async def migrate():
+        raise ConnectionResetError("the target worker's process died")
+
+    answer = asyncio.run(messages.serve({"dgvm_migrate": migrate})["dgvm_migrate"]())
+    with pytest.raises(DgvmError, match="migrate: a connection to another process broke: "
+                                        "ConnectionResetError: the target worker's process died"):
+        messages.decode(_over_the_wire(answer))
+
+
 class _Rpc:
     """Stands in for a Dask rpc: each handler answers what ``answers`` says."""
 

@@ -13,22 +13,28 @@ task follows its failed tasks (``pending.unfinished``) and no wait raises them a
 the next read and the next launch of its output work, as after a NumPy call that
 raised. Without this, one failed launch would fail every later use of its output.
 
-Except where values are gone, which no later call brings back:
+Except the tasks that fill a new result (a deferred array being computed,
+``ArrayCore._fill``): a result whose computation failed has no values, so they raise their
+error at every wait (and every task that follows them fails with it).
 
-- the tasks that fill a new result (a deferred array being computed,
-  ``ArrayCore._fill``): a result whose computation failed has no values;
-- ``ChunkLost``: a chunk whose worker left the cluster is lost.
+A ``ChunkLost`` is told as any other error: the lost chunks stay lost (the chunk map marks
+them, and every later use of one raises a ``ChunkLost`` of its own), but an array that
+holds none, written by an operation that read a lost chunk, is read and written again as
+usual, and so are the chunks of a damaged array that survive.
 
-Those raise their error at every wait (and every task that follows them fails with it).
+A task that had finished on a worker that then left fails too: Dask computes a finished
+task again where its result was held, and the scheduler fails it there with ``ChunkLost``
+(``scheduler.departures``). What it did is done (lost with the chunks that were there), so
+the scheduler names it to its client first (``ran``): no wait raises its failure and no
+new task follows it, or an array that lost nothing would fail its next use.
 
 State per task, held weakly: a future no array's pending lists hold any more needs none.
 """
 
 from __future__ import annotations
 
+import collections
 import weakref
-
-from dgvm.protocol.errors import ChunkLost
 
 
 class _Operation:
@@ -44,6 +50,9 @@ class _Operation:
 # Task -> its operation; task -> weak references to the tasks it was ordered after.
 _operation: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _followed: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# Keys of tasks that had finished on a worker that left (their failure is no one's).
+_ran: "collections.OrderedDict[str, None]" = collections.OrderedDict()
+RAN_REMEMBERED = 65536
 
 
 def submitted(futures, deps) -> None:
@@ -55,8 +64,20 @@ def submitted(futures, deps) -> None:
             _followed[f] = [weakref.ref(d) for d in after]
 
 
+def ran(keys) -> None:
+    """The tasks ``keys`` had finished on a worker that left: their failure, which follows,
+    counts as told."""
+    for k in keys:
+        _ran[k] = None
+    while len(_ran) > RAN_REMEMBERED:
+        _ran.popitem(last=False)
+
+
 def told(future) -> bool:
-    """Whether ``future`` failed and its operation's error was raised to a caller already."""
+    """Whether ``future`` failed and its operation's error was raised to a caller already
+    (or it had finished before its worker left)."""
+    if future.key in _ran and future.status == "error":
+        return True
     op = _operation.get(future)
     return op is not None and op.told and not op.fill and future.status == "error"
 
@@ -81,7 +102,7 @@ def tell(futures) -> None:
             continue
         seen.add(id(f))
         op = _operation.get(f)
-        if op is not None and not isinstance(f.exception(), ChunkLost):
+        if op is not None:
             op.told = True
         for ref in _followed.get(f, ()):
             dep = ref()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import threading
 
+from dgvm.client import failures
 from dgvm.protocol import messages
 from dgvm.transfer import LeftPeers
 
@@ -40,6 +41,9 @@ class LeftWorkers:
 
     def _on_left(self, event) -> None:
         _, msg = event
+        if "ran" in msg:  # a task that had finished on a worker that left, failing next
+            failures.ran(msg["ran"])
+            return
         address = msg["worker"]
         for fn in list(self._listeners):
             fn(address)

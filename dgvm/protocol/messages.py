@@ -129,9 +129,10 @@ def thaw(alloc_id: AllocId, indices: list) -> dict:
     return {"op": THAW, "alloc_id": alloc_id, "indices": indices}
 
 
-def peer_left(worker: WorkerAddress) -> dict:
-    """The stream message PEER_LEFT (``ChunkStorePlugin.peer_left``)."""
-    return {"op": PEER_LEFT, "worker": worker}
+def peer_left(worker: WorkerAddress, arena: str | None = None) -> dict:
+    """The stream message PEER_LEFT (``ChunkStorePlugin.peer_left``); ``arena``: the
+    shared-memory arena the worker that left had (``cpu``), which peers stop mapping."""
+    return {"op": PEER_LEFT, "worker": worker, "arena": arena}
 
 
 # -- structured requests and answers ----------------------------------------------------
@@ -295,7 +296,9 @@ async def call(rpc, handler: str, **kwargs):
 
 def served(handler: Callable) -> Callable:
     """``handler`` as it is installed: a refusal it raises is answered as data, and a
-    record it returns travels as its dict."""
+    record it returns travels as its dict. An ``OSError`` it raises (a peer it asked went
+    away) is answered as a ``DgvmError``: raised out of a handler, Dask would take it for
+    the caller's own connection breaking and close that."""
 
     signature = inspect.signature(handler)
 
@@ -313,6 +316,9 @@ def served(handler: Callable) -> Callable:
             if type(e) is not DgvmError and _kind(e) == _KINDS[DgvmError]:
                 raise  # another dgvm error (ConfigError, ...) travels as Dask sends exceptions
             return refusal(e)
+        except OSError as e:
+            return refusal(DgvmError(f"{getattr(handler, '__name__', 'a dgvm handler')}: a connection to "
+                                     f"another process broke: {type(e).__name__}: {e}"))
         return result.to_dict() if isinstance(result, Record) else result
 
     return answer

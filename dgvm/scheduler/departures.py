@@ -16,7 +16,7 @@ at once, not after Dask's connect timeout), the workers through ``messages.PEER_
 A ``cpu`` worker keeps its chunks in a shared-memory arena that its process unlinks when
 it closes; a process killed never does. The arena's name comes with the worker's
 heartbeats (``arena``), and the scheduler unlinks it when it exists on this host, off
-the event loop (``left``).
+the event loop (``left``). The scheduler's own requests to the worker stop waiting then (``peers``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from dgvm.backends.cpu import unlink_arena
 from dgvm.protocol import messages
 from dgvm.protocol.errors import ChunkLost
 from dgvm.protocol.records import WorkerAddress, WorkerUid
+from dgvm.transfer import LeftPeers
 
 logger = logging.getLogger("dgvm.scheduler")
 
@@ -47,16 +48,34 @@ class Departures:
         self.gvat = gvat
         self.scheduler = None  # set when the plugin starts
         self._stranded: set = set()
+        self._done: set = set()  # dgvm tasks whose result was dropped from memory since
         # address -> uid of the worker that left there; its lost chunks once asked
         self._uids: "collections.OrderedDict[str, WorkerUid]" = collections.OrderedDict()
         self._lost: dict[str, dict] = {}
         self.arenas: dict[str, str] = {}  # address -> the shared-memory arena a worker reported
+        self.peers = LeftPeers()  # the scheduler's requests to workers, which stop when one leaves
 
-    def note(self, key, finish: str) -> None:
+    def note(self, key, start: str, finish: str) -> None:
         """Dask's transition hook (every transition): note a dgvm task that went to
-        ``no-worker``, to fail on the loop's next turn if its worker is gone. O(1)."""
-        if (finish != "no-worker" or self.scheduler is None or not isinstance(key, str)
-                or not key.startswith(messages.TASK_PREFIX)):
+        ``no-worker`` (or lost its result), to fail on the loop's next turn if its worker is
+        gone, and whether it had finished; tell the clients of a finished one that fails.
+        O(1)."""
+        if self.scheduler is None or not isinstance(key, str) or not key.startswith(messages.TASK_PREFIX):
+            return
+        if start == "memory":
+            self._done.add(key)
+        elif finish == "forgotten":
+            self._done.discard(key)
+        elif finish == "erred" and key in self._done:
+            # It had finished, its result went with a worker, and it failed since (Dask
+            # computes a finished task again where its result was held; here, or a task it
+            # followed, it fails). What it did to chunks is done, lost with them where they
+            # were there: its clients hear so before its failure (the same stream), and
+            # their waits and later tasks pass it over (``client.failures``).
+            self._done.discard(key)
+            self.scheduler.log_event(messages.LEFT_TOPIC, {"ran": [key]})
+        # (A result lost goes memory -> released -> waiting -> no-worker, or stays released.)
+        if finish != "no-worker" and not (start == "memory" and finish == "released"):
             return
         if not self._stranded:
             self.scheduler.loop.add_callback(self.fail_stranded)
@@ -72,7 +91,8 @@ class Departures:
             if pinned is None:
                 continue
             named = dask_compat.annotation(self.scheduler, key, messages.ALLOCATIONS_ANNOTATION, [])
-            error = ChunkLost(f"dgvm task {key} was to run on {self.describe(sorted(pinned)[0], named)}")
+            did = "ran" if key in self._done else "was to run"
+            error = ChunkLost(f"dgvm task {key} {did} on {self.describe(sorted(pinned)[0], named)}")
             try:
                 dask_compat.fail_waiting_task(self.scheduler, key, error, stimulus)
             except Exception:  # noqa: BLE001  (the task changed meanwhile; never stop the others)
@@ -88,6 +108,7 @@ class Departures:
                 gone, _ = self._uids.popitem(last=False)
                 self._lost.pop(gone, None)
         self.scheduler.log_event(messages.LEFT_TOPIC, {"worker": address})
+        self.peers.left(address)
         arena = self.arenas.pop(address, None)
         if arena is not None:
             # Off the loop: unlinking gives its pages back, milliseconds per GiB.
@@ -98,11 +119,12 @@ class Departures:
 
     def describe(self, address: WorkerAddress, allocations=()) -> str:
         """``worker W, which left the cluster holding chunks ... of allocation ...``: of
-        ``allocations`` (those a task names) where it held some, else of any."""
+        ``allocations`` (those a task names; any, if it names none) where it held some."""
         lost = self._lost_chunks(address)
-        named = [a for a in allocations if a in lost] or list(lost)
+        named = [a for a in allocations if a in lost] if allocations else list(lost)
         if not named:
-            what = "holding no chunk of a live allocation"
+            of = f"allocations {sorted(allocations)}" if allocations else "a live allocation"
+            what = f"holding no chunk of {of}"
         else:
             held = [f"chunks {lost[a]} of allocation {a}" for a in named[:NAMED]]
             more = f" and of {len(named) - NAMED} more allocations" if len(named) > NAMED else ""

@@ -21,7 +21,7 @@ from dgvm.gvat import GVAT, migration
 from dgvm.gvat.placement import POLICIES
 from dgvm.protocol import arguments, messages
 from dgvm.protocol.chunk_grid import block_nbytes
-from dgvm.protocol.errors import ChunkLost, InvalidAddress, InvalidArgument, OutOfDeviceMemory
+from dgvm.protocol.errors import ChunkLost, DgvmError, InvalidAddress, InvalidArgument, OutOfDeviceMemory
 from dgvm.protocol.messages import ChunkMap, Migrated, Pulled, Translation, Where
 from dgvm.protocol.records import AllocId, ClientId, DeviceProfile, WorkerAddress
 from dgvm.scheduler.departures import Departures
@@ -30,6 +30,8 @@ from dgvm.scheduler.releases import PendingReleases
 logger = logging.getLogger("dgvm.scheduler")
 
 PLUGIN_NAME = messages.GVAT_PLUGIN
+PLACE_RETRIES = 3  # placements of one allocation tried again after a worker died during one
+LEFT_WAIT = 5.0  # seconds to wait for the removal of a worker whose connection broke
 
 
 def measured_load(scheduler, ws) -> float:
@@ -116,7 +118,7 @@ class GVATPlugin(SchedulerPlugin):
 
     def transition(self, key, start, finish, *args, **kwargs):
         # Every transition of every task: O(1) (``Departures.note``).
-        self.departures.note(key, finish)
+        self.departures.note(key, start, finish)
 
     def add_client(self, scheduler, client: str):
         # Dask makes the stream to a client after this hook, before it next yields to
@@ -126,6 +128,7 @@ class GVATPlugin(SchedulerPlugin):
     def remove_worker(self, scheduler, worker: str, **kwargs):
         rec = self.gvat.inventory.remove(worker)
         self._reported.pop(worker, None)
+        arena = self.departures.arenas.get(worker)  # (``left`` forgets it)
         if rec is not None and rec.chunks:
             logger.warning("dgvm worker %s left holding %d chunks; they are marked lost", worker, rec.chunks)
         self.releases.worker_left(worker)
@@ -133,13 +136,13 @@ class GVATPlugin(SchedulerPlugin):
         self.departures.left(worker, rec.uid if rec is not None else None)
         # Peers stop waiting on it to forget their buffers (ipc_retire); on the loop's next
         # turn, as telling every worker is O(workers).
-        scheduler.loop.add_callback(self._tell_peer_left, worker)
+        scheduler.loop.add_callback(self._tell_peer_left, worker, arena)
 
-    def _tell_peer_left(self, worker: str):
+    def _tell_peer_left(self, worker: str, arena: str | None):
         # dgvm workers only: an unknown stream message closes a plain Dask worker. The one
         # that left is out of the inventory already.
         for rec in self.gvat.inventory.live():
-            streams.tell(self.scheduler.stream_comms.get(rec.address), messages.peer_left(worker))
+            streams.tell(self.scheduler.stream_comms.get(rec.address), messages.peer_left(worker, arena))
 
     def remove_client(self, scheduler, client: str):
         # A client that goes away frees what it allocated, as a process exit frees its
@@ -204,8 +207,11 @@ class GVATPlugin(SchedulerPlugin):
 
     async def _ask(self, worker: WorkerAddress, handler: str, **kwargs):
         """Call ``handler`` on ``worker``'s chunk store; its answer decoded
-        (``messages.call``: a refusal raised)."""
-        return await messages.call(self.scheduler.rpc(worker), handler, **kwargs)
+        (``messages.call``: a refusal raised). A worker that leaves meanwhile raises
+        ``ConnectionError`` (an OSError, as a broken connection does) once it is removed."""
+        return await self.departures.peers.call(
+            worker, messages.call(self.scheduler.rpc(worker), handler, **kwargs),
+            lambda: ConnectionError(f"worker {worker} left the cluster"))
 
     # -- handlers ------------------------------------------------------------------------
     @staticmethod
@@ -236,7 +242,8 @@ class GVATPlugin(SchedulerPlugin):
         zero: bool = True,
     ) -> ChunkMap:
         """Reserve, place and create an allocation; all or nothing. ``zero=False``: the
-        chunks are not zero-filled (the caller's next task writes all of them)."""
+        chunks are not zero-filled (the caller's next task writes all of them). Placed again
+        on the workers left if one dies meanwhile."""
         owner = arguments.text("owner", owner)
         arguments.flag("zero", zero)
         placement = arguments.text("placement", placement, POLICIES)
@@ -255,6 +262,16 @@ class GVATPlugin(SchedulerPlugin):
             nbytes = arguments.integer("nbytes", nbytes, 1)
             chunk_bytes = arguments.integer("chunk_bytes", chunk_bytes, 1)
         self._check_chunk_count(nbytes, chunk_bytes, chunks)
+        for attempt in range(PLACE_RETRIES):
+            try:
+                return await self._place(owner, nbytes, chunk_bytes, shape, dtype, chunks, placement,
+                                         colocate, zero)
+            except _WorkersLeft as e:
+                if attempt == PLACE_RETRIES - 1:
+                    raise DgvmError(str(e)) from None
+
+    async def _place(self, owner, nbytes, chunk_bytes, shape, dtype, chunks, placement, colocate,
+                     zero) -> ChunkMap:
         self._sync_inventory()
         if shape is not None:
             grid = tuple(tuple(int(b) for b in axis) for axis in chunks)
@@ -297,8 +314,26 @@ class GVATPlugin(SchedulerPlugin):
                 raise OutOfDeviceMemory(
                     f"allocation of {alloc.nbytes} bytes rolled back on every worker: {reasons}"
                 )
+            broken = [a for a, r in failed if isinstance(r, OSError)]
+            if broken:
+                # A worker died while its chunks were made: once the scheduler has removed
+                # it, place again on the others. (An OSError raised out of a handler would
+                # make Dask close the caller's connection, as if the caller had gone.)
+                if await self._removed(broken, LEFT_WAIT):
+                    raise _WorkersLeft(f"allocation of {alloc.nbytes} bytes: workers left while "
+                                       f"it was placed: {reasons}")
+                raise DgvmError(f"allocation of {alloc.nbytes} bytes rolled back: {reasons}")
             raise failed[0][1]
         return self.gvat.chunk_map(alloc)
+
+    async def _removed(self, addresses, timeout: float) -> bool:
+        """Whether the scheduler removes the workers at ``addresses`` within ``timeout``."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while any(a in self.gvat.inventory.by_address for a in addresses):
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
 
     async def _free_on(self, alloc_id: AllocId, addresses):
         addresses = list(addresses)
@@ -586,3 +621,7 @@ def dask_setup(scheduler):
     configuration closes the scheduler (see ``config.check_in_preload``)."""
     config.check_in_preload(scheduler)
     scheduler.add_plugin(GVATPlugin(), name=PLUGIN_NAME)
+
+
+class _WorkersLeft(Exception):
+    """A placement failed because workers it chose left the cluster: place again."""

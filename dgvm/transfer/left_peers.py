@@ -5,6 +5,9 @@ default: Dask retries a refused connection until then) before it fails. The sche
 tells everyone when it removes a worker (clients: ``messages.LEFT_TOPIC``, workers:
 ``messages.PEER_LEFT``); a request made through ``LeftPeers.call`` gives up then.
 
+A request whose connection breaks first (the peer's process died, the scheduler has not
+removed it yet) waits a moment for the news too, so that its caller hears ``gone()``.
+
 A request that starts after the news was handled is not stopped by it: the news also
 marks what named the worker stale (clients' chunk maps), and the GVAT answers for its
 chunks with ``ChunkLost`` from then on.
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 from typing import Awaitable, Callable
+
+GRACE = 5.0  # seconds a request whose connection broke waits for news that its peer left
 
 
 class LeftPeers:
@@ -29,14 +34,29 @@ class LeftPeers:
             if not flag.done():
                 flag.set_result(None)
 
-    async def call(self, address: str, request: Awaitable, gone: Callable[[], Exception]):
-        """Await ``request`` to ``address``; raise ``gone()`` if the peer leaves first."""
+    async def call(self, address: str, request: Awaitable, gone: Callable[[], Exception],
+                   grace: float = GRACE):
+        """Await ``request`` to ``address``; raise ``gone()`` if the peer leaves first.
+
+        A request whose connection breaks (``OSError``) as the peer dies fails before the
+        scheduler has removed it: the news is awaited up to ``grace`` seconds, so that the
+        caller gets ``gone()`` (a ``ChunkLost`` naming the chunks) rather than a raw comm
+        error; without news, the ``OSError`` is raised."""
         task = asyncio.ensure_future(request)
         flag = asyncio.get_running_loop().create_future()
         waiting = self._waiting.setdefault(address, set())
         waiting.add(flag)
         try:
             await asyncio.wait({task, flag}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                task.cancel()
+                raise gone()
+            error = task.exception()
+            if isinstance(error, OSError):
+                done, _ = await asyncio.wait({flag}, timeout=grace)
+                if done:
+                    raise gone() from error
+            return task.result()
         except BaseException:  # cancelled: the request goes too
             task.cancel()
             raise
@@ -44,7 +64,3 @@ class LeftPeers:
             waiting.discard(flag)
             if not waiting and self._waiting.get(address) is waiting:
                 del self._waiting[address]
-        if task.done():
-            return task.result()
-        task.cancel()
-        raise gone()

@@ -16,7 +16,8 @@ from dgvm.transfer.base import TransferPath
 class PeerArenas:
     """The shared-memory arenas of peers one worker has mapped, by name (one per worker,
     ``Transfers.arenas``). A content-keyed cache: an arena is mapped at its first copy and
-    kept until the worker closes (``close``); names are never reused."""
+    kept until its worker leaves (``forget``) or this one closes (``close``); names are
+    never reused."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -37,6 +38,12 @@ class PeerArenas:
                     os.close(fd)
                 arena = self._arenas[name] = np.frombuffer(m, dtype=np.uint8)
             return arena
+
+    def forget(self, name: str) -> None:
+        """Stop mapping arena ``name`` (its worker left: unlinked, its pages stay while
+        any process maps them); unmapped once no copy reads it any more."""
+        with self._lock:
+            self._arenas.pop(name, None)
 
     def close(self) -> None:
         """Forget every mapping (each is unmapped once no copy reads it any more)."""

@@ -109,7 +109,7 @@ class ChunkStorePlugin(WorkerPlugin):
             if op not in self.KEPT_AFTER_TEARDOWN:
                 worker.handlers.pop(op, None)
         # An unknown stream message would close the worker: these may still come.
-        worker.stream_handlers[PEER_LEFT] = lambda worker=None: None
+        worker.stream_handlers[PEER_LEFT] = lambda **_: None
         worker.stream_handlers[RELEASE] = lambda **_: None
         worker.stream_handlers[THAW] = lambda **_: None
         worker.metrics.pop(messages.HEARTBEAT, None)
@@ -186,10 +186,13 @@ class ChunkStorePlugin(WorkerPlugin):
         if self.retirement is not None and self.retirement.exports.any_retiring():
             await asyncio.wait([asyncio.ensure_future(self.retirement.run())], timeout=RETIRE_WAIT)
 
-    def peer_left(self, worker: WorkerAddress):
+    def peer_left(self, worker: WorkerAddress, arena: str | None = None):
         """The scheduler says a worker left (stream message ``messages.PEER_LEFT``): the
-        requests to it in flight stop waiting."""
+        requests to it in flight stop waiting, and its arena is no longer mapped here (its
+        memory goes back once no process maps it)."""
         self.transfers.left_peers.left(worker)
+        if arena is not None:
+            self.transfers.arenas.forget(arena)
         if self.retirement is not None:
             self.retirement.peer_left(worker)
 

@@ -92,6 +92,22 @@ def plan(x, key):
     return maps, drop, new_axes
 
 
+def chunks_selected(x, maps) -> list[int]:
+    """The chunk indices of ``x`` (C order) holding some element that ``maps`` (``plan``'s:
+    per axis the coordinates, or None for all) select: a write of a selection needs no task
+    on the workers of the other chunks."""
+    blocks = []
+    for a, m in enumerate(maps):
+        if m is None:
+            blocks.append(np.arange(len(x.chunks[a])))
+        else:
+            blocks.append(np.unique(np.searchsorted(np.cumsum(x.chunks[a]), m, side="right")))
+    if not blocks:
+        return [0]
+    grid = np.meshgrid(*blocks, indexing="ij")
+    return np.ravel_multi_index([g.reshape(-1) for g in grid], x.numblocks).tolist()
+
+
 def is_mask(key) -> bool:
     """An array of booleans as the whole key (0-d host booleans: ``added_axes``)."""
     k = key[0] if isinstance(key, tuple) and len(key) == 1 else key

@@ -14,7 +14,8 @@ from dgvm.array._engine.apply import apply
 from dgvm.array._engine.assign_ops import Assign, MaskAssign
 from dgvm.array._engine.core import ArrayCore
 from dgvm.array._engine.aliases import view_of
-from dgvm.array._engine.keys import added_axes, basic_view, fit_value, fitted, is_mask, plan, storable
+from dgvm.array._engine.keys import (added_axes, basic_view, chunks_selected, fit_value, fitted, is_mask, plan,
+                                     storable)
 from dgvm.array._engine.view_writes import write_view
 from dgvm.array._engine.zero_size import empty_aware
 
@@ -54,6 +55,9 @@ def setitem(x, key, value) -> None:
         return
     maps, drop, new_axes = plan(x, key)
     keep = tuple(a for a in range(x.ndim) if a not in drop)
+    # One task per worker of the chunks written, none elsewhere (an empty selection: every
+    # chunk's, writing nothing, so that x's earlier writers stay ordered before later tasks).
+    chunks = chunks_selected(x, maps) or None
     sel_shape = tuple(x.shape[a] if maps[a] is None else len(maps[a]) for a in keep)
     if isinstance(value, (ArrayCore, np.ndarray)):
         value, vshape = fitted(value, sel_shape)  # a host array is checked before it is stored
@@ -64,10 +68,10 @@ def setitem(x, key, value) -> None:
             # deferred and so computed before the write, like any reader of x.
             value = apply("astype", value, dtype=x.dtype)
         op = Assign(tuple(maps), sel_shape, keep, None, vshape)
-        blockwise.run(op, x, [x, value], "setitem")
+        blockwise.run(op, x, [x, value], "setitem", chunks)
     else:
         storable(value, x.dtype)
-        blockwise.run(Assign(tuple(maps), sel_shape, keep, value, None), x, [x], "setitem")
+        blockwise.run(Assign(tuple(maps), sel_shape, keep, value, None), x, [x], "setitem", chunks)
 
 
 def _setitem_view(x, key, value) -> None:
