@@ -90,6 +90,19 @@ def fail_waiting_task(scheduler, key, error: Exception, stimulus_id: str) -> Non
     scheduler.transitions(recommendations, stimulus_id)
 
 
+def repin_stranded_task(scheduler, key, worker: str, stimulus_id: str) -> bool:
+    """Pin task ``key``, waiting in Dask's ``no-worker`` state for a worker that left, to
+    ``worker`` instead and let it run there (``TaskState.worker_restrictions``, then
+    ``Scheduler.transitions`` to ``processing``, which ``decide_worker_non_rootish``
+    honours). Whether it is processing there now."""
+    ts = scheduler.tasks.get(key)
+    if ts is None or ts.state != "no-worker" or worker not in scheduler.workers:
+        return False
+    ts.worker_restrictions = {worker}
+    scheduler.transitions({key: "processing"}, stimulus_id)
+    return ts.state == "processing"
+
+
 # -- worker ------------------------------------------------------------------------------
 
 

@@ -411,7 +411,7 @@ def scheduler_requests(buf, client, worker):
         messages.ALLOCATE: (
             dict(owner=owner, nbytes=4096, chunk_bytes=1024, __required__=("owner",)),
             dict(owner=wstr, nbytes=bad_int(1, wire=True), chunk_bytes=bad_int(1, wire=True),
-                 placement=st.sampled_from(["nope", 5, None, ""]), zero=wbool,
+                 placement=st.sampled_from(["nope", 5, None, ""]), zero=wbool, replicas=bad_int(1, wire=True),
                  colocate=st.sampled_from(["a", 1.5, NAN, [1], [1, "a"], [buf.alloc_id, [NAN]], True])),
         ),
         "allocate-grid": (
@@ -456,6 +456,10 @@ def scheduler_requests(buf, client, worker):
                  owner=st.sampled_from([5, [owner], ""])),
         ),
         messages.REBALANCE: ({}, dict(owner=st.sampled_from([5, 1.5, [owner], b"x", "", True]))),
+        messages.SET_REPLICAS: (
+            dict(alloc_id=buf.alloc_id, replicas=1, owner=owner, __required__=("alloc_id", "replicas")),
+            dict(alloc_id=wid(), replicas=bad_int(1, wire=True), owner=st.sampled_from([5, [owner], ""])),
+        ),
         messages.REPLICAS_DROPPED: (
             dict(worker=worker, dropped={}, __required__=("worker", "dropped")),
             dict(worker=wstr, dropped=st.sampled_from([[], "ab", 5, {"x": [0]}, {buf.alloc_id: 5},
@@ -514,6 +518,14 @@ def worker_requests(buf, client, worker):
                                          [{"index": 0, "home": worker, "path": "nope", "version": 0}],
                                          [{"index": 0, "home": worker, "path": "comm", "version": NAN}]])),
         ),
+        messages.REFRESH: (
+            dict(alloc_id=nobody, owner=owner, chunks=[], __required__=("alloc_id", "owner", "chunks")),
+            dict(alloc_id=wid(), owner=wstr,
+                 chunks=st.sampled_from(["ab", 5, [5], [[0]], [["a", worker, "comm", 0]], [[0, 5, "comm", 0]],
+                                         [[0, worker, "nope", 0]], [[0, worker, "comm", NAN]]])),
+        ),
+        messages.PROMOTE: (dict(alloc_id=nobody, owner=owner, indices=[], __required__=("alloc_id", "owner", "indices")),
+                           dict(alloc_id=wid(), owner=wstr, indices=bad_int_list(0, wire=True))),
         messages.IPC_FORGET: (dict(holder=worker, handles=[], __required__=("holder", "handles")),
                               dict(holder=wstr, handles=st.sampled_from([5, "ab", {"k": 1}]),
                                    timeout=st.sampled_from([NAN, -1.0, "a", INF, [1]]))),

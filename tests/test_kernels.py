@@ -183,8 +183,8 @@ def test_a_freed_output_drops_the_copies_its_launches_staged():
         store.stage("launch-b", 6, {0: np.ones(8)})
         store.free(5)  # before launch-a's commit: it will never come
         assert store.staged_launches() == 1
-        assert store.take_staged("launch-a") == {}
-        assert list(store.take_staged("launch-b")) == [0] and store.staged_launches() == 0
+        assert store.take_staged("launch-a", [0]) == {}
+        assert list(store.take_staged("launch-b", [0])) == [0] and store.staged_launches() == 0
         # A launch that stages after its output was freed (a free that did not wait for
         # its tasks) keeps nothing: no commit will ever take it.
         store.stage("launch-c", 5, {0: np.ones(8)})

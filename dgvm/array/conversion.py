@@ -21,9 +21,10 @@ __all__ = ["asnumpy", "from_dask", "from_numpy", "to_dask"]
 
 
 @empty_aware
-def from_numpy(a, chunks="auto", placement=None, colocate=None, client=None) -> DArray:
-    """Copy a NumPy array into global device memory, cut into ``chunks``."""
-    return DArray.from_host(a, chunks, placement, colocate, client)
+def from_numpy(a, chunks="auto", placement=None, colocate=None, client=None, replicas=None) -> DArray:
+    """Copy a NumPy array into global device memory, cut into ``chunks`` (``replicas=k``:
+    each chunk kept on k workers)."""
+    return DArray.from_host(a, chunks, placement, colocate, client, replicas=replicas)
 
 
 @empty_aware

@@ -34,33 +34,36 @@ __all__ = [
 
 @empty_aware
 def empty(shape, dtype=None, *, device=None, chunks="auto", placement=None, colocate=None,
-          client=None) -> DArray:
-    """A new array in global device memory (its memory is zero-filled on allocation)."""
-    return DArray.allocated(shape, dtype, chunks, placement, colocate, client)
+          client=None, replicas=None) -> DArray:
+    """A new array in global device memory (its memory is zero-filled on allocation);
+    ``replicas=k`` keeps each chunk on k workers (``dgvm.malloc``'s)."""
+    return DArray.allocated(shape, dtype, chunks, placement, colocate, client, replicas=replicas)
 
 
 @empty_aware
 def zeros(shape, dtype=None, *, device=None, chunks="auto", placement=None, colocate=None,
-          client=None) -> DArray:
+          client=None, replicas=None) -> DArray:
     """An array of zeros in global device memory."""
-    return empty(shape, dtype, chunks=chunks, placement=placement, colocate=colocate, client=client)
+    return empty(shape, dtype, chunks=chunks, placement=placement, colocate=colocate, client=client,
+                 replicas=replicas)
 
 
 @empty_aware
 def full(shape, fill_value, dtype=None, *, device=None, chunks="auto", placement=None,
-         colocate=None, client=None) -> DArray:
+         colocate=None, client=None, replicas=None) -> DArray:
     """An array of ``fill_value`` (dtype from the value when not given)."""
     if isinstance(fill_value, DArray):
         if fill_value.ndim:  # an array fill: broadcast over the shape, as NumPy's
             x = empty(shape, dtype or fill_value.dtype, chunks=chunks, placement=placement,
-                      colocate=colocate, client=client)
+                      colocate=colocate, client=client, replicas=replicas)
             x[...] = fill_value
             return x
         dtype = dtype or fill_value.dtype
         fill_value = fill_value.item()
     if np.ndim(fill_value):  # a host array fill, broadcast over the shape as NumPy's
         value = np.asarray(fill_value)
-        x = empty(shape, dtype or value.dtype, chunks=chunks, placement=placement, colocate=colocate, client=client)
+        x = empty(shape, dtype or value.dtype, chunks=chunks, placement=placement, colocate=colocate, client=client,
+                  replicas=replicas)
         try:
             fits = np.broadcast_shapes(value.shape, x.shape) == x.shape
         except ValueError:
@@ -74,7 +77,8 @@ def full(shape, fill_value, dtype=None, *, device=None, chunks="auto", placement
         dtype = np.asarray(fill_value).dtype
         if dtype.kind == "i":
             dtype = np.dtype(np.int64)
-    x = empty(shape, dtype, chunks=chunks, placement=placement, colocate=colocate, client=client)
+    x = empty(shape, dtype, chunks=chunks, placement=placement, colocate=colocate, client=client,
+              replicas=replicas)
     if _needs_fill(fill_value, x.dtype):
         blockwise.run(Fill(fill_value, x.dtype), x, [], "full")
     return x
@@ -88,10 +92,10 @@ def _needs_fill(fill_value, dtype) -> bool:
 
 @empty_aware
 def ones(shape, dtype=None, *, device=None, chunks="auto", placement=None, colocate=None,
-         client=None) -> DArray:
+         client=None, replicas=None) -> DArray:
     """An array of ones."""
     return full(shape, 1, check(np.float64 if dtype is None else dtype), chunks=chunks,
-                placement=placement, colocate=colocate, client=client)
+                placement=placement, colocate=colocate, client=client, replicas=replicas)
 
 
 @empty_aware

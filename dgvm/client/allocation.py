@@ -110,6 +110,15 @@ class AllocationHandle:
         self._versions = list(m.versions)
         self._grouped: dict[str, list[int]] | None = None  # by_home(), made when first asked
 
+    def set_replicas(self, replicas: int) -> None:
+        """Keep ``replicas`` copies of every chunk from now on (the new ones are copied
+        before this returns; all or nothing)."""
+        self.check_live()
+        replicas = arguments.integer("replicas", replicas, 1)
+        self._set_map(call_scheduler(messages.SET_REPLICAS, self.client, alloc_id=self.alloc_id,
+                                     replicas=replicas, owner=self.client.id))
+        self.stale = False
+
     def refresh(self) -> None:
         """Fetch the current chunk map from the GVAT (after chunks moved)."""
         self.check_live()
@@ -236,8 +245,9 @@ class AllocationHandle:
 
     def _exchange(self, handler: str, pieces) -> tuple[dict, dict]:
         """Send ``pieces`` to their home workers, one request per worker; answers and
-        positions by worker. A chunk that moved meanwhile is sent again to its new home
-        (a few times: moves may keep coming; writing a piece again writes the same bytes)."""
+        positions by worker. A chunk that moved meanwhile, or whose home left and a copy
+        took over (``replicas``), is sent again to its new home (a few times: moves may
+        keep coming; writing a piece again writes the same bytes)."""
         self.ensure_fresh()
         for attempt in range(MOVED_RETRIES):
             by_worker, order = self._route(pieces)
@@ -252,9 +262,10 @@ class AllocationHandle:
                 # A worker went away: once the GVAT says so, name the lost chunks (a
                 # request that raced with its death fails before the scheduler knows).
                 self.session.part(LeftWorkers).wait_left(by_worker, LEFT_WAIT)
-                self.refresh()
+                self.refresh()  # (after copies of its chunks became their homes)
                 self._route(pieces)
-                raise
+                if attempt == MOVED_RETRIES - 1 or routed == [self.home(p[0]) for p in pieces]:
+                    raise
             except InvalidAddress:
                 self.refresh()
                 if attempt == MOVED_RETRIES - 1 or routed == [self.home(p[0]) for p in pieces]:

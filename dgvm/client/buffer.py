@@ -9,6 +9,7 @@ from distributed import Client
 from dgvm import config
 from dgvm.client import progress
 from dgvm.client.allocation import AllocationHandle
+from dgvm.gvat import copies
 from dgvm.gvat.placement import POLICIES
 from dgvm.protocol import arguments
 from dgvm.protocol.errors import InvalidAddress, InvalidArgument, InvalidArgumentType
@@ -44,6 +45,14 @@ def placement_request(placement: str | None, colocate) -> dict:
     if placement is None:
         return {"placement": config.get("placement.default")}
     return {"placement": arguments.text("placement", placement, POLICIES)}
+
+
+def replicas_request(replicas) -> dict:
+    """The GVAT request field of ``replicas=`` (copies of each chunk; the config's
+    ``replicas`` when None)."""
+    if replicas is None:
+        replicas = config.get("replicas")
+    return {"replicas": arguments.integer("replicas", replicas, 1, copies.MAX_COPIES)}
 
 
 class GlobalBuffer(AllocationHandle):
@@ -152,15 +161,19 @@ def malloc(
     placement: str | None = None,
     colocate=None,
     client: Client | None = None,
+    replicas: int | None = None,
 ) -> GlobalBuffer:
     """Allocate ``nbytes`` of global device memory, zero-filled, cut into chunks.
 
     ``placement`` is ``"balanced"`` (default), ``"packed"`` or ``"round_robin"``;
-    ``colocate=other`` puts chunk i where chunk i of ``other`` lives. Raises
-    ``dgvm.OutOfDeviceMemory`` when the cluster's free device memory cannot hold it.
+    ``colocate=other`` puts chunk i where chunk i of ``other`` lives. ``replicas=k``
+    keeps every chunk on k workers (the config's ``replicas``, 1, by default): each
+    write completes once all k hold it, and a chunk whose home dies lives on in a copy.
+    Raises ``dgvm.OutOfDeviceMemory`` when the cluster's free device memory cannot hold it.
     """
     nbytes = _positive_int("nbytes", nbytes)
     chunk = _positive_int("chunk_bytes", chunk_bytes if chunk_bytes is not None else config.get("chunk-bytes"))
     chunk = min(chunk, nbytes)
-    request = dict(nbytes=nbytes, chunk_bytes=chunk, **placement_request(placement, colocate))
+    request = dict(nbytes=nbytes, chunk_bytes=chunk, **placement_request(placement, colocate),
+                   **replicas_request(replicas))
     return GlobalBuffer.create(client, **request)

@@ -20,18 +20,21 @@ from dgvm.client.ordering import TaskChunks
 from dgvm.client.pending import unfinished
 from dgvm.client.session import ensure_open
 from dgvm.protocol.errors import detached_task_errors
-from dgvm.protocol.messages import ALLOCATIONS_ANNOTATION, TASK_PREFIX
+from dgvm.protocol.messages import ALLOCATIONS_ANNOTATION, RERUN_ANNOTATION, TASK_PREFIX
 from dgvm.protocol.records import ArraySpec
 
 
-def submit(client, fn, args: tuple, homes: dict[str, list[int]], deps, name: str) -> list:
+def submit(client, fn, args: tuple, homes: dict[str, list[int]], deps, name: str,
+           rerun: bool = False) -> list:
     """One task ``fn(*args, indices, deps)`` per worker of ``homes`` (worker -> chunk
     indices), pinned there; ``deps`` is one list for all or a dict per worker. Returns
-    the futures in ``homes``' order."""
+    the futures in ``homes``' order. ``rerun``: a task whose worker leaves before it
+    finished may run again where copies of its chunks took over (``RERUN_ANNOTATION``:
+    it reads, or writes only its own chunks and passes over those its first run wrote)."""
     ensure_open(client)
     afters = [deps[w] if isinstance(deps, dict) else deps for w in homes]
     # The allocations it names: a task stranded on a worker that left says which it lost.
-    with dask.annotate(**{ALLOCATIONS_ANNOTATION: sorted(_allocations_in(args))}):
+    with dask.annotate(**{ALLOCATIONS_ANNOTATION: sorted(_allocations_in(args)), RERUN_ANNOTATION: rerun}):
         futures = [
             client.submit(
                 fn, *args, idx, after, workers=[w], allow_other_workers=False, pure=False,
@@ -83,12 +86,14 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
         # other workers would stage copies that no second task ever takes. (Every earlier
         # task touched some chunk of out, so each follows all of them.)
         deps = out_tasks + input_writers
-    futures = submit(client, fn, task_args, homes, deps, name)
+    # (Both steps of a staged launch run again: a step 1 run again adds its copies to
+    # those of the worker it runs on, and each step 2 takes its own chunks.)
+    futures = submit(client, fn, task_args, homes, deps, name, rerun=True)
     touched.record(futures, homes.values(), aligned)
     readers = futures  # the first tasks read the inputs; the second ones only write out
     if then is not None:
         fn2, *args2 = then
-        futures = submit(client, fn2, tuple(args2), homes, futures, f"{name}-commit")
+        futures = submit(client, fn2, tuple(args2), homes, futures, f"{name}-commit", rerun=True)
         touched.record(futures, homes.values(), aligned)
     if getattr(out.alloc, "unfilled", False):
         # The first write of a result not zero-filled: if it fails the result has no

@@ -74,10 +74,15 @@ def set_home(gvat: GVAT, alloc: Allocation, indices, versions, target: WorkerRec
         old.used -= n
         old.chunks -= 1
         holders = alloc.replicas.get(i, set())
+        backups = alloc.backups.get(i, set())
         if target.uid in holders:  # its replica became the home copy: bytes already booked
             holders.discard(target.uid)
             if not holders:
                 alloc.replicas.pop(i, None)
+        elif target.uid in backups:  # so did its backup (a new one is made: ``wanting``)
+            backups.discard(target.uid)
+            if not backups:
+                alloc.backups.pop(i, None)
         else:
             target.used += n
         target.chunks += 1

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from dask.utils import format_bytes
 
+from dgvm.gvat import copies as durable
 from dgvm.gvat import placement as policies
 from dgvm.gvat.inventory import Inventory, WorkerRecord
 from dgvm.gvat.ranges import RangeAllocator
@@ -48,6 +49,11 @@ class Allocation:
     # chunk index -> {WorkerUid: launches that read it there since its home last used it}
     remote_reads: dict = field(default_factory=dict)
     moving: set = field(default_factory=set)  # chunk indices whose home is being moved
+    copies: int = 1  # copies of each chunk kept: the home and copies - 1 backups
+    # chunk index -> WorkerUids holding a durable copy (``gvat.copies``), refreshed by writes
+    backups: dict = field(default_factory=dict)
+    # chunk index -> key of the task whose write its backups got last
+    last_writer: dict = field(default_factory=dict)
     # hits, misses, homes moved, bytes/time per path (for dgvm.stats and the dashboard)
     stats: dict = field(
         default_factory=lambda: {"hits": 0, "misses": 0, "rehomes": 0, "migrated": 0, "paths": {}}
@@ -102,13 +108,17 @@ class GVAT:
         shape: tuple | None = None,
         grid_chunks: tuple | None = None,
         loads: dict[int, float] | None = None,
+        copies: int = 1,
     ) -> Allocation:
-        """Reserve a virtual range and homes for chunks of ``sizes`` bytes (all or nothing)."""
+        """Reserve a virtual range and homes for chunks of ``sizes`` bytes, and ``copies -
+        1`` backups of each (``gvat.copies``; all or nothing)."""
         sizes = np.asarray(sizes, dtype=np.int64)
         if len(sizes) == 0 or (sizes <= 0).any():
             raise ValueError("an allocation needs at least one chunk, each of positive size")
         nbytes = int(sizes.sum())
         live = self.inventory.live()
+        if live:
+            durable.check_count(copies, len(live))
         homes_pos = self._place(sizes, live, placement, colocate, loads or {})
         vaddr = self.space.allocate(nbytes)
         if vaddr is None:  # 128 TiB of address space is spent: say so, like a full device
@@ -137,8 +147,15 @@ class GVAT:
             shape=tuple(shape) if shape is not None else None,
             grid_chunks=grid_chunks,
             uniform=bool((sizes[:-1] == sizes[0]).all() and sizes[-1] <= sizes[0]),
+            copies=int(copies),
         )
         self._book(alloc, +1)
+        try:
+            durable.place(alloc, live, self.headroom)
+        except Exception:
+            self._book(alloc, -1)
+            self.space.free(vaddr)
+            raise
         self.allocations[alloc.alloc_id] = alloc
         self._by_owner.setdefault(owner, set()).add(alloc.alloc_id)
         bisect.insort(self._starts, vaddr)
@@ -210,6 +227,7 @@ class GVAT:
         del self._at[alloc.vaddr]
         self.space.free(alloc.vaddr)
         self._book(alloc, -1)
+        durable.unbook_all(alloc, self.inventory)
         for i, holders in alloc.replicas.items():
             for uid in holders:
                 self.inventory.by_uid[uid].used -= alloc.size(i)
@@ -256,12 +274,13 @@ class GVAT:
         p["seconds"] += seconds
         return KEPT
 
-    def wrote(self, alloc_id: int, indices) -> dict[str, list[int]]:
-        """Chunks were written at their home: bump their versions and forget their
-        replicas. Returns {address: [chunk indices]} of replicas the caller must drop."""
+    def wrote(self, alloc_id: int, indices) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+        """Chunks were written at their home: bump their versions and forget their read
+        replicas. Returns ({address: [chunk indices]} of replicas the caller must drop,
+        the same of backups it must refresh)."""
         alloc = self.allocations.get(alloc_id)
         if alloc is None:
-            return {}
+            return {}, {}
         idx = np.asarray(list(indices), dtype=np.int64)
         alloc.versions[idx] += 1
         alloc.last_access[idx] = time.time()
@@ -273,7 +292,7 @@ class GVAT:
                 rec.used -= alloc.size(i)
                 if rec.alive:
                     drop.setdefault(rec.address, []).append(i)
-        return drop
+        return drop, durable.live_holders(alloc, self.inventory, idx.tolist()) if alloc.backups else {}
 
     def count_reads(self, alloc_id: int, hits: int, misses: int) -> None:
         alloc = self.allocations.get(alloc_id)
@@ -377,6 +396,9 @@ class GVAT:
                     device=m.devices[h],
                     tier=m.tiers[h],
                     version=m.versions[i],
+                    backups=tuple(sorted(self.inventory.by_uid[u].address
+                                         for u in alloc.backups.get(i, ())
+                                         if self.inventory.by_uid[u].alive)),
                 )
                 for i, h in enumerate(m.home)
             )
@@ -392,12 +414,13 @@ class GVAT:
             dtype=alloc.dtype,
             shape=alloc.shape,
             chunks=chunks,
+            replicas=alloc.copies,
         )
 
     def holders(self, alloc: Allocation) -> set[str]:
         """Live addresses holding any chunk or replica of ``alloc``."""
         uids = set(np.unique(alloc.homes).tolist())
-        for h in alloc.replicas.values():
+        for h in (*alloc.replicas.values(), *alloc.backups.values()):
             uids |= h
         return {self.inventory.by_uid[u].address for u in uids if self.inventory.by_uid[u].alive}
 

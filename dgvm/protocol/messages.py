@@ -59,10 +59,11 @@ MIGRATE = "dgvm_migrate"  # move chunk homes -> Migrated
 REBALANCE = "dgvm_rebalance"  # even out device memory -> {"chunks", "bytes"}
 REPLICAS_DROPPED = "dgvm_replicas_dropped"  # a worker evicted replicas
 RELEASES_SENT = "dgvm_releases_sent"  # the last release ticket sent to a worker -> int or None
+SET_REPLICAS = "dgvm_set_replicas"  # keep k copies of each chunk of an allocation -> ChunkMap
 
 SCHEDULER_HANDLERS = frozenset({
     ALLOCATE, FREE, FREE_ALL, TRANSLATE, TABLE, WORKERS, CHUNK_MAP, LOCATE, REPLICA_ADDED,
-    LAUNCHED, STATS, MIGRATE, REBALANCE, REPLICAS_DROPPED, RELEASES_SENT,
+    LAUNCHED, STATS, MIGRATE, REBALANCE, REPLICAS_DROPPED, RELEASES_SENT, SET_REPLICAS,
 })
 
 # -- RPC handlers of each worker (ChunkStorePlugin) -----------------------------------------
@@ -77,9 +78,12 @@ EXPORT = "dgvm_export"  # descriptors of chunks for a transfer path -> [dict or 
 DROP_REPLICAS = "dgvm_drop_replicas"  # -> bytes
 PULL = "dgvm_pull"  # become the home of chunks -> Pulled
 IPC_FORGET = "dgvm_ipc_forget"  # close mappings of a peer's buffers -> count
+REFRESH = "dgvm_refresh"  # copy chunks written at their homes into the backups here -> count
+PROMOTE = "dgvm_promote"  # backups here become homes (their home left) -> [indices]
 
 WORKER_HANDLERS = frozenset({
     STORE_ALLOCATE, STORE_FREE, WRITE, READ, STORE_INFO, EXPORT, DROP_REPLICAS, PULL, IPC_FORGET,
+    REFRESH, PROMOTE,
 })
 
 # -- plugins, events, streams, tasks ----------------------------------------------------
@@ -101,11 +105,18 @@ RELEASE = "dgvm-release"
 THAW = "dgvm-thaw"
 # A worker left the cluster (dgvm.transfer.ipc_retire): scheduler -> dgvm workers.
 PEER_LEFT = "dgvm-peer-left"
+# Tasks that ran on a worker that left run again here, with the chunks their first run
+# wrote for good (copies hold them): scheduler -> the worker they run on, before they do.
+WRITTEN = "dgvm-written"
 
 # Every task dgvm submits has a key that starts so (dgvm.client.dispatch).
 TASK_PREFIX = "dgvm-"
 # The Dask annotation of a dgvm task that lists the allocations it names.
 ALLOCATIONS_ANNOTATION = "dgvm_allocations"
+# The Dask annotation of a dgvm task that may run again elsewhere when its worker leaves
+# before it finished, once copies of its chunks took over (``replicas``): it writes only
+# its own chunks, and passes over those its first run wrote (``StoredChunk.written_by``).
+RERUN_ANNOTATION = "dgvm_rerun"
 
 # The GVAT's answers to REPLICA_ADDED.
 KEPT = "kept"  # the replica counts
@@ -113,10 +124,11 @@ STALE = "stale"  # the chunk moved or was written while it was copied: drop it, 
 GONE = "gone"  # the allocation was freed, or the worker is unknown: drop it
 
 
-def report(alloc_id: AllocId, wrote: list, reads: dict, stats: dict) -> dict:
-    """The stream message REPORT (``GVATPlugin.launched``): the chunks a task wrote, what
-    it read, and its store's counters as of then (``stats``)."""
-    return {"op": REPORT, "alloc_id": alloc_id, "wrote": wrote, "reads": reads, "stats": stats}
+def report(alloc_id: AllocId, wrote: list, reads: dict, stats: dict, key: str | None = None) -> dict:
+    """The stream message REPORT (``GVATPlugin.launched``): the chunks task ``key`` wrote,
+    what it read, and its store's counters as of then (``stats``)."""
+    return {"op": REPORT, "alloc_id": alloc_id, "wrote": wrote, "reads": reads, "stats": stats,
+            "key": key}
 
 
 def release(alloc_id: AllocId, indices: list, ticket: int) -> dict:
@@ -127,6 +139,15 @@ def release(alloc_id: AllocId, indices: list, ticket: int) -> dict:
 def thaw(alloc_id: AllocId, indices: list) -> dict:
     """The stream message THAW (``ChunkStorePlugin.thaw``)."""
     return {"op": THAW, "alloc_id": alloc_id, "indices": indices}
+
+
+ALL_WRITTEN = "all"  # WRITTEN: every chunk the task writes (it had finished)
+
+
+def written(done: dict) -> dict:
+    """The stream message WRITTEN (``ChunkStorePlugin.written``): task key -> [[alloc id,
+    chunk index], ...] written for good, or "all"."""
+    return {"op": WRITTEN, "done": done}
 
 
 def peer_left(worker: WorkerAddress, arena: str | None = None) -> dict:
@@ -275,6 +296,7 @@ def _descriptors(answer: list) -> list:
 ANSWERS: dict[str, Callable[[Any], Any]] = {
     ALLOCATE: ChunkMap.from_dict,
     CHUNK_MAP: ChunkMap.from_dict,
+    SET_REPLICAS: ChunkMap.from_dict,
     MIGRATE: Migrated.from_dict,
     TRANSLATE: Translation.from_dict,
     LOCATE: Where.from_dict,

@@ -74,6 +74,7 @@ class ChunkInfo(Record):
     device: str
     tier: str
     version: int = 0
+    backups: tuple = ()  # workers holding a durable copy (``replicas``), current as the home
 
 
 @dataclass(frozen=True)
@@ -136,13 +137,15 @@ class AllocationInfo(Record):
     dtype: str | None = None
     shape: tuple | None = None
     chunks: tuple = ()  # ChunkInfo dicts, filled when asked for
+    replicas: int = 1  # copies kept of each chunk
 
     @classmethod
     def from_dict(cls, d):
         d = dict(d)
         if d.get("shape") is not None:
             d["shape"] = tuple(d["shape"])
-        d["chunks"] = tuple(ChunkInfo.from_dict(c) for c in d.get("chunks") or ())
+        d["chunks"] = tuple(ChunkInfo.from_dict({**c, "backups": tuple(c.get("backups") or ())})
+                            for c in d.get("chunks") or ())
         return super().from_dict.__func__(cls, d)
 
 

@@ -33,6 +33,7 @@ from dgvm.backends.cpu import unlink_arena
 from dgvm.protocol import messages
 from dgvm.protocol.errors import ChunkLost
 from dgvm.protocol.records import WorkerAddress, WorkerUid
+from dgvm.streams import tell
 from dgvm.transfer import LeftPeers
 
 logger = logging.getLogger("dgvm.scheduler")
@@ -54,6 +55,7 @@ class Departures:
         self._lost: dict[str, dict] = {}
         self.arenas: dict[str, str] = {}  # address -> the shared-memory arena a worker reported
         self.peers = LeftPeers()  # the scheduler's requests to workers, which stop when one leaves
+        self.durability = None  # the plugin's (copies that take over a lost home's chunks)
 
     def note(self, key, start: str, finish: str) -> None:
         """Dask's transition hook (every transition): note a dgvm task that went to
@@ -83,20 +85,59 @@ class Departures:
 
     def fail_stranded(self) -> None:
         """Fail with ``ChunkLost`` the noted tasks whose every worker left (a worker that
-        is only paused still runs its tasks later)."""
+        is only paused still runs its tasks later). One that had not finished and may run
+        again (``messages.RERUN_ANNOTATION``) runs again instead where copies of its
+        chunks took over, when every allocation it names lost nothing (``rerun``)."""
         keys, self._stranded = self._stranded, set()
         stimulus = f"dgvm-worker-left-{time.time()}"
+        again = []
         for key in keys:
             pinned = dask_compat.stranded_on(self.scheduler, key)
             if pinned is None:
                 continue
+            if (self.durability is not None
+                    and dask_compat.annotation(self.scheduler, key, messages.RERUN_ANNOTATION, False)):
+                again.append((key, pinned))
+                continue
+            self._fail(key, pinned, stimulus)
+        if again:
+            self.durability.plugin.spawn(self.rerun(again))
+
+    def _fail(self, key, pinned, stimulus: str) -> None:
+        named = dask_compat.annotation(self.scheduler, key, messages.ALLOCATIONS_ANNOTATION, [])
+        did = "ran" if key in self._done else "was to run"
+        error = ChunkLost(f"dgvm task {key} {did} on {self.describe(sorted(pinned)[0], named)}")
+        try:
+            dask_compat.fail_waiting_task(self.scheduler, key, error, stimulus)
+        except Exception:  # noqa: BLE001  (the task changed meanwhile; never stop the others)
+            logger.exception("dgvm: failing task %s stranded on %s", key, sorted(pinned))
+
+    async def rerun(self, stranded: list) -> None:
+        """Once copies took over the chunks of the workers the tasks ``stranded`` ((key,
+        pinned addresses) each) were pinned to, run each again on the worker that holds
+        most of its chunks from there, or fail it with ``ChunkLost`` if an allocation it
+        names lost chunks."""
+        for address in {a for _, pinned in stranded for a in pinned}:
+            uid = self._uids.get(address)
+            if uid is not None:
+                await self.durability.settled_worker(uid)
+        stimulus = f"dgvm-rerun-{time.time()}"
+        for key, pinned in stranded:
+            if dask_compat.stranded_on(self.scheduler, key) is None:
+                continue  # (it changed meanwhile: released, or failed with a task it followed)
             named = dask_compat.annotation(self.scheduler, key, messages.ALLOCATIONS_ANNOTATION, [])
-            did = "ran" if key in self._done else "was to run"
-            error = ChunkLost(f"dgvm task {key} {did} on {self.describe(sorted(pinned)[0], named)}")
+            target = self.durability.rerun_target([self._uids.get(a) for a in pinned], named)
             try:
-                dask_compat.fail_waiting_task(self.scheduler, key, error, stimulus)
-            except Exception:  # noqa: BLE001  (the task changed meanwhile; never stop the others)
-                logger.exception("dgvm: failing task %s stranded on %s", key, sorted(pinned))
+                if target is not None:  # (before the task, on the same stream)
+                    done = messages.ALL_WRITTEN if key in self._done else self.durability.written_by(key, named)
+                    if done:
+                        tell(self.scheduler.stream_comms.get(target), messages.written({key: done}))
+                if target is not None and dask_compat.repin_stranded_task(self.scheduler, key, target, stimulus):
+                    logger.info("dgvm: task %s runs again on %s (its worker left)", key, target)
+                    continue
+            except Exception:  # noqa: BLE001
+                logger.exception("dgvm: running task %s again on %s", key, target)
+            self._fail(key, pinned, stimulus)
 
     def left(self, address: WorkerAddress, uid: WorkerUid | None) -> None:
         """The scheduler removed the worker at ``address`` (the plugin's remove_worker

@@ -17,7 +17,7 @@ from distributed import SchedulerPlugin
 
 from dgvm import config, dashboard, dask_compat, streams, transfer
 from dgvm.dashboard.counters import latest
-from dgvm.gvat import GVAT, migration
+from dgvm.gvat import GVAT, copies, migration
 from dgvm.gvat.placement import POLICIES
 from dgvm.protocol import arguments, messages
 from dgvm.protocol.chunk_grid import block_nbytes
@@ -25,6 +25,7 @@ from dgvm.protocol.errors import ChunkLost, DgvmError, InvalidAddress, InvalidAr
 from dgvm.protocol.messages import ChunkMap, Migrated, Pulled, Translation, Where
 from dgvm.protocol.records import AllocId, ClientId, DeviceProfile, WorkerAddress
 from dgvm.scheduler.departures import Departures
+from dgvm.scheduler.durability import Durability
 from dgvm.scheduler.releases import PendingReleases
 
 logger = logging.getLogger("dgvm.scheduler")
@@ -68,6 +69,8 @@ class GVATPlugin(SchedulerPlugin):
         self._background: set[asyncio.Task] = set()
         self.releases = PendingReleases()  # old homes giving up moved chunks
         self.departures = Departures(self.gvat)  # workers that left, tasks stranded there
+        self.durability = Durability(self)  # backups kept current, promoted, made again
+        self.departures.durability = self.durability
         # address -> (uid, its store's counters as its launch reports told them, the
         # largest of each): newer than its last heartbeat's once a task reported since
         self._reported: dict[str, tuple[int, dict]] = {}
@@ -90,6 +93,7 @@ class GVATPlugin(SchedulerPlugin):
             messages.REBALANCE: self.rebalance,
             messages.REPLICAS_DROPPED: self.replicas_dropped,
             messages.RELEASES_SENT: self.releases_sent,
+            messages.SET_REPLICAS: self.set_replicas,
         }
 
     async def start(self, scheduler):
@@ -130,10 +134,13 @@ class GVATPlugin(SchedulerPlugin):
         self._reported.pop(worker, None)
         arena = self.departures.arenas.get(worker)  # (``left`` forgets it)
         if rec is not None and rec.chunks:
-            logger.warning("dgvm worker %s left holding %d chunks; they are marked lost", worker, rec.chunks)
+            logger.warning("dgvm worker %s left holding %d chunks; those with no copy elsewhere "
+                           "(replicas) are lost", worker, rec.chunks)
         self.releases.worker_left(worker)
         # Clients hear of it, its arena goes; its stranded tasks fail (``transition``).
         self.departures.left(worker, rec.uid if rec is not None else None)
+        if rec is not None:
+            self.durability.worker_left(rec.uid)  # backups of its chunks become homes
         # Peers stop waiting on it to forget their buffers (ipc_retire); on the loop's next
         # turn, as telling every worker is O(workers).
         scheduler.loop.add_callback(self._tell_peer_left, worker, arena)
@@ -148,9 +155,13 @@ class GVATPlugin(SchedulerPlugin):
         # A client that goes away frees what it allocated, as a process exit frees its
         # memory. The work runs in the background: hooks stay O(1).
         if self.gvat.has_owner(client):
-            task = asyncio.ensure_future(self._free_owned(client))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self.spawn(self._free_owned(client))
+
+    def spawn(self, coro) -> None:
+        """Run ``coro`` in the background of the scheduler's loop (cancelled at close)."""
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def free_all(self):
         """Free every allocation (a local cluster closing: before its workers go, so no
@@ -240,12 +251,15 @@ class GVATPlugin(SchedulerPlugin):
         placement: str = "balanced",
         colocate: int | None = None,
         zero: bool = True,
+        replicas: int = 1,
     ) -> ChunkMap:
         """Reserve, place and create an allocation; all or nothing. ``zero=False``: the
         chunks are not zero-filled (the caller's next task writes all of them). Placed again
-        on the workers left if one dies meanwhile."""
+        on the workers left if one dies meanwhile. ``replicas``: copies kept of each chunk
+        (``dgvm.gvat.copies``)."""
         owner = arguments.text("owner", owner)
         arguments.flag("zero", zero)
+        replicas = arguments.integer("replicas", replicas, 1)
         placement = arguments.text("placement", placement, POLICIES)
         colocate = _colocate(colocate)
         if shape is not None:
@@ -265,13 +279,13 @@ class GVATPlugin(SchedulerPlugin):
         for attempt in range(PLACE_RETRIES):
             try:
                 return await self._place(owner, nbytes, chunk_bytes, shape, dtype, chunks, placement,
-                                         colocate, zero)
+                                         colocate, zero, replicas)
             except _WorkersLeft as e:
                 if attempt == PLACE_RETRIES - 1:
                     raise DgvmError(str(e)) from None
 
     async def _place(self, owner, nbytes, chunk_bytes, shape, dtype, chunks, placement, colocate,
-                     zero) -> ChunkMap:
+                     zero, replicas=1) -> ChunkMap:
         self._sync_inventory()
         if shape is not None:
             grid = tuple(tuple(int(b) for b in axis) for axis in chunks)
@@ -285,9 +299,11 @@ class GVATPlugin(SchedulerPlugin):
         loads = {r.address: r.load for r in self.gvat.inventory.live()}
         alloc = self.gvat.allocate(
             owner, sizes, placement=placement, colocate=colocate,
-            dtype=dtype, shape=shape, grid_chunks=grid, loads=loads,
+            dtype=dtype, shape=shape, grid_chunks=grid, loads=loads, copies=replicas,
         )
         per_worker = self.gvat.by_worker(alloc)
+        backups = copies.live_holders(alloc, self.gvat.inventory, range(alloc.nchunks))
+        per_worker.update({a: per_worker.get(a, []) for a in backups})
         results = await asyncio.gather(
             *(
                 self._ask(
@@ -295,6 +311,7 @@ class GVATPlugin(SchedulerPlugin):
                     indices=idx, sizes=sizes[idx].tolist(), zero=zero,
                     # the GVAT counted the memory of releases sent there free already
                     after_release=self.releases.last_sent(addr),
+                    backups=backups.get(addr, []), backup_sizes=sizes[backups.get(addr, [])].tolist(),
                 )
                 for addr, idx in per_worker.items()
             ),
@@ -356,12 +373,14 @@ class GVATPlugin(SchedulerPlugin):
         return alloc.nbytes
 
     # -- migration -----------------------------------------------------------------------
-    def locate(self, alloc_id: AllocId, index: int, worker: WorkerAddress) -> Where:
+    async def locate(self, alloc_id: AllocId, index: int, worker: WorkerAddress) -> Where:
         """Where a worker that misses a chunk fetches it from, and by which path."""
         alloc = self.gvat.get(arguments.integer("alloc_id", alloc_id))
         index = arguments.integer("index", index, 0, alloc.nchunks - 1)
         worker = arguments.text("worker", worker)
         home = self.gvat.inventory.by_uid[int(alloc.homes[index])]
+        if not home.alive and await self.durability.settled(alloc, index):  # a backup took over
+            home = self.gvat.inventory.by_uid[int(alloc.homes[index])]
         if not home.alive:
             raise ChunkLost(f"chunks [{index}] of allocation {alloc_id} were on worker {home.address}, "
                             "which left the cluster")
@@ -378,7 +397,8 @@ class GVATPlugin(SchedulerPlugin):
         path, seconds = arguments.text("path", path, transfer.NAMES), arguments.number("seconds", seconds)
         return self.gvat.add_replica(alloc_id, index, worker, nbytes, path, seconds, source, version)
 
-    async def launched(self, alloc_id: AllocId, wrote: list, reads: dict, worker: WorkerAddress | None = None):
+    async def launched(self, alloc_id: AllocId, wrote: list, reads: dict, worker: WorkerAddress | None = None,
+                       key: str | None = None):
         """A launch on ``worker`` wrote ``wrote`` chunks of ``alloc_id`` and read others
         (``reads``: alloc id -> hits, misses, chunks used at home, chunks read remotely):
         count, bump versions, drop every stale replica before answering (no later reader
@@ -387,7 +407,7 @@ class GVATPlugin(SchedulerPlugin):
         wrote = self._check_indices("wrote", alloc_id, arguments.integers("wrote", wrote))
         reads = self._check_reads(arguments.mapping("reads", reads))
         worker = arguments.maybe_text("worker", worker)
-        await self.invalidate(alloc_id, wrote)
+        await self.invalidate(alloc_id, wrote, arguments.maybe_text("key", key))
         rec = self.gvat.inventory.by_address.get(worker) if worker else None
         threshold = int(config.get("migration.rehome-after"))
         for read_id, r in reads.items():
@@ -406,7 +426,7 @@ class GVATPlugin(SchedulerPlugin):
                                 due, read_id, worker, e)
 
     async def _launched_stream(self, worker: WorkerAddress, alloc_id: AllocId, wrote: list, reads: dict,
-                               stats: dict | None = None):
+                               stats: dict | None = None, key: str | None = None):
         """``launched``, told on the worker's batched stream (``dgvm.worker.tasks.report``).
         Dask awaits a stream handler before the next message of that stream, so this is
         done before the task's completion is handled; so are the store's counters the
@@ -415,7 +435,7 @@ class GVATPlugin(SchedulerPlugin):
         try:
             if stats is not None:
                 self._report_stats(worker, stats)
-            await self.launched(alloc_id, wrote, reads, worker=worker)
+            await self.launched(alloc_id, wrote, reads, worker=worker, key=key)
         except Exception:  # noqa: BLE001
             logger.exception("dgvm: the report of a task on %s (allocation %s) failed", worker, alloc_id)
 
@@ -442,12 +462,20 @@ class GVATPlugin(SchedulerPlugin):
             out[read_id] = r
         return out
 
-    async def invalidate(self, alloc_id: AllocId, indices):
-        drop = self.gvat.wrote(alloc_id, indices)
-        await asyncio.gather(*(
-            self._ask(a, messages.DROP_REPLICAS, alloc_id=alloc_id, indices=idx)
-            for a, idx in drop.items()
-        ))
+    async def invalidate(self, alloc_id: AllocId, indices, key: str | None = None):
+        """Chunks were written (by task ``key``): versions move on, read replicas go,
+        backups copy them; the chunks whose copies got the write remember ``key``
+        (``Allocation.last_writer``: a task run again after its worker left passes them over)."""
+        drop, refresh = self.gvat.wrote(alloc_id, indices)
+        jobs = [self._ask(a, messages.DROP_REPLICAS, alloc_id=alloc_id, indices=idx)
+                for a, idx in drop.items()]
+        alloc = self.gvat.allocations.get(alloc_id)
+        if refresh:
+            jobs.append(self.durability.refresh(alloc, refresh))
+        results = await asyncio.gather(*jobs)
+        if refresh and key is not None and alloc_id in self.gvat.allocations:
+            for i in results[-1]:
+                alloc.last_writer[i] = key
 
     async def move(self, alloc, indices, target, reason: str) -> list[int]:
         """Make ``target`` the home of chunks ``indices`` of ``alloc``: it pulls them (or
@@ -481,6 +509,8 @@ class GVATPlugin(SchedulerPlugin):
         finally:
             migration.finish_move(alloc, plan)
             self._thaw(alloc.alloc_id, [c for c in plan if c.index not in set(moved)])
+        if moved and alloc.copies > 1:  # a backup that became the home is made again
+            self.spawn(self.durability.replenish([alloc.alloc_id]))
         if moved:
             self.scheduler.log_event(messages.MOVED_TOPIC, {
                 "alloc_id": alloc.alloc_id, "owner": alloc.owner, "indices": moved,
@@ -553,6 +583,14 @@ class GVATPlugin(SchedulerPlugin):
                                                     arguments.integers(f"dropped[{key!r}]", indices))
         migration.replicas_dropped(self.gvat, worker, checked)
 
+    async def set_replicas(self, alloc_id: AllocId, replicas: int, owner: ClientId | None = None) -> ChunkMap:
+        """Keep ``replicas`` copies of each chunk of an allocation from now on: new
+        backups are copied from the homes before this answers (all or nothing), extra ones
+        are dropped."""
+        alloc = self.gvat.get(arguments.integer("alloc_id", alloc_id), arguments.maybe_text("owner", owner))
+        await self.durability.set_copies(alloc, arguments.integer("replicas", replicas, 1))
+        return self.gvat.chunk_map(alloc)
+
     def releases_sent(self, worker: WorkerAddress):
         """The ticket of the last release sent to ``worker`` (None: none since it joined):
         a worker asked to wait for a later one refuses (``ChunkStorePlugin``)."""
@@ -579,8 +617,12 @@ class GVATPlugin(SchedulerPlugin):
     def translate(self, vaddrs: list[int]) -> Translation:
         return self.gvat.translate_many(arguments.integers("vaddrs", vaddrs))
 
-    def chunk_map(self, alloc_id: AllocId) -> ChunkMap:
-        return self.gvat.chunk_map(self.gvat.get(arguments.integer("alloc_id", alloc_id)))
+    async def chunk_map(self, alloc_id: AllocId) -> ChunkMap:
+        """The allocation's chunk map (after copies took over the chunks of a worker that
+        left, when they are about to)."""
+        alloc = self.gvat.get(arguments.integer("alloc_id", alloc_id))
+        await self.durability.settled_all(alloc)
+        return self.gvat.chunk_map(alloc)
 
     def table(self, alloc_id: AllocId | None = None, chunks: bool = False):
         alloc_id, chunks = arguments.maybe_integer("alloc_id", alloc_id), arguments.flag("chunks", chunks)

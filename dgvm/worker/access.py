@@ -141,11 +141,14 @@ class Access:
                 return  # its home moved here meanwhile
             path = self.transfers[where.path]
             t0 = time.perf_counter()
-            desc, = sync(w.loop, self.transfers.left_peers.call, where.home,
-                         request_exports(w, where.home, alloc_id, [index], path.name),
-                         lambda home=where.home: ChunkLost(
-                             f"chunk {index} of allocation {alloc_id} was on worker {home}, "
-                             f"which left the cluster while {w.address} fetched it"))
+            try:
+                desc, = sync(w.loop, self.transfers.left_peers.call, where.home,
+                             request_exports(w, where.home, alloc_id, [index], path.name),
+                             lambda home=where.home: ChunkLost(
+                                 f"chunk {index} of allocation {alloc_id} was on worker {home}, "
+                                 f"which left the cluster while {w.address} fetched it"))
+            except ChunkLost:
+                continue  # the GVAT names a copy that took over, or says the chunk is lost
             if desc is messages.MOVED:
                 continue
             n = desc["nbytes"]

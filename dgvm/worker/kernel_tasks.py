@@ -134,7 +134,7 @@ def stage(stage_id: str, kernel, out: ArraySpec, specs, halo, pass_origin, tpb, 
 def commit(stage_id: str, out: ArraySpec, what: str, indices, results: list[Staged]) -> int:
     """Step 2 on one worker: the staged copies become the output, or all are dropped."""
     access = Access.here()
-    made = access.store.take_staged(stage_id)
+    made = access.store.take_staged(stage_id, indices)
     errors = [r.error for r in results if r.error is not None]
     if errors:
         raise errors[0]

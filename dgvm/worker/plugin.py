@@ -27,7 +27,7 @@ from dgvm.protocol import arguments, messages
 from dgvm.protocol.errors import (
     ChunkLost, DgvmError, InvalidAddress, InvalidArgument, InvalidArgumentType, OutOfDeviceMemory,
 )
-from dgvm.protocol.messages import PEER_LEFT, RELEASE, THAW, PullChunk, Pulled
+from dgvm.protocol.messages import PEER_LEFT, RELEASE, THAW, WRITTEN, PullChunk, Pulled
 from dgvm.protocol.records import AllocId, ClientId, ReleaseTicket, WorkerAddress
 from dgvm.transfer.fetch import request_exports
 from dgvm.transfer.ipc_mappings import BufferGone
@@ -71,6 +71,8 @@ class ChunkStorePlugin(WorkerPlugin):
             messages.DROP_REPLICAS: self.drop_replicas,
             messages.PULL: self.pull,
             messages.IPC_FORGET: self.ipc_forget,
+            messages.REFRESH: self.refresh,
+            messages.PROMOTE: self.promote,
         }
 
     def setup(self, worker):
@@ -97,6 +99,7 @@ class ChunkStorePlugin(WorkerPlugin):
         worker.stream_handlers[PEER_LEFT] = self.peer_left
         worker.stream_handlers[RELEASE] = self.release
         worker.stream_handlers[THAW] = self.thaw
+        worker.stream_handlers[WRITTEN] = self.written
         streams.tune(worker.batched_stream)
         logger.info("dgvm chunk store on %s: %s", worker.address, self.profile)
 
@@ -112,6 +115,7 @@ class ChunkStorePlugin(WorkerPlugin):
         worker.stream_handlers[PEER_LEFT] = lambda **_: None
         worker.stream_handlers[RELEASE] = lambda **_: None
         worker.stream_handlers[THAW] = lambda **_: None
+        worker.stream_handlers[WRITTEN] = lambda **_: None
         worker.metrics.pop(messages.HEARTBEAT, None)
         worker.extensions.pop(messages.EXTENSION, None)
         if self.store is not None:
@@ -154,16 +158,64 @@ class ChunkStorePlugin(WorkerPlugin):
 
     # -- handlers ------------------------------------------------------------------------
     async def allocate(self, alloc_id: AllocId, owner: ClientId, indices: list, sizes: list,
-                       zero: bool = True, after_release: ReleaseTicket | None = None) -> int:
-        """Create chunks ``indices`` of ``alloc_id``; a full device is refused
-        (OutOfDeviceMemory, answered as data)."""
+                       zero: bool = True, after_release: ReleaseTicket | None = None,
+                       backups: list | None = None, backup_sizes: list | None = None) -> int:
+        """Create chunks ``indices`` of ``alloc_id``, and backups of chunks ``backups``
+        (``replicas=k``); a full device is refused (OutOfDeviceMemory, answered as data)."""
         alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
         indices, sizes = arguments.integers("indices", indices), arguments.integers("sizes", sizes, 1)
-        if len(indices) != len(sizes):
-            raise InvalidArgument(f"sizes: {len(sizes)} given for {len(indices)} indices")
+        backups = arguments.integers("backups", backups or [])
+        backup_sizes = arguments.integers("backup_sizes", backup_sizes or [], 1)
+        if len(indices) != len(sizes) or len(backups) != len(backup_sizes):
+            raise InvalidArgument(f"sizes: {len(sizes)} given for {len(indices)} indices, "
+                                  f"{len(backup_sizes)} for {len(backups)} backups")
         arguments.flag("zero", zero)
         await self._after_releases(after_release)  # their memory first (a timeout: OOM says so)
-        return await self._run(self.store.allocate, alloc_id, owner, indices, sizes, zero)
+        return await self._run(self.store.allocate, alloc_id, owner, indices, sizes, zero,
+                               backups, backup_sizes)
+
+    async def refresh(self, alloc_id: AllocId, owner: ClientId, chunks: list) -> int:
+        """Copy chunks written at their homes into their backups here (``chunks``: [index,
+        home, path, version] each; one export request per home), before the write counts
+        as done. A home that left meanwhile is ChunkLost; a chunk no longer homed where
+        the request says is a DgvmError (the scheduler drops the backup then)."""
+        alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
+        if self.store is None:
+            raise DgvmError(f"worker {self.worker.address} is closing")
+        by_home: dict[tuple, list] = {}
+        for k, c in enumerate(arguments.sequence("chunks", chunks)):
+            c = arguments.sequence(f"chunks[{k}]", c)
+            if len(c) != 4:
+                raise InvalidArgument(f"chunks[{k}]: [index, home, path, version], not {c!r}")
+            index, version = arguments.integer(f"chunks[{k}] index", c[0], 0), arguments.integer(f"chunks[{k}] version", c[3], 0)
+            home, path = arguments.text(f"chunks[{k}] home", c[1]), arguments.text(f"chunks[{k}] path", c[2], transfer.NAMES)
+            by_home.setdefault((home, path), []).append((index, version))
+        groups = list(by_home.items())
+        descs = await asyncio.gather(*(
+            self.transfers.left_peers.call(
+                home, request_exports(self.worker, home, alloc_id, [i for i, _ in group], path),
+                lambda home=home: ChunkLost(f"worker {home}, the home of chunks of allocation "
+                                            f"{alloc_id}, left the cluster while they were copied"))
+            for (home, path), group in groups
+        ))
+        for ((home, path), group), group_descs in zip(groups, descs):
+            for (index, version), desc in zip(group, group_descs):
+                if desc is messages.MOVED:
+                    raise DgvmError(f"chunk {index} of allocation {alloc_id} is no longer homed on "
+                                    f"{home}: its backup on {self.worker.address} was not refreshed")
+                await self._run(self.store.refresh, alloc_id, owner, index, self.transfers[path],
+                                desc, version, (home, desc.get("writes")))
+        return sum(len(g) for _, g in groups)
+
+    async def promote(self, alloc_id: AllocId, owner: ClientId, indices: list) -> list:
+        """The backups here of chunks ``indices`` become their homes (the home left);
+        answers the chunks promoted (a backup a free dropped meanwhile is not)."""
+        alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
+        indices = arguments.integers("indices", indices)
+        return await self._run(self._promote_all, alloc_id, owner, indices)
+
+    def _promote_all(self, alloc_id, owner, indices) -> list:
+        return [i for i in indices if self.store.promote(alloc_id, owner, i)]
 
     async def free(self, alloc_id: AllocId) -> int:
         alloc_id = arguments.integer("alloc_id", alloc_id)
@@ -383,6 +435,16 @@ class ChunkStorePlugin(WorkerPlugin):
         async with self._releases:
             self._release_done = ticket  # in stream order: tickets only grow
             self._releases.notify_all()
+
+    def written(self, done: dict):
+        """Tasks that ran on a worker that left run again here (stream message
+        ``messages.WRITTEN``): ``done`` maps each key to the [alloc id, chunk index] pairs
+        its first run wrote for good (copies hold them), or to ``messages.ALL_WRITTEN`` (it had
+        finished). They write those chunks no more (``ChunkStore.done_writing``)."""
+        if self.store is not None:
+            for key, chunks in done.items():
+                self.store.done_writing[key] = (messages.ALL_WRITTEN if chunks == messages.ALL_WRITTEN
+                                                else {(int(a), int(i)) for a, i in chunks})
 
     async def thaw(self, alloc_id: AllocId, indices: list):
         """A move of these chunks ended without moving them (stream message

@@ -37,6 +37,8 @@ class StoredChunk:
     views: dict = field(default_factory=dict, repr=False, compare=False)
     # A replica: (home address, the home's write count of the chunk) when it was copied.
     source: tuple | None = None
+    # A backup (``replicas=k``): a replica every write refreshes, never evicted.
+    durable: bool = False
 
     def typed(self, backend, dtype: str, shape: tuple):
         """The chunk's bytes as an array of ``dtype`` and ``shape`` (made once)."""
@@ -87,33 +89,64 @@ class ChunkStore:
         self.changed = threading.Condition(self.lock)
         self._leaving: set[tuple[int, int]] = set()
         self._writes: dict[tuple[int, int], int] = {}
+        # Tasks run again here after their worker left: key -> the (alloc id, chunk index)
+        # their first run wrote for good (copies hold it), or messages.ALL_WRITTEN.
+        self.done_writing: dict[str, object] = {}
 
     # -- life cycle ----------------------------------------------------------------------
     @_locked
     def allocate(self, alloc_id: int, owner: str, indices: list[int], sizes: list[int],
-                 zero: bool = True) -> int:
-        """Create the given chunks of ``alloc_id``, zero-filled unless ``zero=False`` (the
-        caller writes every byte before anyone reads); all or nothing."""
-        if alloc_id in self._allocs:
+                 zero: bool = True, backups: list[int] = (), backup_sizes: list[int] = ()) -> int:
+        """Create the given chunks of ``alloc_id``, and backups of chunks ``backups``
+        homed elsewhere (``replicas=k``), zero-filled unless ``zero=False`` (the caller
+        writes every byte before anyone reads); all or nothing."""
+        if alloc_id in self._allocs or alloc_id in self._replicas:
             raise InvalidAddress(f"allocation {alloc_id} already has chunks on {self.address}")
         made: dict[int, StoredChunk] = {}
+        kept: dict[int, StoredChunk] = {}
         free = self.backend.free  # once per request, not per chunk
         try:
-            for i, n in zip(indices, sizes):
-                made[i] = StoredChunk(self.backend.allocate(int(n), zero, free), int(n))
-                free -= self.backend.footprint(int(n))
+            for table, idx, nbytes in ((made, indices, sizes), (kept, backups, backup_sizes)):
+                for i, n in zip(idx, nbytes):
+                    table[i] = StoredChunk(self.backend.allocate(int(n), zero, free), int(n),
+                                           durable=table is kept)
+                    free -= self.backend.footprint(int(n))
         except MemoryError as e:
-            for c in made.values():
+            for c in (*made.values(), *kept.values()):
                 self._release(c)
             raise OutOfDeviceMemory(
                 f"worker {self.address} ({self.backend.name}) could not allocate "
-                f"{format_bytes(sum(sizes))} for allocation {alloc_id}: "
+                f"{format_bytes(sum(sizes) + sum(backup_sizes))} for allocation {alloc_id}: "
                 f"{format_bytes(self.backend.free)} of {format_bytes(self.backend.capacity)} "
                 f"free ({e})"
             ) from None
-        self._allocs[alloc_id] = made
+        if made:
+            self._allocs[alloc_id] = made
+        if kept:
+            self._replicas[alloc_id] = kept
         self._owners[alloc_id] = owner
-        return sum(c.nbytes for c in made.values())
+        return sum(c.nbytes for c in (*made.values(), *kept.values()))
+
+    @_locked
+    def refresh(self, alloc_id: int, owner: str, index: int, path, desc: dict, version: int,
+                source: tuple) -> None:
+        """Make the backup of chunk ``index`` a copy of its home's (``desc``, exported
+        there after a write), at the GVAT's ``version``: copied into the backup's buffer,
+        or into a new one when this worker has none yet. A refresh older than the one the
+        backup holds is passed over (two writes' refreshes may arrive out of order)."""
+        held = self._replicas.setdefault(alloc_id, {})
+        c = held.get(index)
+        if c is not None and c.version > version:
+            return
+        if c is None or c.nbytes != desc["nbytes"]:
+            if c is not None:
+                self._release(held.pop(index))
+            handle, _ = path.fetch(desc, self.backend)
+            c = held[index] = StoredChunk(handle, int(desc["nbytes"]), durable=True)
+        else:
+            path.fetch_into(desc, self.backend.view(c.handle, c.nbytes))
+        c.version, c.source, c.last_use = int(version), source, time.monotonic()
+        self._owners.setdefault(alloc_id, owner)
 
     @_locked
     def fetch(self, path, desc: dict):
@@ -147,14 +180,20 @@ class ChunkStore:
     def stage(self, launch: str, alloc_id: int, copies: dict) -> None:
         """Keep launch ``launch``'s new values of chunks of ``alloc_id`` until its commit
         takes them (``take_staged``) or the allocation is freed (also already: then
-        nothing is kept)."""
-        if alloc_id in self._allocs:
-            self._staged[launch] = (alloc_id, copies)
+        nothing is kept). A second step 1 of the launch here (run again after its worker
+        left) adds its chunks."""
+        if alloc_id in self._allocs or alloc_id in self._replicas:
+            self._staged.setdefault(launch, (alloc_id, {}))[1].update(copies)
 
     @_locked
-    def take_staged(self, launch: str) -> dict:
-        """The values ``stage`` kept for ``launch`` ({} if none), no longer kept."""
-        return self._staged.pop(launch, (None, {}))[1]
+    def take_staged(self, launch: str, indices) -> dict:
+        """The values ``stage`` kept for chunks ``indices`` of ``launch`` (those it has),
+        no longer kept."""
+        alloc_id, copies = self._staged.get(launch, (None, {}))
+        taken = {k: copies.pop(k) for k in indices if k in copies}
+        if not copies:
+            self._staged.pop(launch, None)
+        return taken
 
     def staged_launches(self) -> int:
         """How many launches have copies kept here (for tests)."""
@@ -187,7 +226,7 @@ class ChunkStore:
             (c.last_use, a, i)
             for a, held in self._replicas.items()
             for i, c in held.items()
-            if (a, i) not in keep
+            if (a, i) not in keep and not c.durable
         )
         dropped: dict[int, list[int]] = {}
         for _, a, i in lru:
@@ -267,6 +306,7 @@ class ChunkStore:
             logger.warning("dgvm: chunk %s of allocation %s moved back to %s before its old "
                            "copy here was released", index, alloc_id, self.address)
             self._release(old)
+        chunk.durable = False  # (a backup that became the home)
         self._allocs[alloc_id][index] = chunk
         self._owners.setdefault(alloc_id, owner)
         self.wrote(alloc_id, index)  # new data here: replicas of an older stay here are stale

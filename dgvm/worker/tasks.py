@@ -23,19 +23,39 @@ from dgvm.worker.access import Access
 
 
 def apply_here(alloc_id: int, owner: str, fn, args, indices: list[int], deps):
-    """``map_chunks``' task: ``fn(xp, chunk_u8_view, index, *args)`` for each chunk."""
+    """``map_chunks``' task: ``fn(xp, chunk_u8_view, index, *args)`` for each chunk. ``fn``
+    may write the chunk: the GVAT hears that it did (read replicas go, backups copy it)."""
     access = Access.here()
     store = access.store
     xp = store.backend.xp
     out = []
-    with store.lock:  # no free or copy of these chunks while fn runs
-        for i in indices:
-            store.wait_writable(alloc_id, i)  # fn may write it: not while a move copies it
-            store.chunk(alloc_id, i, owner)  # validates owner and presence
-            out.append(fn(xp, store.view(alloc_id, i), i, *args))
-            store.wrote(alloc_id, i)
-        store.backend.synchronize()
+    try:
+        with store.lock:  # no free or copy of these chunks while fn runs
+            for i in indices:
+                store.wait_writable(alloc_id, i)  # fn may write it: not while a move copies it
+                store.chunk(alloc_id, i, owner)  # validates owner and presence
+                out.append(fn(xp, store.view(alloc_id, i), i, *args))
+                store.wrote(alloc_id, i)
+            store.backend.synchronize()
+    finally:
+        if out:
+            send_report(access, alloc_id, list(indices[:len(out)]), {})
     return out
+
+
+def current_key(access: Access) -> str | None:
+    """The key of the task running in this thread (None outside one)."""
+    try:
+        return access.worker.get_current_task()
+    except (KeyError, AttributeError):
+        return None
+
+
+def send_report(access: Access, alloc_id: int, wrote: list, reads: dict) -> None:
+    """Hand the REPORT of a task's writes and reads to the worker's stream (see ``report``)."""
+    worker = access.worker
+    message = messages.report(alloc_id, wrote, reads, access.store.stats.to_dict(), current_key(access))
+    worker.loop.add_callback(worker.batched_stream.send, message)
 
 
 def report(out: ArraySpec, indices, access: Access) -> None:
@@ -60,9 +80,7 @@ def report(out: ArraySpec, indices, access: Access) -> None:
     }
     # the store's counters with this task's reads in them: the dashboard has them when
     # the task's completion is known, not only at the worker's next heartbeat
-    message = messages.report(out.alloc_id, [k for k in indices if k not in done], reads,
-                              access.store.stats.to_dict())
-    worker.loop.add_callback(worker.batched_stream.send, message)
+    send_report(access, out.alloc_id, [k for k in indices if k not in done], reads)
 
 
 def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, kernel_errors: bool,
@@ -79,6 +97,13 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
     is a ``KernelError`` for the task's chunks either way. ``writes=False``: ``per_chunk``
     leaves ``out`` as it is (a staged launch); only the reads are reported."""
     written = []
+    # Run again after its worker left: the chunks its first run wrote for good (copies of
+    # them hold the write) are not written twice; all of them if it had finished there
+    # (later tasks may have written them since).
+    done = access.store.done_writing.pop(current_key(access), None) if writes else None
+    if done == messages.ALL_WRITTEN:
+        return len(indices)
+    done = done or ()
     try:
         with device_task(access, what, out, indices):
             store = access.store
@@ -87,6 +112,9 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
                     with access.output_chunk():
                         if writes:  # not while a move copies it away (then it may be gone)
                             store.wait_writable(out.alloc_id, k)
+                        if (out.alloc_id, k) in done:
+                            written.append(k)  # (its copies are refreshed again: harmless)
+                            continue
                         per_chunk(k)
                         if writes and store.is_home(out.alloc_id, k):
                             store.wrote(out.alloc_id, k)

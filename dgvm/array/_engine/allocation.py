@@ -9,7 +9,7 @@ import numpy as np
 from dgvm.array._engine.clients import client_for
 from dgvm.array._engine.lifecycle import releases_of
 from dgvm.client.allocation import AllocationHandle
-from dgvm.client.buffer import placement_request
+from dgvm.client.buffer import placement_request, replicas_request
 from dgvm.protocol.errors import DgvmError, OutOfDeviceMemory
 
 
@@ -25,16 +25,19 @@ class NoElements(DgvmError):
         self.shape, self.dtype, self.client, self.cls = tuple(shape), np.dtype(dtype), client, cls
 
 
-def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zero=True) -> AllocationHandle:
+def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zero=True,
+             replicas=None) -> AllocationHandle:
     """The GVAT allocation for an array of this shape, dtype and chunk grid (zero-filled
-    unless ``zero=False``: for results whose every element the next task writes)."""
+    unless ``zero=False``: for results whose every element the next task writes), with
+    ``replicas`` copies of each chunk (the config's ``replicas`` when None)."""
     client = client_for(client)
     if math.prod(shape) == 0:  # nothing to place: the caller holds it (zero_size)
         raise NoElements(shape, dtype, client)
     releases = releases_of(client)
     # An operation's result (written whole by its task, placed by its inputs) may take
     # over a released one's allocation, and be reused once released; not host data.
-    reusable = not zero and colocate is not None
+    copies = replicas_request(replicas)
+    reusable = not zero and colocate is not None and copies["replicas"] == 1
     kept = releases.kept.take(shape, np.dtype(dtype), grid, colocate) if reusable else None
     if kept is not None:  # ordered after the tasks still running on it
         alloc, after = kept
@@ -45,7 +48,7 @@ def allocate(shape, dtype, grid, placement=None, colocate=None, client=None, zer
     def create():
         return AllocationHandle.create(
             client, shape=list(shape), dtype=np.dtype(dtype).str, chunks=[list(c) for c in grid],
-            zero=bool(zero), **placement_request(placement, colocate),
+            zero=bool(zero), **placement_request(placement, colocate), **copies,
         )
 
     try:

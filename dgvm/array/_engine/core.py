@@ -79,22 +79,23 @@ class ArrayCore:
     # -- new arrays of this class ------------------------------------------------------------
     @classmethod
     def allocated(cls, shape, dtype=None, chunks="auto", placement=None, colocate=None, client=None,
-                  zero=True):
+                  zero=True, replicas=None):
         """A new array in global device memory, zero-filled unless ``zero=False`` (an
-        operation's result, which its task writes whole). A shape with a zero in it has
-        nothing to place: that array is held on the caller (``zero_size``)."""
+        operation's result, which its task writes whole), with ``replicas`` copies of
+        each chunk (``dgvm.malloc``'s). A shape with a zero in it has nothing to place:
+        that array is held on the caller (``zero_size``)."""
         shape = normalize_shape(shape)
         dtype = check(np.float64 if dtype is None else dtype)
         grid = chunk_grid.normalize(chunks, shape, dtype, max_blocks=int(config.get("max-chunks")))
         if math.prod(shape) == 0:
             return cls.empty_on_caller(shape, dtype, client_for(client))
-        return cls(allocate(shape, dtype, grid, placement, colocate, client, zero), shape, dtype, grid)
+        return cls(allocate(shape, dtype, grid, placement, colocate, client, zero, replicas), shape, dtype, grid)
 
     @classmethod
-    def from_host(cls, value, chunks="auto", placement=None, colocate=None, client=None):
+    def from_host(cls, value, chunks="auto", placement=None, colocate=None, client=None, replicas=None):
         """A new array holding a copy of the host array ``value``, cut into ``chunks``."""
         value = np.asarray(value)
-        x = cls.allocated(value.shape, value.dtype, chunks, placement, colocate, client)
+        x = cls.allocated(value.shape, value.dtype, chunks, placement, colocate, client, replicas=replicas)
         if x.size == 0:
             return x
         try:
@@ -346,16 +347,23 @@ class ArrayCore:
         if pending:
             dask_wait(pending)
 
-    def persist(self):
+    def persist(self, replicas: int | None = None):
         """Start computing the array now and return at once (``wait`` also waits).
 
         A deferred elementwise result runs when its values are first needed. A loop that
         makes several results before it looks at any calls ``persist()`` on each, so their
-        tasks queue on the workers back to back instead of each waiting for a round trip."""
+        tasks queue on the workers back to back instead of each waiting for a round trip.
+
+        ``replicas=k``: keep every chunk on k workers from now on (a view: its base's). This
+        waits for the array's values and for the new copies; each later write completes
+        once all k hold it, and a chunk whose home dies lives on in a copy."""
         if self._alias is not None:
-            self._alias.base.persist()
+            self._alias.base.persist(replicas)
         elif self.host_value is None:
             self.alloc  # a deferred result is materialized: its tasks are submitted, not awaited
+            if replicas is not None:
+                self.wait()
+                self.alloc.set_replicas(replicas)
         return self
 
     def wait(self):

@@ -1,0 +1,240 @@
+"""Durable copies (``replicas=k``): every chunk on k workers, current after every write, and a
+worker's loss survived (issue: nothing lost, nothing hangs).
+
+The in-process cases check the copies byte for byte against their homes after each kind of
+write; the process cluster kills a worker with work in flight and compares every answer
+with NumPy.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import dask
+import numpy as np
+import pytest
+from numba import cuda
+
+import dgvm
+import dgvm.array as da
+from dgvm.client.apply import map_chunks
+from dgvm.protocol.errors import ChunkLost, InvalidArgument, OutOfDeviceMemory
+
+
+def _copies(client, alloc_id: int) -> dict:
+    """chunk index -> {worker: (role, bytes)} of every copy the workers' stores hold."""
+    def held(dask_worker, alloc_id):
+        store = dask_worker.extensions["dgvm"]
+        out = {}
+        for role, table in (("home", store._allocs), ("backup", store._replicas)):
+            for i, c in table.get(alloc_id, {}).items():
+                if role == "home" or c.durable:
+                    out[i] = (role, store.backend.read(c.handle, c.nbytes, 0, c.nbytes).tobytes())
+        return out
+
+    per_worker = client.run(held, alloc_id=alloc_id)
+    chunks: dict = {}
+    for w, held_here in per_worker.items():
+        for i, v in held_here.items():
+            chunks.setdefault(i, {})[w] = v
+    return chunks
+
+
+def _assert_coherent(client, alloc_id: int, k: int) -> None:
+    """Each chunk has one home and k - 1 backups elsewhere, all with the home's bytes, and
+    the GVAT's table says where they are."""
+    info, = [a for a in dgvm.table(chunks=True, client=client) if a.alloc_id == alloc_id]
+    assert info.replicas == k
+    held = _copies(client, alloc_id)
+    assert sorted(held) == list(range(info.nchunks))
+    for c in info.chunks:
+        copies = held[c.index]
+        homes = [w for w, (role, _) in copies.items() if role == "home"]
+        assert homes == [c.worker], (c.index, copies.keys(), c.worker)
+        assert sorted(w for w, (role, _) in copies.items() if role == "backup") == sorted(c.backups)
+        assert len(c.backups) == k - 1
+        assert len({data for _, data in copies.values()}) == 1, f"chunk {c.index}: copies differ"
+
+
+def test_malloc_keeps_every_chunk_on_k_workers_through_writes(case):
+    client = case.client
+    buf = dgvm.malloc(40_000, chunk_bytes=4_000, replicas=2, client=client)
+    try:
+        _assert_coherent(client, buf.alloc_id, 2)
+        data = np.random.default_rng(1).integers(0, 256, 40_000, dtype=np.uint8)
+        buf.write(0, data)
+        _assert_coherent(client, buf.alloc_id, 2)
+        buf.write(3_990, np.full(30, 7, np.uint8))  # across a chunk boundary
+        data[3_990:4_020] = 7
+        _assert_coherent(client, buf.alloc_id, 2)
+        np.testing.assert_array_equal(buf.read(0, 40_000), data)
+
+        def double(xp, chunk, i):
+            chunk[:] = chunk * 2
+
+        map_chunks(buf, double)
+        _assert_coherent(client, buf.alloc_id, 2)
+        np.testing.assert_array_equal(buf.read(0, 40_000), data * 2)
+    finally:
+        buf.free()
+
+
+def test_array_writes_keep_copies_current(case):
+    client = case.client
+    ref = np.arange(6_000, dtype=np.float64).reshape(60, 100)
+    x = da.from_numpy(ref, chunks=(20, 50), replicas=2, client=client)
+    _assert_coherent(client, x.alloc.alloc_id, 2)
+    x += 1.5
+    ref += 1.5
+    x[5:30, 10:70] = -2.0
+    ref[5:30, 10:70] = -2.0
+    v = x[::2, 3:]
+    v *= 3
+    ref[::2, 3:] *= 3
+    x.wait()
+    _assert_coherent(client, x.alloc.alloc_id, 2)
+    np.testing.assert_array_equal(da.asnumpy(x), ref)
+
+
+def test_persist_changes_the_copies_of_an_array(case):
+    client = case.client
+    ref = np.linspace(0, 1, 3_000)
+    x = da.from_numpy(ref, chunks=500, client=client)
+    y = (x * 2).persist(replicas=3)
+    _assert_coherent(client, y.alloc.alloc_id, 3)
+    np.testing.assert_array_equal(da.asnumpy(y), ref * 2)
+    y.persist(replicas=1)
+    _assert_coherent(client, y.alloc.alloc_id, 1)
+    assert case.store_chunks() and sum(case.store_chunks().values()) == 12  # x's 6, y's 6
+
+
+def test_the_config_default_and_creation_functions(case):
+    client = case.client
+    with dask.config.set({"dgvm.replicas": 2}):
+        a = da.zeros((100, 100), chunks=(50, 100), client=client)
+        b = dgvm.malloc(1000, chunk_bytes=500, client=client)
+    c = da.full((100,), 3.0, chunks=50, client=client, replicas=2)
+    d = da.ones((100,), chunks=50, client=client)
+    try:
+        for arr, k in ((a.alloc, 2), (b, 2), (c.alloc, 2), (d.alloc, 1)):
+            _assert_coherent(client, arr.alloc_id, k)
+        np.testing.assert_array_equal(da.asnumpy(c), np.full(100, 3.0))
+    finally:
+        b.free()
+
+
+def test_bad_replicas_are_refused_and_leave_nothing(case):
+    client = case.client
+    n = len(client.scheduler_info()["workers"])
+    with pytest.raises(InvalidArgument, match=rf"replicas={n + 1}.*{n} live workers"):
+        dgvm.malloc(1000, replicas=n + 1, client=client)
+    with pytest.raises(InvalidArgument, match="replicas"):
+        da.zeros(10, replicas=0, client=client)
+    with pytest.raises(TypeError, match="replicas"):
+        dgvm.malloc(1000, replicas="2", client=client)
+    # Room for one copy of everything but not for two: all or nothing.
+    chunk = 8 * 2**20
+    nbytes = int(0.6 * sum(case.capacities)) // chunk * chunk
+    with pytest.raises(OutOfDeviceMemory):
+        dgvm.malloc(nbytes, chunk_bytes=chunk, replicas=2, client=client)
+    dgvm.malloc(nbytes, chunk_bytes=chunk, client=client).free()  # one copy fits
+    x = da.zeros(10, client=client)
+    with pytest.raises(InvalidArgument, match="replicas"):
+        x.persist(replicas=n + 1)
+    _assert_coherent(client, x.alloc.alloc_id, 1)
+
+
+def test_moves_keep_the_copies(case):
+    client = case.client
+    ref = np.arange(4_000, dtype=np.int64)
+    x = da.from_numpy(ref, chunks=500, replicas=2, client=client)
+    info, = [a for a in dgvm.table(chunks=True, client=client) if a.alloc_id == x.alloc.alloc_id]
+    # A home moved onto its backup's worker, and one moved to a third worker.
+    c0, c1 = info.chunks[0], info.chunks[1]
+    x.alloc.migrate([0], c0.backups[0])
+    third = [w for w in client.scheduler_info()["workers"] if w != c1.worker and w not in c1.backups]
+    x.alloc.migrate([1], third[0])
+    deadline = time.monotonic() + 10
+    while True:  # the backup that became a home is made again in the background
+        try:
+            _assert_coherent(client, x.alloc.alloc_id, 2)
+            break
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    x += 1
+    dgvm.rebalance(client=client)
+    x += 1
+    x.wait()
+    _assert_coherent(client, x.alloc.alloc_id, 2)
+    np.testing.assert_array_equal(da.asnumpy(x), ref + 2)
+
+
+@dgvm.kernel
+def _add_one(x, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i] + 1.0
+
+
+@pytest.mark.slow
+def test_a_killed_worker_loses_nothing_that_had_a_copy():
+    """4 worker processes; one is killed while in-place operations, a launch and a read
+    of replicated arrays are queued: every answer is NumPy's, the arrays without copies
+    on it say ChunkLost, copies are made again on the survivors, nothing leaks."""
+    cluster = dgvm.LocalCluster(n_workers=4, backend="cpu", processes=True, device_memory="128MiB",
+                                dashboard_address=None)
+    client = dgvm.connect(cluster)
+    try:
+        n = 600_000
+        ref = np.arange(n, dtype=np.float64)
+        x = da.from_numpy(ref, chunks=n // 16, replicas=2, client=client)
+        buf = dgvm.malloc(1 << 20, chunk_bytes=1 << 16, replicas=3, client=client)
+        data = np.random.default_rng(2).integers(0, 256, 1 << 20, dtype=np.uint8)
+        buf.write(0, data)
+        plain = da.from_numpy(ref, chunks=n // 16, client=client)  # no copies
+        pids = client.run(os.getpid)
+        info, = [a for a in dgvm.table(chunks=True, client=client) if a.alloc_id == plain.alloc.alloc_id]
+        victim = info.chunks[0].worker
+        for _ in range(12):  # queued on every worker, the victim's among them
+            x += 1.0
+            x.persist()
+        y = da.empty(n, chunks=n // 16, client=client, replicas=2)
+        dgvm.launch(_add_one, x, out=y)
+        ref += 12
+        os.kill(pids[victim], signal.SIGKILL)
+        t0 = time.monotonic()
+        np.testing.assert_array_equal(da.asnumpy(x), ref)
+        np.testing.assert_array_equal(da.asnumpy(y), ref + 1)
+        np.testing.assert_array_equal(buf.read(0, 1 << 20), data)
+        assert time.monotonic() - t0 < 30
+        x *= 2
+        np.testing.assert_array_equal(da.asnumpy(x), ref * 2)
+        with pytest.raises(ChunkLost, match=victim):
+            da.asnumpy(plain)
+        # Copies are made again on the survivors (3 left: room for both).
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                for alloc_id, k in ((x.alloc.alloc_id, 2), (y.alloc.alloc_id, 2), (buf.alloc_id, 3)):
+                    info, = [a for a in dgvm.table(chunks=True, client=client) if a.alloc_id == alloc_id]
+                    assert all(len(c.backups) == k - 1 and victim not in (c.worker, *c.backups)
+                               for c in info.chunks), alloc_id
+                break
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        _assert_coherent(client, x.alloc.alloc_id, 2)
+        for a in (x, y, plain):
+            a.free()
+        buf.free()
+        assert dgvm.table(client=client) == []
+        used = client.run(lambda dask_worker: dask_worker.extensions["dgvm"].backend.used)
+        assert set(used.values()) == {0}, used
+    finally:
+        client.close()
+        cluster.close()
