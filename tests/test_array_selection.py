@@ -52,10 +52,10 @@ def on_workers(monkeypatch):
     monkeypatch.setattr(ArrayCore, "to_numpy", refuse)
     real_submit, real_gather = dispatch.submit, dispatch.gather
 
-    def submit(client, fn, args, homes, deps, name):
+    def submit(client, fn, args, homes, deps, name, **kw):
         if state["on"]:
             state["args"].append((name, len(cloudpickle.dumps(args))))
-        return real_submit(client, fn, args, homes, deps, name)
+        return real_submit(client, fn, args, homes, deps, name, **kw)
 
     def gather(client, futures, direct=False):
         out = real_gather(client, futures, direct=direct)

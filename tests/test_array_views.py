@@ -222,9 +222,9 @@ def test_a_view_reads_only_the_chunks_it_covers_and_copies_nothing(case, monkeyp
     calls = []
     real = dispatch.submit
 
-    def spy(client, fn, args, homes, deps, name):
+    def spy(client, fn, args, homes, deps, name, **kw):
         calls.append(homes)
-        return real(client, fn, args, homes, deps, name)
+        return real(client, fn, args, homes, deps, name, **kw)
 
     monkeypatch.setattr(dispatch, "submit", spy)
     v[...] = 1.0

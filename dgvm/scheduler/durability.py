@@ -40,6 +40,7 @@ class Durability:
         self._promoting: dict[int, asyncio.Future] = {}  # dead worker uid -> promotion done
         # dead worker uid -> {alloc id: address that took over its chunks there, most of them}
         self._took_over: dict[int, dict[int, str]] = {}
+        self._lacking: set[int] = set()  # allocations with chunks short of copies (no room)
 
     # -- writes ------------------------------------------------------------------------
     async def refresh(self, alloc, by_holder: dict[str, list[int]]) -> set[int]:
@@ -193,10 +194,17 @@ class Durability:
                 await asyncio.wait_for(asyncio.shield(pending), PROMOTE_WAIT)
 
     # -- copies made again or added ---------------------------------------------------------
+    def worker_joined(self) -> None:
+        """The plugin's ``add_worker`` hook (O(1)): room, perhaps, for the copies that lack."""
+        if self._lacking:
+            self.plugin.spawn(self.replenish(sorted(self._lacking)))
+
     async def replenish(self, alloc_ids) -> None:
         """Give chunks of these allocations that lack copies new backups, where room
-        allows (best effort: what does not fit waits for the next try)."""
+        allows (best effort: what does not fit waits for a worker to join)."""
+        self.plugin._sync_inventory()  # (a worker whose store started after it joined)
         for alloc_id in alloc_ids:
+            self._lacking.discard(alloc_id)
             alloc = self.gvat.allocations.get(alloc_id)
             if alloc is None:
                 continue
@@ -207,6 +215,8 @@ class Durability:
                 await self.add(alloc, want)
             except Exception as e:  # noqa: BLE001
                 logger.info("dgvm: new copies of allocation %s wait for room: %s", alloc_id, e)
+            if alloc_id in self.gvat.allocations and copies.wanting(alloc, self.gvat.inventory):
+                self._lacking.add(alloc_id)
 
     async def add(self, alloc, want: dict[int, int]) -> None:
         """Make new backups (``want``: chunk -> how many more): booked, then copied from

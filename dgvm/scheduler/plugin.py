@@ -119,6 +119,7 @@ class GVATPlugin(SchedulerPlugin):
     def add_worker(self, scheduler, worker: str):
         self._sync_worker(worker)
         streams.tune(scheduler.stream_comms.get(worker))
+        self.durability.worker_joined()
 
     def transition(self, key, start, finish, *args, **kwargs):
         # Every transition of every task: O(1) (``Departures.note``).

@@ -16,10 +16,12 @@ from distributed.utils import sync
 
 from dgvm import config, dask_compat
 from dgvm.protocol import messages
-from dgvm.protocol.errors import DgvmError, KernelError
+from dgvm.protocol.errors import ChunkLost, DgvmError, InvalidAddress, KernelError
 from dgvm.protocol.messages import TASK_PREFIX
 from dgvm.protocol.records import ArraySpec
 from dgvm.worker.access import Access
+
+FORWARD_RETRIES = 8  # homes a forwarded chunk follows (moves keep coming while it travels)
 
 
 def apply_here(alloc_id: int, owner: str, fn, args, indices: list[int], deps):
@@ -66,13 +68,8 @@ def report(out: ArraySpec, indices, access: Access) -> None:
     task's completion, which comes after it on the same stream, so no later task sees a
     stale replica, and the task itself does not wait. Output chunks whose home moved
     away after the task was placed (``access.forwarded``) go to their new home first."""
-    worker = access.worker
     for k, result in access.forwarded:
-        where = access.locate(out.alloc_id, k)
-        data = to_serialize(access.store.backend.to_host(result))
-        # The home's write handler bumps the version and drops replicas itself.
-        sync(worker.loop, messages.call, worker.rpc(where.home), messages.WRITE,
-             alloc_id=out.alloc_id, owner=out.owner, pieces=[[k, 0, data]])
+        forward(access, out, k, to_serialize(access.store.backend.to_host(result)))
     done = {k for k, _ in access.forwarded}
     reads = {
         str(a): {**r, "home": sorted(r["home"]), "remote": sorted(r["remote"])}
@@ -81,6 +78,26 @@ def report(out: ArraySpec, indices, access: Access) -> None:
     # the store's counters with this task's reads in them: the dashboard has them when
     # the task's completion is known, not only at the worker's next heartbeat
     send_report(access, out.alloc_id, [k for k in indices if k not in done], reads)
+
+
+def forward(access: Access, out: ArraySpec, k: int, data) -> None:
+    """Write chunk ``k``'s new value at its home, wherever the GVAT says it is now: it may
+    move on (or its home leave, and a copy take over) while the write travels, and then
+    the write goes to the next home. The home's write handler bumps the version and drops
+    replicas itself."""
+    worker = access.worker
+    for attempt in range(FORWARD_RETRIES):
+        where = access.locate(out.alloc_id, k)
+        try:
+            sync(worker.loop, access.transfers.left_peers.call, where.home,
+                 messages.call(worker.rpc(where.home), messages.WRITE, alloc_id=out.alloc_id,
+                               owner=out.owner, pieces=[[k, 0, data]]),
+                 lambda: ChunkLost(f"chunk {k} of allocation {out.alloc_id}: its home {where.home} "
+                                   "left the cluster while the chunk was written there"))
+            return
+        except (InvalidAddress, ChunkLost):
+            if attempt == FORWARD_RETRIES - 1 or access.locate(out.alloc_id, k).home == where.home:
+                raise
 
 
 def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, kernel_errors: bool,
