@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import dgvm.array as dnp
-from dgvm.array._engine import blockwise
+from dgvm.array._engine import blockwise, index_assign
 from dgvm.client import dispatch
 from dgvm.client.allocation import AllocationHandle
 
@@ -315,6 +315,18 @@ def test_repeated_indices_the_last_one_wins(case):
     same(y, b)
 
 
+def test_many_indices_over_many_blocks_read_longer_runs(case, monkeypatch):
+    """Past ``MAX_HITS`` (runs, blocks) pairs the runs grow (each chunk then reads more
+    indices than it writes): the same result."""
+    monkeypatch.setattr(index_assign, "MAX_HITS", 16)
+    a = values(60, seed=28)
+    x = dnp.from_numpy(a, chunks=7)  # 9 blocks: runs of at least 60 * 9 / 16 indices
+    idx = indices(60, 200, seed=5)
+    x[dnp.from_numpy(idx, chunks=45)] = np.arange(200.0)
+    a[idx] = np.arange(200.0)
+    same(x, a)
+
+
 def test_indices_apart_from_an_integer_take_values_in_numpys_order(case):
     a = values((3, 4, 5), seed=22)
     idx = np.array([4, 0, -2])
@@ -423,11 +435,12 @@ def test_mask_values_never_pass_through_the_caller(case, on_workers):
     a = values((400, 250), seed=26)
     want = a.copy()
     x = dnp.from_numpy(a, chunks=(100, 100))
-    rows = dnp.from_numpy(a[:, :1] < 50, chunks=(100, 1))
     m = x < 50
     n = int((a < 50).sum())
     v = dnp.arange(n, dtype=dnp.float64)
+    xr = dnp.from_numpy(a, chunks=(50, 250))
     with on_workers():
+        xr[xr < 50] = v  # whole rows: one run of values per chunk
         x[m] = v  # rows cut: per-line counts
         y = x[:, :200]
         y[y > 80] = y[y > 80] + 1  # form 2 on a view
@@ -437,13 +450,13 @@ def test_mask_values_never_pass_through_the_caller(case, on_workers):
         x3[m[:, :50]] = 0.0
         x.wait()
     want[a < 50] = np.arange(n)
+    same(xr, want)
     sub = want[:, :200]
     sub[sub > 80] += 1
     same(w, want[a[:, 0] < 50])
     same(z, want.reshape(400, 50, 5)[(a < 50)[:, :50]])
     want.reshape(400, 50, 5)[(a < 50)[:, :50]] = 0.0
     same(x, want)
-    del rows
 
 
 def test_index_arrays_never_pass_through_the_caller_when_assigned(case, on_workers):

@@ -9,11 +9,12 @@ mask is true, ``MaskWrite`` the values of a 1-d array, in C order of the true po
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm.array._engine.index_ops import within
+from dgvm.array._engine.index_ops import runs_of, within
 from dgvm.array._engine.mask_ops import exclusive
 
 
@@ -26,7 +27,7 @@ class Assign:
     """For a chunk of ``x``: the positions the key selects in it, set from the value (a
     scalar, or input 1 broadcast over the selection's shape)."""
 
-    maps: tuple  # per axis of x: coordinate list of the selection (None: whole axis)
+    maps: tuple  # per axis of x: the selection's coordinates, a range or an array (None: whole axis)
     sel_shape: tuple  # shape of the selection (ints dropped), the value broadcasts to it
     keep: tuple  # axes of x that are axes of the selection
     value: object
@@ -50,6 +51,7 @@ class Assign:
                 local.append(np.arange(hi[a] - lo[a]))
                 sel.append(np.arange(lo[a], hi[a]))
                 continue
+            m = np.asarray(m)
             j = np.flatnonzero((m >= lo[a]) & (m < hi[a]))
             if not len(j):
                 return None  # the key selects nothing in this chunk
@@ -81,17 +83,30 @@ class Assign:
 @dataclass
 class IndexAssign(Assign):
     """``Assign`` where axis ``axis`` is indexed by the 1-d DArray of integers read as
-    input ``index_input``, cut into runs (``rows``: their starts): a chunk reads the
-    runs that have indices in its block along the axis (``hits``: per run and block),
-    and of indices repeated the last one wins, as in NumPy. The indices were checked
-    in bounds before (``index_gather.counted``)."""
+    input ``index_input``, cut into runs (``index_ops.runs_of`` of at most ``cut`` per
+    chunk of it): a chunk reads the runs that have indices in its block along the axis
+    (``hits``: per run and block, packed bits), and of indices repeated the last one
+    wins, as in NumPy. The indices were checked in bounds before
+    (``index_gather.counted``)."""
 
     axis: int = 0
     n: int = 0  # x's length along the axis
     edges: np.ndarray = None  # x's block starts along the axis
-    rows: np.ndarray = None
-    hits: np.ndarray = None  # (runs, blocks) of bools
+    index_chunks: tuple = ()
+    cut: int = 1
+    hits: np.ndarray = None
     index_input: int = 1
+
+    @functools.cached_property
+    def runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the runs' starts and end, per run and block whether an index falls there)."""
+        lengths = [r for c in self.index_chunks for r in runs_of(c, self.cut)]
+        rows = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        nb = len(self.edges) - 1
+        return rows, np.unpackbits(self.hits, count=len(lengths) * nb).reshape(len(lengths), nb).astype(bool)
+
+    def __getstate__(self):  # the runs are derived where they are used
+        return {k: v for k, v in self.__dict__.items() if k != "runs"}
 
     def coords(self, read, lo, hi):
         found = super().coords(read, lo, hi)  # the axis's map is None: all of it, replaced here
@@ -99,10 +114,11 @@ class IndexAssign(Assign):
             return None
         local, sel = found
         a = self.axis
+        rows, hits = self.runs
         b = int(np.searchsorted(self.edges, lo[a], side="right")) - 1
         places, positions = [], []
-        for r in np.flatnonzero(self.hits[:, b]):
-            s, e = int(self.rows[r]), int(self.rows[r + 1])
+        for r in np.flatnonzero(hits[:, b]):
+            s, e = int(rows[r]), int(rows[r + 1])
             v = within(_host(read(self.index_input, [s], [e])), self.n, np)
             inside = np.flatnonzero((v >= lo[a]) & (v < hi[a]))
             positions.append(v[inside] - lo[a])
@@ -112,7 +128,8 @@ class IndexAssign(Assign):
         at, j = np.concatenate(positions), np.concatenate(places)
         if not len(at):
             return None
-        # The last of repeated indices wins (NumPy's result in practice): keep only it.
+        # The last of repeated indices wins (NumPy's result in practice; on a GPU a
+        # scatter's order is not defined): keep only it.
         _, last = np.unique(at[::-1], return_index=True)
         keep = np.sort(len(at) - 1 - last)
         local[a], sel[a] = at[keep], j[keep]

@@ -20,6 +20,7 @@ from dgvm.array._engine.assign_ops import IndexAssign
 from dgvm.array._engine.index_gather import check_indices, counted
 from dgvm.array._engine.keys import chunks_selected
 
+MAX_HITS = 1 << 16  # (runs, blocks) pairs of an assignment: 8 kB of bits at most
 
 def assign_indexed(x, maps, axis: int, keep, sel_shape, value, value_shape) -> None:
     """``x[key] = value`` for ``keys.plan``'s ``maps``, whose map of ``axis`` is a 1-d
@@ -32,7 +33,11 @@ def assign_indexed(x, maps, axis: int, keep, sel_shape, value, value_shape) -> N
     idx = idx.stored()
     n = x.shape[axis]
     edges = np.concatenate([[0], np.cumsum(x.chunks[axis])]).astype(np.int64)
-    runs, counts, idx = counted(idx, axis, n, edges, cut=max(x.chunks[axis]))  # IndexError: nothing written
+    # Runs of at least x's largest block along the axis, and few enough that their hits
+    # per block (one bit each, in every task) stay small however many indices there are.
+    nb = len(x.chunks[axis])
+    cut = max(max(x.chunks[axis]), -(-int(idx.shape[0]) * nb // MAX_HITS))
+    runs, counts, idx = counted(idx, axis, n, edges, cut)  # IndexError: nothing written yet
     hits = counts > 0
     blocks = np.flatnonzero(hits.any(axis=0))
     if not len(blocks):
@@ -40,10 +45,10 @@ def assign_indexed(x, maps, axis: int, keep, sel_shape, value, value_shape) -> N
     where = list(maps)
     where[axis] = edges[blocks]  # a coordinate in each block some index falls in
     chunks = chunks_selected(x, where)
-    rows = np.concatenate([[0], np.cumsum(runs)]).astype(np.int64)
     own = list(maps)
     own[axis] = None
     scalar = value_shape is None
     op = IndexAssign(tuple(own), sel_shape, keep, value if scalar else None, value_shape,
-                     axis=axis, n=n, edges=edges, rows=rows, hits=hits, index_input=1 if scalar else 2)
+                     axis=axis, n=n, edges=edges, index_chunks=idx.chunks[0], cut=cut,
+                     hits=np.packbits(hits.reshape(-1)), index_input=1 if scalar else 2)
     blockwise.run(op, x, [x, idx] if scalar else [x, value, idx], "setitem-index", chunks)

@@ -91,8 +91,8 @@ def plan(x, key):
             maps.append(np.where(idx < 0, idx + n, idx))
             result_pos += 1
         elif isinstance(k, slice):
-            r = range(n)[k]
-            maps.append(None if (r.start, r.stop, r.step) == (0, n, 1) else np.asarray(r, dtype=np.int64))
+            r = range(n)[k]  # a range, not its coordinates: small in a task, whatever n
+            maps.append(None if (r.start, r.stop, r.step) == (0, n, 1) else r)
             result_pos += 1
         else:
             maps.append(np.asarray([int_index(k, axis, n)]))
@@ -109,14 +109,14 @@ def plan(x, key):
 
 def chunks_selected(x, maps) -> list[int]:
     """The chunk indices of ``x`` (C order) holding some element that ``maps`` (``plan``'s:
-    per axis the coordinates, or None for all) select: a write of a selection needs no task
+    per axis the coordinates, a range or an array, or None for all) select: a write of a selection needs no task
     on the workers of the other chunks."""
     blocks = []
     for a, m in enumerate(maps):
         if m is None:
             blocks.append(np.arange(len(x.chunks[a])))
         else:
-            blocks.append(np.unique(np.searchsorted(np.cumsum(x.chunks[a]), m, side="right")))
+            blocks.append(np.unique(np.searchsorted(np.cumsum(x.chunks[a]), np.asarray(m), side="right")))
     if not blocks:
         return [0]
     grid = np.meshgrid(*blocks, indexing="ij")

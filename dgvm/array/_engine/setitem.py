@@ -57,7 +57,7 @@ def setitem(x, key, value) -> None:
         return
     maps, drop, new_axes, front = plan(x, key)
     keep = tuple(a for a in range(x.ndim) if a not in drop)
-    sel_shape = tuple(x.shape[a] if maps[a] is None else int(maps[a].shape[0]) for a in keep)
+    sel_shape = tuple(x.shape[a] if maps[a] is None else len(maps[a]) for a in keep)
     if front and isinstance(value, (ArrayCore, np.ndarray)):
         # NumPy's selection has the index array's axis first: the value's, put in x's order.
         value, _ = fitted(value, (sel_shape[front],) + sel_shape[:front] + sel_shape[front + 1:])
