@@ -351,6 +351,11 @@ def test_darray_indices_into_views_and_from_masks(case):
     x[:, dnp.from_numpy(a[0] > 50, chunks=4)] = -2.0
     a[:, a[0] > 50] = -2.0
     same(x, a)
+    cols = np.array([5, -6, 2, 5])
+    value = np.arange(20.0).reshape(5, 4)
+    x[::-2, dnp.from_numpy(cols, chunks=3)] = value  # a reversed slice beside the indices
+    a[::-2, cols] = value
+    same(x, a)
 
 
 def test_out_of_bounds_indices_write_nothing(case):

@@ -57,8 +57,9 @@ def plan(x, key):
     """(coordinate maps per axis, axes to drop, where to add axes, ``front``) for a key
     without masks: the positions an assignment writes (``setitem``). ``front``: where
     the index array's axis is among the selection's (x's order), when NumPy puts it
-    first instead (the key's integers and the array are not side by side), else None. The map of an axis indexed by a
-    DArray of integers (not held on the caller) is that DArray."""
+    first instead (the key's integers and the array are not side by side), else None.
+    The map of an axis indexed by a DArray of integers (not held on the caller) is that
+    DArray; a slice's is a range."""
     items = expand_key(key, x.ndim)
     maps, drop, new_axes, axis, result_pos = [], [], [], 0, 0
     arrays, array_axis = 0, None
@@ -109,8 +110,8 @@ def plan(x, key):
 
 def chunks_selected(x, maps) -> list[int]:
     """The chunk indices of ``x`` (C order) holding some element that ``maps`` (``plan``'s:
-    per axis the coordinates, a range or an array, or None for all) select: a write of a selection needs no task
-    on the workers of the other chunks."""
+    per axis the coordinates, a range or an array, or None for all) select: a write of a
+    selection needs no task on the workers of the other chunks."""
     blocks = []
     for a, m in enumerate(maps):
         if m is None:
@@ -188,8 +189,8 @@ def mask_key(x, key) -> MaskKey | None:
     first = sum(1 for e in items[:at] if e is not None)  # x's axis of the mask's first
     for d in range(k):
         if mask.shape[d] != x.shape[first + d]:
-            raise IndexError(f"boolean index did not match indexed array along axis {first + d}; size of "
-                             f"axis is {x.shape[first + d]} but size of corresponding boolean axis is {mask.shape[d]}")
+            raise IndexError(f"boolean index did not match indexed array along axis {first + d}; size of axis "
+                             f"is {x.shape[first + d]} but size of corresponding boolean axis is {mask.shape[d]}")
     advanced = sorted([i for i, e in enumerate(items) if not (e is None or isinstance(e, slice))]
                       + list(range(at, at + k)))
     front = advanced != list(range(advanced[0], advanced[-1] + 1))

@@ -95,9 +95,9 @@ def assign_masked(x, mask, axis: int, value, alone: bool) -> None:
 
 
 def _laid_out(x, value, sel: tuple, total: int, runs, picks):
-    """The value broadcast over the selection (``sel``), as a 1-d array of ``total`` elements in
-    C order, cut into ``runs`` placed beside x's chunks ``picks``; made on the workers
-    (a host value is stored first, as it is, when it must be broadcast)."""
+    """The value broadcast over the selection (``sel``), as a 1-d array of ``total``
+    elements in C order, cut into ``runs`` placed beside x's chunks ``picks``; made on
+    the workers (a host value is stored first, as it is, when it must be broadcast)."""
     if not isinstance(value, ArrayCore):
         value = np.asarray(value, dtype=x.dtype)
         if value.size == total:
@@ -110,5 +110,6 @@ def _laid_out(x, value, sel: tuple, total: int, runs, picks):
         wide = type(x).allocated(sel, value.dtype, client=x.client, zero=False)
         blockwise.run(Elementwise(("in", 0), [tuple(value.shape)], sel), wide, [value], "setitem-broadcast")
         value = wide
-    blockwise.run(Copy() if value.ndim == 1 else Reshape(tuple(value.shape), (total,)), out, [value], "setitem-values")
+    op = Copy() if value.ndim == 1 else Reshape(tuple(value.shape), (total,))
+    blockwise.run(op, out, [value], "setitem-values")
     return out
