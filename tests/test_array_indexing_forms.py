@@ -257,6 +257,13 @@ def test_masks_with_nothing_to_write(case):
     same(x, a)
     with pytest.raises(ValueError, match="cannot assign 2 input values to the 0 output values"):
         x[as_darray(none)] = np.ones(2)
+    some = none.copy()
+    some[1, 1] = True
+    with pytest.raises(ValueError, match="cannot assign 0 input values to the 1 output values"):
+        x[as_darray(some)] = dnp.zeros(0)  # a value with no elements, a mask with one true
+    with pytest.raises(ValueError):
+        x[as_darray(some[:, 1])] = dnp.zeros((0, 5))
+    x[as_darray(none)] = dnp.zeros(0)
     y = dnp.zeros((0, 5))
     y[np.zeros((0, 5), bool)] = 1.0
     y[np.zeros(0, bool)] = np.ones(5)

@@ -34,9 +34,19 @@ def _setitem_on_host(x, key, value):
     np.broadcast_to(value, np.shape(x[key]))
 
 
-@empty_aware(host=_setitem_on_host)
 def setitem(x, key, value) -> None:
     """``x[key] = value`` (``DArray.__setitem__``)."""
+    if isinstance(value, ArrayCore) and value.size == 0 and x.size:
+        mk = mask_key(x, key)
+        if mk is not None and isinstance(mk.mask, ArrayCore) and mk.mask.size:
+            # NumPy's checks of a value with no elements need the mask's true elements,
+            # not its stand-in's (none): the value, held on the caller, goes the common way.
+            value = np.empty(value.shape, value.dtype)
+    _setitem(x, key, value)
+
+
+@empty_aware(host=_setitem_on_host)
+def _setitem(x, key, value) -> None:
     if x.alias is not None:
         _setitem_view(x, key, value)
         return
