@@ -409,10 +409,10 @@ def on_workers(monkeypatch):
 
     real_submit, real_gather = dispatch.submit, dispatch.gather
 
-    def submit(client, fn, args, homes, deps, name):
+    def submit(client, fn, args, homes, deps, name, **options):
         if state["on"]:
             state["args"].append((name, len(cloudpickle.dumps(args))))
-        return real_submit(client, fn, args, homes, deps, name)
+        return real_submit(client, fn, args, homes, deps, name, **options)
 
     def gather(client, futures, direct=False):
         out = real_gather(client, futures, direct=direct)
