@@ -1,11 +1,12 @@
-"""``x[key]``: basic slicing, integer arrays along one axis, masks.
+"""``x[key]``: basic slicing, integer arrays along one axis, boolean masks.
 
 Basic indexing (slices with steps, negatives, integers, ``...``, ``None``) makes no copy:
 the result is a deferred view (``views``) that elementwise operations and reductions
 read in place, computed on first other use. Integer-array indexing is a gather on the
 workers (``index_gather``): the indices, a DArray or a host array stored once, never
 come to the caller. A boolean mask is counted and compacted where its chunks live, and
-the pieces laid out in C order there (``mask_select``).
+the pieces laid out in C order there (``mask_select``); a mask of some of the axes is
+first repeated along the others there, and the result laid out in NumPy's shape.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from __future__ import annotations
 from dgvm.array._engine.aliases import view_of
 from dgvm.array._engine.apply import apply
 from dgvm.array._engine.index_gather import check_indices, gather_along
-from dgvm.array._engine.keys import added_axes, as_index_array, basic_view, expand_key, is_mask
-from dgvm.array._engine.mask_select import masked, positions
+from dgvm.array._engine.keys import added_axes, as_index_array, basic_view, expand_key, mask_key
+from dgvm.array._engine.mask_select import masked_along, positions
 from dgvm.array._engine.views import View
 
 
@@ -40,11 +41,11 @@ def getitem(x, key):
             return out[(slice(None),) * axis + (slice(0, 0),)]
         # A 0-d boolean is an advanced index: NumPy's result is a copy, not a view.
         return apply("astype", out, dtype=out.dtype)
-    if is_mask(key):
-        mask = key[0] if isinstance(key, tuple) else key
-        if mask.ndim == 1 and x.ndim > 1:  # along axis 0: the positions it selects
+    mk = mask_key(x, key)  # NumPy's IndexError for a mask that does not fit
+    if mk is not None:
+        if mk.mask.ndim == 1 and x.ndim > 1:  # along one axis: the positions it selects
             return _indexed(x, key)
-        return masked(x, mask)
+        return _masked(x, mk)
     view = basic_view(x, key)
     if view is not None:  # no copy: a view of x's memory, read in place
         out = view_of(x, view, "getitem")
@@ -54,6 +55,19 @@ def getitem(x, key):
             return out.alias.copy_of(out)
         return out
     return _indexed(x, key)
+
+
+# -- a boolean mask ------------------------------------------------------------------------
+def _masked(x, mk):
+    """A key with a boolean mask (``keys.MaskKey``): its basic indices first (a view),
+    then the mask along the view's axes it covers (``mask_select.masked_along``)."""
+    inner = x if mk.whole else getitem(x, mk.basic)
+    out = masked_along(inner, mk.mask, mk.axis)
+    if mk.front and mk.axis:  # NumPy puts the selected elements' axis first
+        src = list(range(out.ndim))
+        src.insert(0, src.pop(mk.axis))
+        out = _axis_view(out, tuple(src), "getitem")
+    return out
 
 
 # -- an integer index array --------------------------------------------------------------

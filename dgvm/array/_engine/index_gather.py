@@ -57,7 +57,7 @@ def _picks(x, grid, axis: int, block_along) -> list[int]:
     return out
 
 
-def _counted(indices, axis: int, n: int, edges: np.ndarray, cut: int):
+def counted(indices, axis: int, n: int, edges: np.ndarray, cut: int):
     """(runs, counts per run and input block, the indices): a DArray's counted where it
     lives and left there; a host array's checked, made non-negative and counted here."""
     if isinstance(indices, ArrayCore):
@@ -85,7 +85,7 @@ def gather_along(x, axis: int, indices, name: str = "take"):
     if isinstance(indices, ArrayCore) and indices.host_value is not None:
         indices = indices.host_value  # its values are on the caller already
     check_indices(indices, "integer array indices")
-    runs, counts, idx = _counted(indices, axis, n, edges, cut=max(1, max(x.chunks[axis], default=1)))
+    runs, counts, idx = counted(indices, axis, n, edges, cut=max(1, max(x.chunks[axis], default=1)))
     shape = x.shape[:axis] + (int(indices.shape[0]),) + x.shape[axis + 1:]
     if 0 in shape:  # nothing to gather: held on the caller (zero_size)
         return type(x).empty_on_caller(shape, x.dtype, x.client)

@@ -3,7 +3,8 @@
 A key is expanded to one entry per axis (``expand_key``); a basic key (slices, integers,
 ``...``, ``None``) is the ``View`` it selects (``basic_view``); for an assignment, a key
 with an index array is a coordinate map per axis (``plan``); ``None`` and 0-d booleans add axes
-(``added_axes``). A value assigned to a selection is checked against it as NumPy
+(``added_axes``); a boolean mask among basic indices is the ``MaskKey`` it makes
+(``mask_key``). A value assigned to a selection is checked against it as NumPy
 checks it (``fitted``). ``getitem`` and ``setitem`` act on what these say.
 """
 
@@ -53,11 +54,15 @@ def as_index_array(k):
 
 
 def plan(x, key):
-    """(coordinate maps per axis, axes to drop, where to add axes) for a key without
-    masks: the positions an assignment writes (``setitem``)."""
+    """(coordinate maps per axis, axes to drop, where to add axes, ``front``) for a key
+    without masks: the positions an assignment writes (``setitem``). ``front``: where
+    the index array's axis is among the selection's (x's order), when NumPy puts it
+    first instead (the key's integers and the array are not side by side), else None.
+    The map of an axis indexed by a DArray of integers (not held on the caller) is that
+    DArray; a slice's is a range."""
     items = expand_key(key, x.ndim)
     maps, drop, new_axes, axis, result_pos = [], [], [], 0, 0
-    arrays = 0
+    arrays, array_axis = 0, None
     for k in items:
         if k is None:
             new_axes.append(result_pos)
@@ -65,23 +70,30 @@ def plan(x, key):
             continue
         n = x.shape[axis]
         idx = as_index_array(k)
+        if isinstance(idx, ArrayCore) and idx.host_value is not None:
+            idx = idx.host_value  # its values are on the caller already
         if isinstance(idx, ArrayCore):
-            # An assignment through an index array reads its values here (``x[key]``
-            # itself gathers on the workers: ``index_gather``).
-            idx = idx.to_numpy()
-        if idx is not None:
+            # Its values stay on the workers: the axis's map is the DArray itself, which
+            # ``index_assign`` reads where the chunks written are.
+            if idx.dtype == bool or idx.ndim != 1 or idx.dtype.kind not in "iu":
+                raise IndexError("integer array indices must be 1-d integer arrays, "
+                                 f"got {idx.dtype} {tuple(idx.shape)}")
+            arrays, array_axis = arrays + 1, axis
+            maps.append(idx)
+            result_pos += 1
+        elif idx is not None:
             if idx.dtype == bool:
                 raise IndexError("a boolean mask must be the whole key (x[mask])")
             if idx.ndim != 1 or idx.dtype.kind not in "iu":
                 raise IndexError(f"integer array indices must be 1-d integer arrays, got {idx.dtype} {idx.shape}")
-            arrays += 1
+            arrays, array_axis = arrays + 1, axis
             if ((idx < -n) | (idx >= n)).any():
                 raise IndexError(f"index out of bounds for axis {axis} of length {n}")
             maps.append(np.where(idx < 0, idx + n, idx))
             result_pos += 1
         elif isinstance(k, slice):
-            r = range(n)[k]
-            maps.append(None if (r.start, r.stop, r.step) == (0, n, 1) else np.asarray(r, dtype=np.int64))
+            r = range(n)[k]  # a range, not its coordinates: small in a task, whatever n
+            maps.append(None if (r.start, r.stop, r.step) == (0, n, 1) else r)
             result_pos += 1
         else:
             maps.append(np.asarray([int_index(k, axis, n)]))
@@ -89,23 +101,102 @@ def plan(x, key):
         axis += 1
     if arrays > 1:
         raise IndexError("dgvm.array supports integer-array indexing along one axis only")
-    return maps, drop, new_axes
+    advanced = [i for i, k in enumerate(items) if not (k is None or isinstance(k, slice))]
+    front = None
+    if arrays and advanced != list(range(advanced[0], advanced[-1] + 1)):
+        front = sum(1 for a in range(array_axis) if a not in drop)
+    return maps, drop, new_axes, front
 
 
 def chunks_selected(x, maps) -> list[int]:
     """The chunk indices of ``x`` (C order) holding some element that ``maps`` (``plan``'s:
-    per axis the coordinates, or None for all) select: a write of a selection needs no task
-    on the workers of the other chunks."""
+    per axis the coordinates, a range or an array, or None for all) select: a write of a
+    selection needs no task on the workers of the other chunks."""
     blocks = []
     for a, m in enumerate(maps):
         if m is None:
             blocks.append(np.arange(len(x.chunks[a])))
         else:
-            blocks.append(np.unique(np.searchsorted(np.cumsum(x.chunks[a]), m, side="right")))
+            blocks.append(np.unique(np.searchsorted(np.cumsum(x.chunks[a]), np.asarray(m), side="right")))
     if not blocks:
         return [0]
     grid = np.meshgrid(*blocks, indexing="ij")
     return np.ravel_multi_index([g.reshape(-1) for g in grid], x.numblocks).tolist()
+
+
+def _bool_array(k):
+    """``k`` as a boolean array of at least one axis (a DArray as it is, a host array or
+    a list of booleans as a host array), or None."""
+    if isinstance(k, list):
+        a = np.asarray(k)
+        return a if a.dtype == bool and a.ndim else None
+    if isinstance(k, (ArrayCore, np.ndarray)) and k.dtype == bool and k.ndim:
+        return k
+    return None
+
+
+@dataclass
+class MaskKey:
+    """A key with one boolean mask among basic indices (NumPy: the mask stands for the
+    integer arrays of its true positions, one per axis it covers). ``x[key]`` is
+    ``x[basic]`` (a view), then the mask along the view's axes ``axis ..
+    axis + mask.ndim``; the axis of the selected elements goes first when NumPy puts
+    it there (``front``: the key's integers and the mask are not side by side)."""
+
+    mask: object  # a DArray or a host array of booleans
+    basic: tuple  # the key with the mask's axes as ``slice(None)``
+    at: int  # where the mask's axes start in ``basic``
+    first: int  # the first of the mask's axes in x
+    axis: int  # the first of the mask's axes in ``x[basic]``
+    front: bool
+    whole: bool  # ``x[basic]`` is all of x, as it is
+
+
+def mask_key(x, key) -> MaskKey | None:
+    """``MaskKey`` for a key with a boolean array of one axis or more; None for other
+    keys. NumPy's IndexError for a mask whose shape does not match the axes it covers,
+    or for too many indices."""
+    key = key if isinstance(key, tuple) else (key,)
+    bools = [i for i, k in enumerate(key) if _bool_array(k) is not None]
+    if not bools:
+        return None
+    others = [k for i, k in enumerate(key) if i not in bools and not _is_scalar_bool(k)]
+    if len(bools) > 1 or any(as_index_array(k) is not None for k in others):
+        raise IndexError("dgvm.array supports one index array or boolean mask per key")
+    if len(others) + 1 < len(key):
+        raise IndexError("dgvm.array does not mix 0-d boolean indices with boolean masks "
+                         f"(key {key!r}): index with the mask first, then with the booleans")
+    mask = _bool_array(key[bools[0]])
+    k = mask.ndim
+    if sum(e is Ellipsis for e in key) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    used = sum(1 for e in key if e is not None and e is not Ellipsis) - 1 + k
+    if used > x.ndim:
+        raise IndexError(f"too many indices for array: array is {x.ndim}-dimensional, but {used} were indexed")
+    items, at = [], None  # the key expanded, the mask as ``k`` entries of ``slice(None)``
+    for i, e in enumerate(key):
+        if e is Ellipsis:
+            items.extend([slice(None)] * (x.ndim - used))
+        elif i == bools[0]:
+            at = len(items)
+            items.extend([slice(None)] * k)
+        elif isinstance(e, (ArrayCore, np.ndarray)) and e.ndim == 0 and e.dtype.kind in "iu":
+            items.append(int(e.item()))  # as its integer, as in NumPy
+        else:
+            items.append(e)
+    if not any(e is Ellipsis for e in key):
+        items.extend([slice(None)] * (x.ndim - used))
+    first = sum(1 for e in items[:at] if e is not None)  # x's axis of the mask's first
+    for d in range(k):
+        if mask.shape[d] != x.shape[first + d]:
+            raise IndexError(f"boolean index did not match indexed array along axis {first + d}; size of axis "
+                             f"is {x.shape[first + d]} but size of corresponding boolean axis is {mask.shape[d]}")
+    advanced = sorted([i for i, e in enumerate(items) if not (e is None or isinstance(e, slice))]
+                      + list(range(at, at + k)))
+    front = advanced != list(range(advanced[0], advanced[-1] + 1))
+    axis = sum(1 for e in items[:at] if e is None or isinstance(e, slice))
+    whole = all(isinstance(e, slice) and e == slice(None) for e in items)
+    return MaskKey(mask, tuple(items), at, first, axis, front, whole)
 
 
 def is_mask(key) -> bool:

@@ -17,7 +17,8 @@ def _host(a):
     return a.get() if hasattr(a, "get") else np.asarray(a)
 
 
-def _exclusive(a: np.ndarray) -> np.ndarray:
+def exclusive(a: np.ndarray) -> np.ndarray:
+    """The exclusive running sum of ``a`` in C order, of its shape."""
     out = np.zeros(a.size, dtype=np.int64)
     np.cumsum(a.reshape(-1)[:-1], out=out[1:])
     return out.reshape(a.shape)
@@ -93,7 +94,7 @@ class Interleave:
         cnt = _host(read(1, [r0] + [0] * (nd - 2) + [0], [r1] + inner + [len(self.edges[-1]) - 1]))
         # Where each segment starts in the result: lines in C order, then blocks along
         # the last axis.
-        seg_out = _exclusive(cnt) + int(self.out_starts[b0])
+        seg_out = exclusive(cnt) + int(self.out_starts[b0])
         out = None
         for block, piece_start in self.chunks[b0]:
             sl = tuple(slice(int(ed[b]), int(ed[b + 1])) for ed, b in zip(self.edges[1:-1], block[1:-1]))
@@ -103,7 +104,7 @@ class Interleave:
             k1 = int(np.clip(e - so, 0, sn).sum())
             if k1 <= k0:
                 continue
-            ps = _exclusive(sn)
+            ps = exclusive(sn)
             t0 = int(np.searchsorted(ps + sn, k0, side="right"))
             t1 = int(np.searchsorted(ps, k1, side="left"))
             pos = np.repeat(so[t0:t1] - ps[t0:t1], sn[t0:t1]) + np.arange(ps[t0], ps[t0] + sn[t0:t1].sum())

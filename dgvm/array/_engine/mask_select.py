@@ -22,14 +22,18 @@ into x's. A 1-d mask along one axis of x stands for the positions of its true el
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
 from dgvm.array._engine import blockwise
 from dgvm.array._engine.core import ArrayCore
-from dgvm.array._engine.layout_ops import Copy
+from dgvm.array._engine.layout_ops import Copy, Reshape
 from dgvm.array._engine.mask_ops import Compact, Interleave, LineCounts, Positions, Total
+from dgvm.array._engine.placement import result_like
 from dgvm.array._engine.search_ops import CountNonzero
+from dgvm.array._engine.tree_op import Elementwise
+from dgvm.array._engine.views import View
 from dgvm.protocol import chunk_grid
 
 
@@ -42,6 +46,19 @@ def _as_mask_of(x, mask):
         blockwise.run(Copy(), out, [mask], "mask-chunks")
         return out
     return mask.stored()  # computed once, here, if deferred: every pass below reads it
+
+
+def count_true(mask) -> int:
+    """How many elements of ``mask`` (a DArray or host array of booleans) are true,
+    counted where its chunks live."""
+    if isinstance(mask, ArrayCore) and mask.host_value is not None:
+        mask = mask.host_value
+    if not isinstance(mask, ArrayCore):
+        return int(np.count_nonzero(mask))
+    if mask.size == 0:
+        return 0
+    parts = blockwise.collect(CountNonzero(tuple(range(mask.ndim))), mask, "mask-count")
+    return sum(int(np.asarray(c).sum()) for c in parts.values())
 
 
 def positions(mask, n: int, axis: int):
@@ -69,24 +86,48 @@ def positions(mask, n: int, axis: int):
     return out
 
 
+def counts(x, mask):
+    """(whether x's chunks hold whole rows, true elements of ``mask`` (stored, of x's
+    chunks) per block of x, per-line counts or None): step 1 of the module notes."""
+    rows_whole = all(nb == 1 for nb in x.numblocks[1:])
+    if rows_whole:
+        parts = blockwise.collect(CountNonzero(tuple(range(x.ndim))), mask, "mask-count")
+        return True, {b: int(np.asarray(c).sum()) for b, c in parts.items()}, None
+    lshape = x.shape[:-1] + (x.numblocks[-1],)
+    lchunks = x.chunks[:-1] + ((1,) * x.numblocks[-1],)
+    lines = type(x).allocated(lshape, np.int64, lchunks, colocate=x, client=x.client, zero=False)
+    edges = np.concatenate([[0], np.cumsum(x.chunks[-1])]).astype(np.int64)
+    blockwise.run(LineCounts(edges), lines, [mask], "mask-lines")
+    totals = {b: int(c) for b, c in blockwise.collect(Total(), lines, "mask-count").items()}
+    return False, totals, lines
+
+
+def row_runs(x, per_row: np.ndarray, firsts: list) -> tuple[list, list]:
+    """A 1-d array of ``per_row[r]`` elements per row block r of x, in order, cut into
+    runs that each lie within one row block and are no larger than x's largest chunk:
+    (the runs' lengths, per run the flat index of the chunk of x it is placed beside,
+    taken in turn from ``firsts[r]``, the chunks of its row block to spread over)."""
+    cap = int(chunk_grid.block_nbytes(x.chunks, 1).max())
+    runs, picks = [], []
+    for r, n in enumerate(int(n) for n in per_row):
+        if not n:
+            continue
+        k = -(-n // cap)
+        base, extra = divmod(n, k)
+        for t in range(k):
+            runs.append(base + (t < extra))
+            picks.append(chunk_grid.flat_index(firsts[r][t % len(firsts[r])], x.numblocks))
+    return runs, picks
+
+
 def masked(x, mask):
     """``x[mask]``: the elements of ``x`` where ``mask`` (a DArray or host array of
     booleans of x's shape) is true, in C order, as a 1-d array."""
     if tuple(mask.shape) != x.shape:
         raise IndexError(f"boolean index of shape {tuple(mask.shape)} does not match the indexed array's {x.shape}")
+    x = x.stored()  # a view is read as its copy (taken once, here)
     mask = _as_mask_of(x, mask)
-    rows_whole = all(nb == 1 for nb in x.numblocks[1:])
-    if rows_whole:
-        parts = blockwise.collect(CountNonzero(tuple(range(x.ndim))), mask, "mask-count")
-        totals = {b: int(np.asarray(c).sum()) for b, c in parts.items()}
-        lines = None
-    else:
-        lshape = x.shape[:-1] + (x.numblocks[-1],)
-        lchunks = x.chunks[:-1] + ((1,) * x.numblocks[-1],)
-        lines = type(x).allocated(lshape, np.int64, lchunks, colocate=x, client=x.client, zero=False)
-        edges = np.concatenate([[0], np.cumsum(x.chunks[-1])]).astype(np.int64)
-        blockwise.run(LineCounts(edges), lines, [mask], "mask-lines")
-        totals = {b: int(c) for b, c in blockwise.collect(Total(), lines, "mask-count").items()}
+    rows_whole, totals, lines = counts(x, mask)
     blocks = [b for b in itertools.product(*(range(g) for g in x.numblocks)) if totals.get(b, 0)]
     total = sum(totals[b] for b in blocks)
     if not total:  # held on the caller (zero_size)
@@ -103,6 +144,50 @@ def masked(x, mask):
     return _interleaved(x, lines, pieces, blocks, sizes, starts, edges)
 
 
+def mask_along(x, mask, axis: int):
+    """``mask`` (a DArray or host array of booleans of x's axes ``axis .. axis +
+    mask.ndim``) repeated along x's other axes: a stored mask of x's shape and chunks,
+    beside x's chunks, made on the workers from the mask's own chunks."""
+    if mask.ndim == x.ndim:
+        return _as_mask_of(x, mask)
+    k = mask.ndim
+    if not isinstance(mask, ArrayCore) or mask.host_value is not None:
+        value = np.asarray(mask if not isinstance(mask, ArrayCore) else mask.host_value)
+        mask = type(x).from_host(value, chunks=x.chunks[axis:axis + k], client=x.client)
+    else:
+        mask = mask.stored()
+    view = View.of_axes(mask, (None,) * axis + tuple(range(k)) + (None,) * (x.ndim - axis - k))
+    out = type(x).allocated(x.shape, np.bool_, x.chunks, colocate=x, client=x.client, zero=False)
+    blockwise.run(Elementwise(("in", 0), [view.shape], x.shape, [view]), out, [mask], "mask-broadcast")
+    return out
+
+
+def masked_along(x, mask, axis: int):
+    """``x[(slice(None),) * axis + (mask,)]`` for a mask of x's axes ``axis .. axis +
+    mask.ndim``: of shape ``x.shape[:axis] + (count,) + x.shape[axis + mask.ndim:]``. The
+    mask repeated along x's other axes (``mask_along``) selects the same elements in C
+    order: its 1-d ``masked`` result, laid out in that shape on the workers."""
+    k = mask.ndim
+    if x.size == 0:  # held on the caller (zero_size): the count only
+        shape = x.shape[:axis] + (count_true(mask),) + x.shape[axis + k:]
+        return type(x).empty_on_caller(shape, x.dtype, x.client)
+    x = x.stored()
+    flat = masked(x, mask_along(x, mask, axis))
+    other = math.prod(x.shape[:axis] + x.shape[axis + k:])
+    shape = x.shape[:axis] + (flat.size // other,) + x.shape[axis + k:]
+    if shape == flat.shape:
+        return flat
+    if flat.size == 0:
+        return type(x).empty_on_caller(shape, x.dtype, x.client)
+    # Rows of whole trailing axes, cut to about x's chunk size (``manipulation.reshape``'s).
+    row = math.prod(shape[1:]) * x.dtype.itemsize
+    per = max(1, int(chunk_grid.block_nbytes(x.chunks, x.dtype.itemsize).max()) // max(row, 1))
+    chunks = chunk_grid.normalize((per,) + shape[1:], shape, x.dtype)
+    out = result_like(flat, shape, x.dtype, chunks, lambda lo: [int(np.ravel_multi_index(lo, shape))])
+    blockwise.run(Reshape(flat.shape, shape), out, [flat], "mask-shape")
+    return out
+
+
 def _interleaved(x, lines, pieces, blocks, sizes, starts, edges):
     """The result in C order from the pieces of ``blocks`` (see the module notes)."""
     nrow = x.numblocks[0]
@@ -112,18 +197,8 @@ def _interleaved(x, lines, pieces, blocks, sizes, starts, edges):
         per_row[b[0]] += size
         chunks_of[b[0]].append((b, int(start)))
     out_starts = np.concatenate([[0], np.cumsum(per_row)]).astype(np.int64)
-    cap = int(chunk_grid.block_nbytes(x.chunks, 1).max())  # no run larger than x's largest chunk
-    runs, picks = [], []
-    for r in range(nrow):
-        n = int(per_row[r])
-        if not n:
-            continue
-        k = -(-n // cap)
-        base, extra = divmod(n, k)
-        for t in range(k):
-            runs.append(base + (t < extra))
-            # Spread over the row block's chunks with a piece: each run reads them all.
-            picks.append(chunk_grid.flat_index(chunks_of[r][t % len(chunks_of[r])][0], x.numblocks))
+    # Spread over the row block's chunks with a piece: each run reads them all.
+    runs, picks = row_runs(x, per_row, [[b for b, _ in c] for c in chunks_of])
     total = int(out_starts[-1])
     out = type(x).allocated((total,), x.dtype, (tuple(runs),), colocate=(x, picks), client=x.client, zero=False)
     blockwise.run(Interleave(out_starts, edges, chunks_of), out, [pieces, lines], "mask-order")
