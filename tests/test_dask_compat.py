@@ -162,3 +162,21 @@ def test_a_task_stranded_on_a_worker_that_left_is_failed_with_the_error_given(cl
     for f in (stranded, after):
         with pytest.raises(LookupError, match="its worker left"):
             f.result(timeout=10)
+
+
+def test_a_task_stranded_on_a_worker_that_left_runs_where_it_is_pinned_again(client):
+    gone = "tcp://127.0.0.1:9"
+    stranded = client.submit(_double, 21, key="compatrepin-1", workers=[gone], allow_other_workers=False)
+    after = client.submit(_double, stranded, key="compatrepinafter-1")
+    deadline = time.monotonic() + 10
+    while client.run_on_scheduler(lambda dask_scheduler: dask_compat.stranded_on(dask_scheduler, "compatrepin-1")) is None:
+        assert time.monotonic() < deadline, "the task never reached no-worker"
+        time.sleep(0.02)
+    worker, = client.scheduler_info()["workers"]
+    assert not client.run_on_scheduler(
+        lambda dask_scheduler: dask_compat.repin_stranded_task(dask_scheduler, "compatrepin-1", gone, "compat"))
+    assert client.run_on_scheduler(
+        lambda dask_scheduler: dask_compat.repin_stranded_task(dask_scheduler, "compatrepin-1", worker, "compat"))
+    assert stranded.result(timeout=10) == 42 and after.result(timeout=10) == 84
+    assert client.run_on_scheduler(
+        lambda dask_scheduler: sorted(dask_scheduler.tasks["compatrepin-1"].worker_restrictions)) == [worker]
