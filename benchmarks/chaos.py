@@ -10,8 +10,8 @@ each array and buffer. At seeded random points it starts an operation and SIGKIL
 process while the operation runs (at least two workers stay alive). Then:
 
 - the chunks the GVAT reports ``lost`` are exactly those the killed worker held when it
-  died (the table just before the kill), for every allocation the operation in flight
-  did not move;
+  died (the table just before the kill) with no copy elsewhere (a third of the arrays and
+  buffers keep ``replicas=2``), for every allocation the operation in flight did not move;
 - the operation in flight answers right (equal to NumPy) or with ``ChunkLost`` naming only
   lost chunks;
 - every array and buffer with a lost chunk answers ``ChunkLost`` naming its lost chunks
@@ -292,11 +292,12 @@ class Chaos:
         n = int(self.rng.integers(64, 2400))
         chunks = int(self.rng.choice([50, 100, 250, 500]))
         placement = str(self.rng.choice(["balanced", "round_robin", "packed"]))
+        replicas = int(self.rng.choice([1, 1, 2]))  # a third keep a copy of each chunk
         h = self.values(n)
         made = []
 
         def call():
-            made.append(dnp.from_numpy(h, chunks=chunks, placement=placement))
+            made.append(dnp.from_numpy(h, chunks=chunks, placement=placement, replicas=replicas))
 
         return Op("from_numpy", call, made=made, apply=lambda: self.items.append(Item(made[0], h)))
 
@@ -304,11 +305,12 @@ class Chaos:
         n = int(self.rng.integers(512, 32768))
         chunk = int(self.rng.choice([256, 1024, 4096]))
         placement = str(self.rng.choice(["balanced", "round_robin"]))
+        replicas = int(self.rng.choice([1, 1, 2]))
         h = self.rng.integers(0, 256, n, dtype=np.uint8)
         made = []
 
         def call():
-            made.append(dgvm.malloc(n, chunk_bytes=chunk, placement=placement))
+            made.append(dgvm.malloc(n, chunk_bytes=chunk, placement=placement, replicas=replicas))
             made[0].write(0, h)
             return made[0].read(0, n)
 
@@ -557,9 +559,11 @@ class Chaos:
         self.probe_damaged()
 
     def check_lost_is_what_died(self, before, after, victim: str, moved: bool) -> None:
-        """The GVAT's lost chunks are those the victim held when it died (unless the
-        operation racing the kill moved chunks)."""
-        held = {a.alloc_id: {c.index for c in a.chunks if c.worker == victim} for a in before}
+        """The GVAT's lost chunks are those the victim held when it died with no copy
+        elsewhere (unless the operation racing the kill moved chunks)."""
+        held = {a.alloc_id: {c.index for c in a.chunks
+                             if c.worker == victim and not [w for w in c.backups if w != victim]}
+                for a in before}
         for a in after:
             if a.alloc_id not in held or moved:
                 continue

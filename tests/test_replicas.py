@@ -46,7 +46,7 @@ def _assert_coherent(client, alloc_id: int, k: int) -> None:
     """Each chunk has one home and k - 1 backups elsewhere, all with the home's bytes, and
     the GVAT's table says where they are."""
     info, = [a for a in dgvm.table(chunks=True, client=client) if a.alloc_id == alloc_id]
-    assert info.replicas == k
+    assert info.copies == k
     held = _copies(client, alloc_id)
     assert sorted(held) == list(range(info.nchunks))
     for c in info.chunks:

@@ -57,7 +57,7 @@ class AllocationsHandler(_JSONHandler):
             rows = [r for r in rows if r["alloc_id"] == int(alloc_id)]
         if _flag(self.get_argument("chunks", None)):
             rows = [
-                {**r, "chunks": source.plugin.table(alloc_id=r["alloc_id"], chunks=True)[0]["chunks"]}
+                {**r, "chunks": source.plugin.table_rows(alloc_id=r["alloc_id"], chunks=True)[0]["chunks"]}
                 for r in rows
             ]
         return {"allocations": rows}

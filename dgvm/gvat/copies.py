@@ -108,7 +108,8 @@ def promotions(allocations, inventory, dead_uid: int) -> dict[str, dict[int, lis
         for i in [i for i, held in alloc.backups.items() if dead_uid in held]:
             book(alloc, inventory.by_uid[dead_uid], [i], -1)
         for i in np.flatnonzero(alloc.homes == dead_uid).tolist():
-            held = [inventory.by_uid[u] for u in alloc.backups.get(i, ()) if inventory.by_uid[u].alive]
+            held = [inventory.by_uid[u] for u in alloc.backups.get(i, ())
+                    if inventory.by_uid[u].alive and (i, u) not in alloc.filling]
             if held:
                 best = max(held, key=lambda r: r.free)
                 plan.setdefault(best.address, {}).setdefault(alloc.alloc_id, []).append(i)

@@ -54,6 +54,7 @@ class Allocation:
     backups: dict = field(default_factory=dict)
     # chunk index -> key of the task whose write its backups got last
     last_writer: dict = field(default_factory=dict)
+    filling: set = field(default_factory=set)  # (chunk index, WorkerUid): new backups being copied
     # hits, misses, homes moved, bytes/time per path (for dgvm.stats and the dashboard)
     stats: dict = field(
         default_factory=lambda: {"hits": 0, "misses": 0, "rehomes": 0, "migrated": 0, "paths": {}}
@@ -414,7 +415,7 @@ class GVAT:
             dtype=alloc.dtype,
             shape=alloc.shape,
             chunks=chunks,
-            replicas=alloc.copies,
+            copies=alloc.copies,
         )
 
     def holders(self, alloc: Allocation) -> set[str]:

@@ -137,7 +137,7 @@ class AllocationInfo(Record):
     dtype: str | None = None
     shape: tuple | None = None
     chunks: tuple = ()  # ChunkInfo dicts, filled when asked for
-    replicas: int = 1  # copies kept of each chunk
+    copies: int = 1  # copies kept of each chunk (``replicas=k``: the home and k - 1 backups)
 
     @classmethod
     def from_dict(cls, d):

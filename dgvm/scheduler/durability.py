@@ -43,13 +43,14 @@ class Durability:
         self._lacking: set[int] = set()  # allocations with chunks short of copies (no room)
 
     # -- writes ------------------------------------------------------------------------
-    async def refresh(self, alloc, by_holder: dict[str, list[int]]) -> set[int]:
+    async def refresh(self, alloc, by_holder: dict[str, list[int]], fresh: bool = False) -> set[int]:
         """The backups of chunks just written, on each holder of ``by_holder``, copy them
         from their homes. Returns the chunks of which some backup holds the write now.
         A holder that fails loses those backups (made again later), unless the home left
         meanwhile: then a backup keeps the chunk as it was before the write if no other
         one got the write (the task runs again on it, ``Departures.rerun``), and is
-        dropped if another did."""
+        dropped if another did. ``fresh``: new backups, which hold nothing until copied
+        (any failure drops them)."""
         inv = self.gvat.inventory
 
         def chunks_for(holder):
@@ -73,7 +74,8 @@ class Durability:
         for h, r in zip(holders, results):
             if not isinstance(r, BaseException) or alloc.alloc_id not in self.gvat.allocations:
                 continue
-            stale = by_holder[h] if not isinstance(r, ChunkLost) else [i for i in by_holder[h] if i in landed]
+            stale = (by_holder[h] if fresh or not isinstance(r, ChunkLost)
+                     else [i for i in by_holder[h] if i in landed])
             rec = inv.by_address.get(h)
             if not stale or rec is None:
                 continue
@@ -184,6 +186,11 @@ class Durability:
             await asyncio.wait_for(asyncio.shield(pending), PROMOTE_WAIT)
         return self.gvat.inventory.by_uid[int(alloc.homes[index])].alive
 
+    async def settle(self) -> None:
+        """Wait for every promotion in progress (a table asked for meanwhile shows its end)."""
+        for pending in list(self._promoting.values()):
+            await asyncio.wait_for(asyncio.shield(pending), PROMOTE_WAIT)
+
     async def settled_all(self, alloc) -> None:
         """Wait for the promotions that may give chunks of ``alloc`` whose home left a
         new home (a chunk map asked for meanwhile names them)."""
@@ -223,7 +230,12 @@ class Durability:
         the homes by their new holders; one that fails is taken off the books again."""
         chosen = copies.place(alloc, self.gvat.inventory.live(), self.gvat.headroom, want)
         inv = self.gvat.inventory
-        await self.refresh(alloc, {inv.by_uid[u].address: idx for u, idx in chosen.items()})
+        filling = {(i, u) for u, idx in chosen.items() for i in idx}
+        alloc.filling |= filling  # no data yet: never promoted
+        try:
+            await self.refresh(alloc, {inv.by_uid[u].address: idx for u, idx in chosen.items()}, fresh=True)
+        finally:
+            alloc.filling -= filling
 
     async def set_copies(self, alloc, k: int) -> None:
         """Keep ``k`` copies of every chunk of ``alloc`` from now on (``persist``). All or

@@ -491,11 +491,21 @@ class GVATPlugin(SchedulerPlugin):
             # The target does the releases sent to it first: one still on its way could
             # drop the chunk this pull brings back (scheduler.releases).
             # A full device or a worker still busy with releases is raised here.
-            pulled: Pulled = await self._ask(
-                target.address, messages.PULL, alloc_id=alloc.alloc_id, owner=alloc.owner,
-                chunks=[c.to_dict() for c in plan],
-                after_release=self.releases.last_sent(target.address),
-            )
+            try:
+                pulled: Pulled = await self._ask(
+                    target.address, messages.PULL, alloc_id=alloc.alloc_id, owner=alloc.owner,
+                    chunks=[c.to_dict() for c in plan],
+                    after_release=self.releases.last_sent(target.address),
+                )
+            except ChunkLost:
+                if not alloc.backups:
+                    raise
+                # A home left during the move: its chunks live on where copies take over
+                # (not moved here; a later move may take them).
+                await self.durability.settle()
+                if all(self.gvat.inventory.by_uid[int(alloc.homes[c.index])].alive for c in plan):
+                    return []
+                raise
             if alloc.alloc_id not in self.gvat.allocations:  # freed meanwhile
                 await self._ask(target.address, messages.STORE_FREE, alloc_id=alloc.alloc_id)
                 return []
@@ -625,7 +635,12 @@ class GVATPlugin(SchedulerPlugin):
         await self.durability.settled_all(alloc)
         return self.gvat.chunk_map(alloc)
 
-    def table(self, alloc_id: AllocId | None = None, chunks: bool = False):
+    async def table(self, alloc_id: AllocId | None = None, chunks: bool = False):
+        """``table_rows``, once copies took over the chunks of workers that left."""
+        await self.durability.settle()
+        return self.table_rows(alloc_id, chunks)
+
+    def table_rows(self, alloc_id: AllocId | None = None, chunks: bool = False):
         alloc_id, chunks = arguments.maybe_integer("alloc_id", alloc_id), arguments.flag("chunks", chunks)
         allocs = (
             [self.gvat.get(alloc_id)] if alloc_id is not None
