@@ -74,17 +74,18 @@ def main() -> None:
         print(f"read-mostly (10 sums of x * 2 + 1, one x += 1): replicas=1 {times[1] * 1e3:.1f} ms, "
               f"replicas=2 {times[2] * 1e3:.1f} ms: {times[2] / times[1]:.3f}x (target <= 1.10x)")
 
-        x = dnp.ones(n, chunks=chunk, replicas=2, client=client)
-        info, = [i for i in dgvm.table(chunks=True, client=client) if i.alloc_id == x.alloc.alloc_id]
-        src = info.chunks[0].worker
-        dst = next(w.address for w in workers if w.address != src)
-        moving = [c for c in info.chunks if c.worker == src and dst not in c.backups][:8]
+        src, dst = workers[0].address, workers[1].address
+        probe = dnp.ones(8 * chunk, chunks=chunk, placement="packed", client=client)
+        probe.alloc.migrate(list(range(8)), src)
         t0 = time.perf_counter()
-        x.alloc.migrate([c.index for c in moving], dst)
+        probe.alloc.migrate(list(range(8)), dst)
         seconds = time.perf_counter() - t0
-        link = sum(c.nbytes for c in moving) / seconds
-        print(f"link: {len(moving)} chunks ({sum(c.nbytes for c in moving) / 2**20:.0f} MiB) migrated "
-              f"in one call in {seconds * 1e3:.1f} ms: {link / 1e9:.2f} GB/s")
+        link = 8 * chunk * 8 / seconds
+        print(f"link: 8 chunks ({8 * chunk * 8 / 2**20:.0f} MiB) migrated in one call in "
+              f"{seconds * 1e3:.1f} ms: {link / 1e9:.2f} GB/s")
+        probe.free()
+
+        x = dnp.ones(n, chunks=chunk, replicas=2, client=client)
 
         pids = client.run(os.getpid)
         info, = [i for i in dgvm.table(chunks=True, client=client) if i.alloc_id == x.alloc.alloc_id]

@@ -203,8 +203,15 @@ class ChunkStorePlugin(WorkerPlugin):
                 if desc is messages.MOVED:
                     raise DgvmError(f"chunk {index} of allocation {alloc_id} is no longer homed on "
                                     f"{home}: its backup on {self.worker.address} was not refreshed")
-                await self._run(self.store.refresh, alloc_id, owner, index, self.transfers[path],
-                                desc, version, (home, desc.get("writes")))
+                store = self.store
+                if store is None:
+                    raise DgvmError(f"worker {self.worker.address} is closing")
+                try:
+                    await self._run(store.refresh, alloc_id, owner, index, self.transfers[path],
+                                    desc, version, (home, desc.get("writes")))
+                except BufferGone:  # (freed or moved after it was exported)
+                    raise DgvmError(f"chunk {index} of allocation {alloc_id} left {home} while its "
+                                    f"backup on {self.worker.address} copied it") from None
         return sum(len(g) for _, g in groups)
 
     async def promote(self, alloc_id: AllocId, owner: ClientId, indices: list) -> list:

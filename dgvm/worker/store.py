@@ -144,6 +144,9 @@ class ChunkStore:
             handle, _ = path.fetch(desc, self.backend)
             c = held[index] = StoredChunk(handle, int(desc["nbytes"]), durable=True)
         else:
+            # The buffer's own queued work first (cuda: its zero-fill runs on the backend's
+            # stream, which the copy's stream does not wait for).
+            self.backend.synchronize()
             path.fetch_into(desc, self.backend.view(c.handle, c.nbytes))
         c.version, c.source, c.last_use = int(version), source, time.monotonic()
         self._owners.setdefault(alloc_id, owner)
