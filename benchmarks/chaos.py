@@ -50,6 +50,7 @@ TRACE = bool(os.environ.get("DGVM_CHAOS_TRACE"))  # print every answer
 BOUND = 30.0  # seconds any one call may take, a worker's death included
 SETTLE = 5.0  # seconds a worker is up before it may be killed
 LOST_NAMES = re.compile(r"chunks? \[?([\d, ]+)\]? of allocation (\d+)")
+FEW_WORKERS = re.compile(r"replicas=\d+ keeps each chunk on \d+ workers; 1 live workers")
 
 
 @dgvm.kernel
@@ -181,13 +182,15 @@ class Counts:
     surviving_lost: int = 0  # ChunkLost answers for surviving chunks of a damaged array
     departures: int = 0  # workers that left: killed, or gone on their own
     refused: int = 0  # operations racing a death that raised a DgvmError naming the worker
+    few_workers: int = 0  # replicas=2 asked while one worker was up: refused, saying so
 
     def summary(self) -> dict:
         return {
             "operations": self.operations, "kills": self.kills,
             "workers gone on their own": self.departures - self.kills, "right": self.right,
             "ChunkLost": self.chunk_lost, "of them for surviving chunks": self.surviving_lost,
-            "DgvmError naming the dead worker": self.refused, "wrong": len(self.wrong), "raw errors": len(self.errors),
+            "DgvmError naming the dead worker": self.refused,
+            "replicas refused with one worker up": self.few_workers, "wrong": len(self.wrong), "raw errors": len(self.errors),
             "hangs": len(self.hangs), "leaks": len(self.leaks),
         }
 
@@ -251,6 +254,9 @@ class Chaos:
             c.refused += 1  # raced the death: a dgvm error naming the worker that left
             for i in writes:
                 i.unsure = True
+            return False
+        if isinstance(outcome, dgvm.InvalidArgument) and FEW_WORKERS.search(str(outcome)):
+            c.few_workers += 1
             return False
         if isinstance(outcome, BaseException):
             c.errors.append((what, repr(outcome)))
