@@ -25,16 +25,18 @@ from dgvm.protocol.records import ArraySpec
 
 
 def submit(client, fn, args: tuple, homes: dict[str, list[int]], deps, name: str,
-           rerun: bool = False) -> list:
+           rerun: str | None = None) -> list:
     """One task ``fn(*args, indices, deps)`` per worker of ``homes`` (worker -> chunk
     indices), pinned there; ``deps`` is one list for all or a dict per worker. Returns
-    the futures in ``homes``' order. ``rerun``: a task whose worker leaves before it
-    finished may run again where copies of its chunks took over (``RERUN_ANNOTATION``:
-    it reads, or writes only its own chunks and passes over those its first run wrote)."""
+    the futures in ``homes``' order. ``rerun``: a task whose worker leaves may run again
+    where copies of its chunks took over (``RERUN_ANNOTATION``): ``"writes"`` (it writes
+    only its own chunks and passes over those its first run wrote; also when it had
+    finished), ``"reads"`` (only before it finished: later writers may have changed
+    what it read since)."""
     ensure_open(client)
     afters = [deps[w] if isinstance(deps, dict) else deps for w in homes]
     # The allocations it names: a task stranded on a worker that left says which it lost.
-    with dask.annotate(**{ALLOCATIONS_ANNOTATION: sorted(_allocations_in(args)), RERUN_ANNOTATION: rerun}):
+    with dask.annotate(**{ALLOCATIONS_ANNOTATION: sorted(_allocations_in(args)), RERUN_ANNOTATION: rerun or ""}):
         futures = [
             client.submit(
                 fn, *args, idx, after, workers=[w], allow_other_workers=False, pure=False,
@@ -88,12 +90,12 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
         deps = out_tasks + input_writers
     # (Both steps of a staged launch run again: a step 1 run again adds its copies to
     # those of the worker it runs on, and each step 2 takes its own chunks.)
-    futures = submit(client, fn, task_args, homes, deps, name, rerun=True)
+    futures = submit(client, fn, task_args, homes, deps, name, rerun="writes" if then is None else "reads")
     touched.record(futures, homes.values(), aligned)
     readers = futures  # the first tasks read the inputs; the second ones only write out
     if then is not None:
         fn2, *args2 = then
-        futures = submit(client, fn2, tuple(args2), homes, futures, f"{name}-commit", rerun=True)
+        futures = submit(client, fn2, tuple(args2), homes, futures, f"{name}-commit", rerun="writes")
         touched.record(futures, homes.values(), aligned)
     if getattr(out.alloc, "unfilled", False):
         # The first write of a result not zero-filled: if it fails the result has no

@@ -44,7 +44,7 @@ def place(alloc, live: list[WorkerRecord], headroom: float, want: dict[int, int]
     sizes = alloc.sizes()
     chosen: dict[int, list] = {}
     for i, n_more in want.items():
-        have = {int(alloc.homes[i]), *alloc.backups.get(i, ())}
+        have = {int(alloc.homes[i]), *alloc.backups.get(i, ()), *alloc.replicas.get(i, ())}
         hosts = {by_uid[u].profile.host for u in have if u in by_uid}
         n = int(sizes[i])
         for _ in range(n_more):

@@ -113,9 +113,10 @@ WRITTEN = "dgvm-written"
 TASK_PREFIX = "dgvm-"
 # The Dask annotation of a dgvm task that lists the allocations it names.
 ALLOCATIONS_ANNOTATION = "dgvm_allocations"
-# The Dask annotation of a dgvm task that may run again elsewhere when its worker leaves
-# before it finished, once copies of its chunks took over (``replicas``): it writes only
-# its own chunks, and passes over those its first run wrote (``StoredChunk.written_by``).
+# The Dask annotation of a dgvm task that may run again elsewhere when its worker leaves,
+# once copies of its chunks took over (``replicas``): "writes" (it writes only its own
+# chunks and passes over those its first run wrote: ``WRITTEN``), "reads" (it only reads:
+# not once it had finished), "" (never).
 RERUN_ANNOTATION = "dgvm_rerun"
 
 # The GVAT's answers to REPLICA_ADDED.

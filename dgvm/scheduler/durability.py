@@ -65,7 +65,7 @@ class Durability:
         holders = list(by_holder)
         results = await asyncio.gather(*(
             self.plugin._ask(h, messages.REFRESH, alloc_id=alloc.alloc_id, owner=alloc.owner,
-                             chunks=chunks_for(h))
+                             chunks=chunks_for(h), new=fresh)
             for h in holders
         ), return_exceptions=True)
         landed = {i for h, r in zip(holders, results) if not isinstance(r, BaseException)
@@ -122,7 +122,8 @@ class Durability:
                                    idx, alloc_id, addr, r)
                     continue
                 for i in r:
-                    copies.promoted(alloc, int(i), rec, self.gvat.inventory)
+                    if int(alloc.homes[int(i)]) == uid:  # (not moved meanwhile)
+                        copies.promoted(alloc, int(i), rec, self.gvat.inventory)
                 moved.append(alloc_id)
                 while len(self._took_over) > REMEMBERED:  # (oldest first)
                     self._took_over.pop(next(iter(self._took_over)))

@@ -498,7 +498,7 @@ class GVATPlugin(SchedulerPlugin):
                     after_release=self.releases.last_sent(target.address),
                 )
             except ChunkLost:
-                if not alloc.backups:
+                if alloc.copies <= 1:
                     raise
                 # A home left during the move: its chunks live on where copies take over
                 # (not moved here; a later move may take them).

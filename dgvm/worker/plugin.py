@@ -174,12 +174,13 @@ class ChunkStorePlugin(WorkerPlugin):
         return await self._run(self.store.allocate, alloc_id, owner, indices, sizes, zero,
                                backups, backup_sizes)
 
-    async def refresh(self, alloc_id: AllocId, owner: ClientId, chunks: list) -> int:
+    async def refresh(self, alloc_id: AllocId, owner: ClientId, chunks: list, new: bool = False) -> int:
         """Copy chunks written at their homes into their backups here (``chunks``: [index,
         home, path, version] each; one export request per home), before the write counts
         as done. A home that left meanwhile is ChunkLost; a chunk no longer homed where
         the request says is a DgvmError (the scheduler drops the backup then)."""
         alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
+        new = arguments.flag("new", new)
         if self.store is None:
             raise DgvmError(f"worker {self.worker.address} is closing")
         by_home: dict[tuple, list] = {}
@@ -208,7 +209,7 @@ class ChunkStorePlugin(WorkerPlugin):
                     raise DgvmError(f"worker {self.worker.address} is closing")
                 try:
                     await self._run(store.refresh, alloc_id, owner, index, self.transfers[path],
-                                    desc, version, (home, desc.get("writes")))
+                                    desc, version, (home, desc.get("writes")), new)
                 except BufferGone:  # (freed or moved after it was exported)
                     raise DgvmError(f"chunk {index} of allocation {alloc_id} left {home} while its "
                                     f"backup on {self.worker.address} copied it") from None
@@ -219,10 +220,11 @@ class ChunkStorePlugin(WorkerPlugin):
         answers the chunks promoted (a backup a free dropped meanwhile is not)."""
         alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
         indices = arguments.integers("indices", indices)
-        return await self._run(self._promote_all, alloc_id, owner, indices)
-
-    def _promote_all(self, alloc_id, owner, indices) -> list:
-        return [i for i in indices if self.store.promote(alloc_id, owner, i)]
+        if self.store is None:
+            raise DgvmError(f"worker {self.worker.address} is closing")
+        # On the loop, not the store's thread: a task there may hold the store's lock
+        # waiting for this promotion (``ChunkStore.promote_backup``).
+        return [i for i in indices if self.store.promote_backup(alloc_id, owner, i)]
 
     async def free(self, alloc_id: AllocId) -> int:
         alloc_id = arguments.integer("alloc_id", alloc_id)

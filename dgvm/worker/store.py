@@ -129,13 +129,17 @@ class ChunkStore:
 
     @_locked
     def refresh(self, alloc_id: int, owner: str, index: int, path, desc: dict, version: int,
-                source: tuple) -> None:
+                source: tuple, new: bool = False) -> None:
         """Make the backup of chunk ``index`` a copy of its home's (``desc``, exported
         there after a write), at the GVAT's ``version``: copied into the backup's buffer,
         or into a new one when this worker has none yet. A refresh older than the one the
         backup holds is passed over (two writes' refreshes may arrive out of order)."""
+        if self.is_home(alloc_id, index):
+            return  # it moved here, or a promotion made it home: the home holds its own data
+        c = self._replicas.get(alloc_id, {}).get(index)
+        if c is None and not new:
+            return  # the backup was dropped, or its allocation freed, meanwhile
         held = self._replicas.setdefault(alloc_id, {})
-        c = held.get(index)
         if c is not None and c.version > version:
             return
         if c is None or c.nbytes != desc["nbytes"]:
@@ -143,6 +147,10 @@ class ChunkStore:
                 self._release(held.pop(index))
             handle, _ = path.fetch(desc, self.backend)
             c = held[index] = StoredChunk(handle, int(desc["nbytes"]), durable=True)
+        elif not c.durable:  # a read replica becomes the backup
+            c.durable = True
+            self.backend.synchronize()
+            path.fetch_into(desc, self.backend.view(c.handle, c.nbytes))
         else:
             # The buffer's own queued work first (cuda: its zero-fill runs on the backend's
             # stream, which the copy's stream does not wait for).
@@ -286,6 +294,23 @@ class ChunkStore:
         """Is the replica here a copy of ``home``'s chunk as of its ``writes``-th write?"""
         r = self.replica(alloc_id, index)
         return r is not None and r.source == (home, writes)
+
+    def promote_backup(self, alloc_id: int, owner: str, index: int) -> bool:
+        """Make the backup held here of chunk ``index`` its home (its home left); False if
+        there is none. Without the store's lock: a task holding it may be waiting for this
+        promotion (its miss of that chunk asks the GVAT, which waits for it). Each step is
+        one dict operation, and the chunk is in one table or both throughout, so a reader
+        always finds it."""
+        c = self._replicas.get(alloc_id, {}).get(index)
+        if c is None or not c.durable or self.is_home(alloc_id, index):
+            return False
+        c.durable = False
+        self._owners.setdefault(alloc_id, owner)
+        self._allocs.setdefault(alloc_id, {})[index] = c
+        self._replicas.get(alloc_id, {}).pop(index, None)
+        self._writes[(alloc_id, index)] = self._writes.get((alloc_id, index), 0) + 1
+        self.stats.rehomes += 1
+        return True
 
     # -- homes moving (migration, re-homing, rebalancing) ---------------------------------
     @_locked

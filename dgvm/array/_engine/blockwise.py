@@ -63,7 +63,7 @@ def collect(op, x, name: str) -> dict[tuple, object]:
         fn, args, readers = blockwise_tasks.collect_here, (ArraySpec.of(x),), [x]
         homes = x.alloc.by_home()
     deps = [f for a in readers for f in a.pending.writers()]
-    futures = submit(x.client, fn, (op, *args), homes, deps, name, rerun=True)  # it only reads
+    futures = submit(x.client, fn, (op, *args), homes, deps, name, rerun="reads")
     add_readers(readers, futures)
     out = {}
     parts = gather(x.client, futures, direct=True)
