@@ -92,7 +92,8 @@ def test_a_failing_task_still_waits_for_the_work_left_before_it():
     backend = types.SimpleNamespace(queued=q, synchronize=lambda: q.synchronized(lambda: waits.append(1)),
                                     one_stream=True)
     store = types.SimpleNamespace(backend=backend, wait_writable=lambda alloc_id, k: None,
-                                  is_home=lambda alloc_id, k: True, wrote=lambda alloc_id, k: None)
+                                  is_home=lambda alloc_id, k: True, wrote=lambda alloc_id, k: None,
+                                  done_writing={})
     access = types.SimpleNamespace(store=store, reads={}, output_chunk=contextlib.nullcontext)
 
     def per_chunk(k):
