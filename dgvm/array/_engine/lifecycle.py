@@ -11,6 +11,11 @@ This state is per client session (``Releases``, a part of
 it, and a fresh client starts with none. A finalizer gets its session's ``Releases`` when
 it is made (in the user's thread), never looks it up: a lookup takes locks that the
 thread a garbage collection interrupts may hold.
+
+An array held only through a reference cycle is released by a garbage collection, not
+before: one that a failed call's error holds (the frames of its traceback hold the array,
+and the error is in a cycle with them), and the arrays a deferred one like it reads.
+``drain`` collects first (``collect_garbage``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import atexit
 import gc
 import threading
+import time
 import weakref
 
 from dgvm import dask_compat
@@ -36,6 +42,7 @@ class Releases:
         self._in_flight = 0
         self._idle = threading.Condition(self._lock)
         self.exiting = False
+        self._session = session  # holds its client weakly: so does this
         self.kept = KeptAllocations(session, self.free_later)
         _every_releases.add(self)
 
@@ -73,12 +80,58 @@ class Releases:
                 self._idle.notify_all()
 
     def drain(self, timeout: float = 30.0) -> bool:
-        """Wait until the releases already started have reached the GVAT, the kept
-        allocations freed too (tests, shutdown, an allocation short of room)."""
-        gc.collect()
+        """Release the arrays unreachable now and wait until the releases started have
+        reached the GVAT, the kept allocations freed too (tests, shutdown, an allocation
+        short of room). False if that took over ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        if self._session.running():
+            # The event loop first ends what it was doing: the error of a call that just
+            # failed in this thread may still be held there, by the handle of the callback
+            # that delivered it (with the arrays its traceback's frames hold).
+            try:
+                self._session.client.sync(_loop_turn, callback_timeout=timeout)
+            except Exception:  # noqa: BLE001  (closing meanwhile, or a loop that never turned)
+                pass
+        collected = collect_garbage(deadline)
         self.kept.flush()
         with self._lock:
-            return self._idle.wait_for(lambda: self._in_flight == 0, timeout)
+            done = self._idle.wait_for(lambda: self._in_flight == 0, max(0.0, deadline - time.monotonic()))
+        return collected and done
+
+
+async def _loop_turn() -> None:
+    """Nothing, on the client's event loop (``client.sync`` returns after a turn of it)."""
+
+
+def collect_garbage(deadline: float) -> bool:
+    """A full garbage collection in this thread: every array unreachable now is released
+    when this returns (its finalizer ran). False if none could run before ``deadline``
+    (``time.monotonic()``).
+
+    CPython collects in one thread at a time: ``gc.collect()`` returns at once, having
+    collected nothing, while a collection runs in another thread (the client's event loop,
+    an in-process cluster's workers), and that one may still be running the finalizers of
+    arrays it found. A ``gc.callbacks`` entry tells whether a collection ran in this thread;
+    until one did, this waits for the other and tries again. (A finalizer runs inside a
+    collection: from one, this would wait until the deadline.)"""
+    me = threading.get_ident()
+    ran = threading.Event()
+
+    def note(phase: str, info: dict) -> None:
+        if phase == "stop" and info["generation"] == 2 and threading.get_ident() == me:
+            ran.set()
+
+    gc.callbacks.append(note)
+    try:
+        while True:
+            gc.collect()
+            if ran.is_set():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.002)  # another thread's collection: let it end
+    finally:
+        gc.callbacks.remove(note)
 
 
 # Every session's releases in this process, for the one exit hook below.
@@ -109,6 +162,5 @@ def drain_releases(client=None, timeout: float = 30.0) -> bool:
     try:
         releases = releases_of(client)
     except NotConnected:
-        gc.collect()
-        return True
+        return collect_garbage(time.monotonic() + timeout)
     return releases.drain(timeout)
