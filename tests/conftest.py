@@ -6,6 +6,7 @@ on ``cuda`` (marker ``gpu``) where a GPU is visible: ``pytest -m gpu`` on a GPU 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -99,6 +100,57 @@ def case(dgvm_cluster):
         call_scheduler(messages.FREE, dgvm_cluster.client, alloc_id=a.alloc_id)
     assert not leftover, f"test left allocations behind: {leftover}"
     assert set(dgvm_cluster.store_used().values()) == {0}
+
+
+class TaskSizes:
+    """The pickled sizes of the arguments of the tasks dgvm submits, and of the results
+    blockwise reductions bring back, while ``recording``."""
+
+    def __init__(self):
+        self.on, self.args, self.results = False, [], []
+
+    @contextlib.contextmanager
+    def recording(self):
+        self.on, self.args, self.results = True, [], []
+        try:
+            yield
+        finally:
+            self.on = False
+
+    def check(self, limit: int) -> None:
+        """Some task was submitted, and none carried, nor any result held, ``limit`` bytes."""
+        assert self.args, "no task was submitted"
+        name, biggest = max(self.args, key=lambda t: t[1])
+        assert biggest < limit, f"task {name} carried {biggest} bytes"
+        assert max(self.results, default=0) < limit, f"a result of {max(self.results)} bytes came back"
+
+
+@pytest.fixture
+def task_sizes(monkeypatch):
+    """A ``TaskSizes`` that spies on ``dispatch.submit`` and blockwise's ``gather``."""
+    import cloudpickle
+
+    from dgvm.array._engine import blockwise
+    from dgvm.client import dispatch
+
+    sizes = TaskSizes()
+    real_submit, real_gather = dispatch.submit, dispatch.gather
+
+    def submit(client, fn, args, homes, deps, name, **options):
+        if sizes.on:
+            sizes.args.append((name, len(cloudpickle.dumps(args))))
+        return real_submit(client, fn, args, homes, deps, name, **options)
+
+    def gather(client, futures, direct=False):
+        out = real_gather(client, futures, direct=direct)
+        if sizes.on:
+            sizes.results.append(len(cloudpickle.dumps(out)))
+        return out
+
+    monkeypatch.setattr(dispatch, "submit", submit)
+    monkeypatch.setattr(blockwise, "submit", submit)
+    monkeypatch.setattr(blockwise, "gather", gather)
+    return sizes
 
 
 def pytest_collection_modifyitems(config, items):

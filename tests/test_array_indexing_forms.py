@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import contextlib
 
-import cloudpickle
 import numpy as np
 import pytest
 
 import dgvm.array as dnp
-from dgvm.array._engine import blockwise, index_assign
-from dgvm.client import dispatch
+from dgvm.array._engine import index_assign
 from dgvm.client.allocation import AllocationHandle
 
 SHAPE = (6, 7, 5)
@@ -395,11 +393,11 @@ LIMIT = 16 * 1024  # bytes: no task's arguments, no result brought back, reach i
 
 
 @pytest.fixture
-def on_workers(monkeypatch):
+def on_workers(monkeypatch, task_sizes):
     """A context in which at most a few elements of arrays are read to the caller, and
     after which no task dgvm submitted may have carried, nor any result it brought back
     have held, ``LIMIT`` bytes or more (pickled)."""
-    state = {"on": False, "read": 0, "args": [], "results": []}
+    state = {"on": False, "read": 0}
     get = AllocationHandle.get
 
     def counted(self, pieces):
@@ -407,36 +405,18 @@ def on_workers(monkeypatch):
             state["read"] += sum(n for _, _, n in pieces)
         return get(self, pieces)
 
-    real_submit, real_gather = dispatch.submit, dispatch.gather
-
-    def submit(client, fn, args, homes, deps, name, **options):
-        if state["on"]:
-            state["args"].append((name, len(cloudpickle.dumps(args))))
-        return real_submit(client, fn, args, homes, deps, name, **options)
-
-    def gather(client, futures, direct=False):
-        out = real_gather(client, futures, direct=direct)
-        if state["on"]:
-            state["results"].append(len(cloudpickle.dumps(out)))
-        return out
-
     monkeypatch.setattr(AllocationHandle, "get", counted)
-    monkeypatch.setattr(dispatch, "submit", submit)
-    monkeypatch.setattr(blockwise, "submit", submit)
-    monkeypatch.setattr(blockwise, "gather", gather)
 
     @contextlib.contextmanager
     def scope():
-        state.update(on=True, read=0, args=[], results=[])
+        state.update(on=True, read=0)
         try:
-            yield
+            with task_sizes.recording():
+                yield
         finally:
             state["on"] = False
         assert state["read"] <= 64, f"{state['read']} bytes of arrays were read on the caller"
-        assert state["args"], "no task was submitted"
-        name, biggest = max(state["args"], key=lambda t: t[1])
-        assert biggest < LIMIT, f"task {name} carried {biggest} bytes"
-        assert max(state["results"], default=0) < LIMIT, f"a result of {max(state['results'])} bytes came back"
+        task_sizes.check(LIMIT)
 
     return scope
 

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import contextlib
 
-import cloudpickle
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dgvm.array as dnp
-from dgvm.array._engine import blockwise
 from dgvm.array._engine.core import ArrayCore
-from dgvm.client import dispatch
 
 SETTINGS = settings(max_examples=15, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -37,11 +34,11 @@ LIMIT = 16 * 1024  # bytes: no task's arguments, no partial result brought back,
 
 
 @pytest.fixture
-def on_workers(monkeypatch):
+def on_workers(monkeypatch, task_sizes):
     """A context in which no DArray of more than one element may be read to the caller,
     and after which no task dgvm submitted may have carried, nor any result it brought
     back have held, ``LIMIT`` bytes or more (pickled)."""
-    state = {"on": False, "args": [], "results": []}
+    state = {"on": False}
 
     def refuse(self):
         if state["on"] and self.size > 1:
@@ -50,34 +47,16 @@ def on_workers(monkeypatch):
 
     real_to_numpy = ArrayCore.to_numpy
     monkeypatch.setattr(ArrayCore, "to_numpy", refuse)
-    real_submit, real_gather = dispatch.submit, dispatch.gather
-
-    def submit(client, fn, args, homes, deps, name, **kw):
-        if state["on"]:
-            state["args"].append((name, len(cloudpickle.dumps(args))))
-        return real_submit(client, fn, args, homes, deps, name, **kw)
-
-    def gather(client, futures, direct=False):
-        out = real_gather(client, futures, direct=direct)
-        if state["on"]:
-            state["results"].append(len(cloudpickle.dumps(out)))
-        return out
-
-    monkeypatch.setattr(dispatch, "submit", submit)
-    monkeypatch.setattr(blockwise, "submit", submit)
-    monkeypatch.setattr(blockwise, "gather", gather)
 
     @contextlib.contextmanager
     def scope():
-        state.update(on=True, args=[], results=[])
+        state["on"] = True
         try:
-            yield
+            with task_sizes.recording():
+                yield
         finally:
             state["on"] = False
-        assert state["args"], "no task was submitted"
-        name, biggest = max(state["args"], key=lambda t: t[1])
-        assert biggest < LIMIT, f"task {name} carried {biggest} bytes"
-        assert max(state["results"], default=0) < LIMIT, f"a result of {max(state['results'])} bytes came back"
+        task_sizes.check(LIMIT)
 
     return scope
 

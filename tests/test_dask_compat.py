@@ -141,15 +141,20 @@ def test_when_main_thread_ends_runs_while_thread_pools_still_take_work(tmp_path)
     assert out.returncode == 0 and "pool answered 42" in out.stdout, out.stderr
 
 
+def _wait_stranded(client, key: str) -> None:
+    """Until task ``key`` waits in no-worker for a worker that is not there (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while client.run_on_scheduler(lambda dask_scheduler: dask_compat.stranded_on(dask_scheduler, key)) is None:
+        assert time.monotonic() < deadline, "the task never reached no-worker"
+        time.sleep(0.02)
+
+
 def test_a_task_stranded_on_a_worker_that_left_is_failed_with_the_error_given(client):
     gone = "tcp://127.0.0.1:9"  # no worker there: the task waits in no-worker
     with dask.annotate(compat_probe=[3, 4]):
         stranded = client.submit(_double, 1, key="compatstranded-1", workers=[gone], allow_other_workers=False)
     after = client.submit(_double, stranded, key="compatafter-1")
-    deadline = time.monotonic() + 10
-    while client.run_on_scheduler(lambda dask_scheduler: dask_compat.stranded_on(dask_scheduler, "compatstranded-1")) is None:
-        assert time.monotonic() < deadline, "the task never reached no-worker"
-        time.sleep(0.02)
+    _wait_stranded(client, "compatstranded-1")
     assert client.run_on_scheduler(
         lambda dask_scheduler: dask_compat.annotation(dask_scheduler, "compatstranded-1", "compat_probe")) == [3, 4]
 
@@ -168,10 +173,7 @@ def test_a_task_stranded_on_a_worker_that_left_runs_where_it_is_pinned_again(cli
     gone = "tcp://127.0.0.1:9"
     stranded = client.submit(_double, 21, key="compatrepin-1", workers=[gone], allow_other_workers=False)
     after = client.submit(_double, stranded, key="compatrepinafter-1")
-    deadline = time.monotonic() + 10
-    while client.run_on_scheduler(lambda dask_scheduler: dask_compat.stranded_on(dask_scheduler, "compatrepin-1")) is None:
-        assert time.monotonic() < deadline, "the task never reached no-worker"
-        time.sleep(0.02)
+    _wait_stranded(client, "compatrepin-1")
     worker, = client.scheduler_info()["workers"]
     assert not client.run_on_scheduler(
         lambda dask_scheduler: dask_compat.repin_stranded_task(dask_scheduler, "compatrepin-1", gone, "compat"))

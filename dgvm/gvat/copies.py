@@ -66,16 +66,24 @@ def place(alloc, live: list[WorkerRecord], headroom: float, want: dict[int, int]
 
 def book(alloc, rec: WorkerRecord, indices, sign: int) -> None:
     """Add (+1) or take off (-1) backups of ``indices`` on ``rec``, with their bytes."""
-    for i in indices:
-        held = alloc.backups.setdefault(int(i), set())
-        if sign > 0 and rec.uid not in held:
-            held.add(rec.uid)
-            rec.used += alloc.size(int(i))
-        elif sign < 0 and rec.uid in held:
-            held.discard(rec.uid)
-            rec.used -= alloc.size(int(i))
-        if not held:
-            alloc.backups.pop(int(i), None)
+    for i in map(int, indices):
+        if sign > 0 and rec.uid not in alloc.backups.get(i, ()):
+            alloc.backups.setdefault(i, set()).add(rec.uid)
+            rec.used += alloc.size(i)
+        elif sign < 0 and forget(alloc, i, rec.uid):
+            rec.used -= alloc.size(i)
+
+
+def forget(alloc, index: int, uid: int) -> bool:
+    """Chunk ``index`` no longer has a backup on worker ``uid`` (its bytes stay booked: the
+    caller says what they are now); whether it had one."""
+    held = alloc.backups.get(index)
+    if held is None or uid not in held:
+        return False
+    held.discard(uid)
+    if not held:
+        del alloc.backups[index]
+    return True
 
 
 def unbook_all(alloc, inventory) -> None:
@@ -122,10 +130,7 @@ def promoted(alloc, index: int, rec: WorkerRecord, inventory) -> None:
     old = inventory.by_uid[int(alloc.homes[index])]
     old.used -= alloc.size(index)
     old.chunks -= 1
-    held = alloc.backups.get(index, set())
-    held.discard(rec.uid)
-    if not held:
-        alloc.backups.pop(index, None)
+    forget(alloc, index, rec.uid)
     alloc.homes[index] = rec.uid
     rec.chunks += 1
 

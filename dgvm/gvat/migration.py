@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from dgvm.gvat import copies
 from dgvm.gvat.inventory import WorkerRecord
 from dgvm.gvat.table import GVAT, Allocation
 from dgvm.protocol.messages import PullChunk
@@ -74,16 +75,11 @@ def set_home(gvat: GVAT, alloc: Allocation, indices, versions, target: WorkerRec
         old.used -= n
         old.chunks -= 1
         holders = alloc.replicas.get(i, set())
-        backups = alloc.backups.get(i, set())
         if target.uid in holders:  # its replica became the home copy: bytes already booked
             holders.discard(target.uid)
             if not holders:
                 alloc.replicas.pop(i, None)
-        elif target.uid in backups:  # so did its backup (a new one is made: ``wanting``)
-            backups.discard(target.uid)
-            if not backups:
-                alloc.backups.pop(i, None)
-        else:
+        elif not copies.forget(alloc, i, target.uid):  # (a backup there: booked too; made again)
             target.used += n
         target.chunks += 1
         alloc.homes[i] = target.uid

@@ -98,7 +98,9 @@ class Departures:
             mode = dask_compat.annotation(self.scheduler, key, messages.RERUN_ANNOTATION, "")
             # (A task that read and had finished is not run again: later writers may have
             # changed what it read since.)
-            if self.durability is not None and (mode == "writes" or (mode == "reads" and key not in self._done)):
+            if (self.durability is not None and (mode == "writes" or (mode == "reads" and key not in self._done))
+                    and self.durability.has_copies(
+                        dask_compat.annotation(self.scheduler, key, messages.ALLOCATIONS_ANNOTATION, []))):
                 again.append((key, pinned))
                 continue
             self._fail(key, pinned, stimulus)
@@ -119,18 +121,11 @@ class Departures:
         pinned addresses) each) were pinned to, run each again on the worker that holds
         most of its chunks from there, or fail it with ``ChunkLost`` if an allocation it
         names lost chunks."""
+        for address in {a for _, pinned in stranded for a in pinned}:
+            uid = self._uids.get(address)
+            if uid is not None:
+                await self.durability.settled_worker(uid)  # (bounded)
         stimulus = f"dgvm-rerun-{time.time()}"
-        try:
-            for address in {a for _, pinned in stranded for a in pinned}:
-                uid = self._uids.get(address)
-                if uid is not None:
-                    await self.durability.settled_worker(uid)
-        except Exception:  # noqa: BLE001  (a promotion that never ended: fail them, never hang)
-            logger.exception("dgvm: waiting for copies to take over before running tasks again")
-            for key, pinned in stranded:
-                if dask_compat.stranded_on(self.scheduler, key) is not None:
-                    self._fail(key, pinned, stimulus)
-            return
         for key, pinned in stranded:
             if dask_compat.stranded_on(self.scheduler, key) is None:
                 continue  # (it changed meanwhile: released, or failed with a task it followed)

@@ -20,7 +20,6 @@ import logging
 
 import numpy as np
 
-from dgvm import transfer
 from dgvm.gvat import copies
 from dgvm.protocol import messages
 from dgvm.protocol.errors import ChunkLost, OutOfDeviceMemory
@@ -38,14 +37,17 @@ class Durability:
         self.plugin = plugin
         self.gvat = plugin.gvat
         self._promoting: dict[int, asyncio.Future] = {}  # dead worker uid -> promotion done
-        # dead worker uid -> {alloc id: address that took over its chunks there, most of them}
-        self._took_over: dict[int, dict[int, str]] = {}
+        # dead worker uid -> {alloc id: (address that took over most of its chunks there, how many)}
+        self._took_over: dict[int, dict[int, tuple[str, int]]] = {}
         self._lacking: set[int] = set()  # allocations with chunks short of copies (no room)
 
     # -- writes ------------------------------------------------------------------------
-    async def refresh(self, alloc, by_holder: dict[str, list[int]], fresh: bool = False) -> set[int]:
-        """The backups of chunks just written, on each holder of ``by_holder``, copy them
-        from their homes. Returns the chunks of which some backup holds the write now.
+    async def refresh(self, alloc, by_holder: dict[str, list[int]], key: str | None = None,
+                      fresh: bool = False) -> None:
+        """The backups of chunks just written (by task ``key``), on each holder of
+        ``by_holder``, copy them from their homes. The chunks of which some backup holds
+        the write now remember ``key`` (``Allocation.last_writer``: a task run again after
+        its worker left passes them over).
         A holder that fails loses those backups (made again later), unless the home left
         meanwhile: then a backup keeps the chunk as it was before the write if no other
         one got the write (the task runs again on it, ``Departures.rerun``), and is
@@ -54,12 +56,10 @@ class Durability:
         inv = self.gvat.inventory
 
         def chunks_for(holder):
-            me = inv.by_address.get(holder)
             out = []
             for i in by_holder[holder]:
                 home = inv.by_uid[int(alloc.homes[i])]
-                path = transfer.choose(home.profile, me.profile) if me is not None else "comm"
-                out.append([i, home.address, path, int(alloc.versions[i])])
+                out.append([i, home.address, self.plugin.path(home, holder), int(alloc.versions[i])])
             return out
 
         holders = list(by_holder)
@@ -70,6 +70,8 @@ class Durability:
         ), return_exceptions=True)
         landed = {i for h, r in zip(holders, results) if not isinstance(r, BaseException)
                   for i in by_holder[h]}
+        if key is not None and alloc.alloc_id in self.gvat.allocations:
+            alloc.last_writer.update(dict.fromkeys(landed, key))
         dropped = False
         for h, r in zip(holders, results):
             if not isinstance(r, BaseException) or alloc.alloc_id not in self.gvat.allocations:
@@ -86,7 +88,6 @@ class Durability:
             dropped = True
         if dropped:
             self.plugin.spawn(self.replenish([alloc.alloc_id]))
-        return landed
 
     async def _drop(self, holder, alloc_id, indices):
         try:
@@ -128,8 +129,8 @@ class Durability:
                 while len(self._took_over) > REMEMBERED:  # (oldest first)
                     self._took_over.pop(next(iter(self._took_over)))
                 took = self._took_over.setdefault(uid, {})
-                if len(r) > len(took.get(alloc_id, ("", []))[1]):
-                    took[alloc_id] = (addr, list(r))
+                if len(r) > took.get(alloc_id, ("", 0))[1]:
+                    took[alloc_id] = (addr, len(r))
                 self.plugin.scheduler.log_event(messages.MOVED_TOPIC, {
                     "alloc_id": alloc_id, "owner": alloc.owner, "indices": list(r),
                     "worker": addr, "reason": "promote",
@@ -142,10 +143,15 @@ class Durability:
             self._promoting.pop(uid, None)
 
     async def settled_worker(self, uid: int) -> None:
-        """Wait for the promotion of the chunks of the worker ``uid`` (which left)."""
+        """Wait, at most ``PROMOTE_WAIT``, for the promotion of the chunks of the worker
+        ``uid`` (which left). Past it the callers see the chunks as lost."""
         pending = self._promoting.get(uid)
         if pending is not None:
-            await asyncio.wait_for(asyncio.shield(pending), PROMOTE_WAIT)
+            try:
+                await asyncio.wait_for(asyncio.shield(pending), PROMOTE_WAIT)
+            except asyncio.TimeoutError:
+                logger.warning("dgvm: copies took over the chunks of worker %s for %.0f s; "
+                               "not waited for longer", uid, PROMOTE_WAIT)
 
     def written_by(self, key: str, named) -> list:
         """[alloc id, chunk index] of the chunks of allocations ``named`` whose backups got
@@ -156,6 +162,11 @@ class Durability:
             if alloc is not None:
                 out.extend([alloc.alloc_id, i] for i, k in alloc.last_writer.items() if k == key)
         return out
+
+    def has_copies(self, named) -> bool:
+        """Whether an allocation of ``named`` keeps copies (a task naming none is never run
+        again: its lost chunks have no copy to run on)."""
+        return any(a.copies > 1 for a in map(self.gvat.allocations.get, map(int, named)) if a is not None)
 
     def rerun_target(self, uids, named) -> str | None:
         """Where a task pinned to the workers ``uids`` (which left), naming allocations
@@ -170,9 +181,9 @@ class Durability:
             if not all(inv.by_uid[u].alive for u in np.unique(alloc.homes).tolist()):
                 return None  # a chunk without a copy: its data is lost
             for uid in uids:
-                addr, idx = self._took_over.get(uid, {}).get(alloc.alloc_id, (None, ()))
+                addr, n = self._took_over.get(uid, {}).get(alloc.alloc_id, (None, 0))
                 if addr is not None and addr in inv.by_address:
-                    votes[addr] = votes.get(addr, 0) + len(idx)
+                    votes[addr] = votes.get(addr, 0) + n
         if votes:
             return max(votes, key=votes.get)
         live = inv.live()
@@ -181,25 +192,15 @@ class Durability:
     async def settled(self, alloc, index: int) -> bool:
         """Wait for a promotion that may give chunk ``index`` (its home left) a new home;
         whether it has one now."""
-        home = int(alloc.homes[index])
-        pending = self._promoting.get(home)
-        if pending is not None:
-            await asyncio.wait_for(asyncio.shield(pending), PROMOTE_WAIT)
+        await self.settled_worker(int(alloc.homes[index]))
         return self.gvat.inventory.by_uid[int(alloc.homes[index])].alive
 
-    async def settle(self) -> None:
-        """Wait for every promotion in progress (a table asked for meanwhile shows its end)."""
-        for pending in list(self._promoting.values()):
-            await asyncio.wait_for(asyncio.shield(pending), PROMOTE_WAIT)
-
-    async def settled_all(self, alloc) -> None:
-        """Wait for the promotions that may give chunks of ``alloc`` whose home left a
-        new home (a chunk map asked for meanwhile names them)."""
-        inv = self.gvat.inventory
-        for uid in np.unique(alloc.homes).tolist():
-            pending = self._promoting.get(uid)
-            if pending is not None and not inv.by_uid[uid].alive:
-                await asyncio.wait_for(asyncio.shield(pending), PROMOTE_WAIT)
+    async def settle(self, alloc=None) -> None:
+        """Wait for the promotions in progress (of the workers that homed chunks of
+        ``alloc``; all when None): a table or chunk map asked for meanwhile shows their end."""
+        uids = list(self._promoting) if alloc is None else np.unique(alloc.homes).tolist()
+        for uid in uids:
+            await self.settled_worker(uid)
 
     # -- copies made again or added ---------------------------------------------------------
     def worker_joined(self) -> None:

@@ -385,9 +385,12 @@ class GVATPlugin(SchedulerPlugin):
         if not home.alive:
             raise ChunkLost(f"chunks [{index}] of allocation {alloc_id} were on worker {home.address}, "
                             "which left the cluster")
+        return Where(home.address, self.path(home, worker), int(alloc.versions[index]))
+
+    def path(self, home, worker: WorkerAddress) -> str:
+        """The transfer path from ``home`` (a record) to the worker at ``worker``."""
         me = self.gvat.inventory.by_address.get(worker)
-        path = transfer.choose(home.profile, me.profile) if me is not None else "comm"
-        return Where(home.address, path, int(alloc.versions[index]))
+        return transfer.choose(home.profile, me.profile) if me is not None else "comm"
 
     def replica_added(self, alloc_id: AllocId, index: int, worker: WorkerAddress, nbytes: int,
                       path: str, seconds: float, source: WorkerAddress, version: int) -> str:
@@ -470,13 +473,9 @@ class GVATPlugin(SchedulerPlugin):
         drop, refresh = self.gvat.wrote(alloc_id, indices)
         jobs = [self._ask(a, messages.DROP_REPLICAS, alloc_id=alloc_id, indices=idx)
                 for a, idx in drop.items()]
-        alloc = self.gvat.allocations.get(alloc_id)
         if refresh:
-            jobs.append(self.durability.refresh(alloc, refresh))
-        results = await asyncio.gather(*jobs)
-        if refresh and key is not None and alloc_id in self.gvat.allocations:
-            for i in results[-1]:
-                alloc.last_writer[i] = key
+            jobs.append(self.durability.refresh(self.gvat.allocations[alloc_id], refresh, key))
+        await asyncio.gather(*jobs)
 
     async def move(self, alloc, indices, target, reason: str) -> list[int]:
         """Make ``target`` the home of chunks ``indices`` of ``alloc``: it pulls them (or
@@ -502,7 +501,7 @@ class GVATPlugin(SchedulerPlugin):
                     raise
                 # A home left during the move: its chunks live on where copies take over
                 # (not moved here; a later move may take them).
-                await self.durability.settle()
+                await self.durability.settle(alloc)
                 if all(self.gvat.inventory.by_uid[int(alloc.homes[c.index])].alive for c in plan):
                     return []
                 raise
@@ -632,7 +631,7 @@ class GVATPlugin(SchedulerPlugin):
         """The allocation's chunk map (after copies took over the chunks of a worker that
         left, when they are about to)."""
         alloc = self.gvat.get(arguments.integer("alloc_id", alloc_id))
-        await self.durability.settled_all(alloc)
+        await self.durability.settle(alloc)
         return self.gvat.chunk_map(alloc)
 
     async def table(self, alloc_id: AllocId | None = None, chunks: bool = False):

@@ -135,7 +135,8 @@ def stage(stage_id: str, kernel, out: ArraySpec, specs, halo, pass_origin, tpb, 
 def commit(stage_id: str, out: ArraySpec, what: str, indices, results: list[Staged]) -> int:
     """Step 2 on one worker: the staged copies become the output, or all are dropped."""
     access = Access.here()
-    if access.store.done_writing.get(current_key(access)) == messages.ALL_WRITTEN:
+    again = access.store.done_writing
+    if again and again.get(current_key(access)) == messages.ALL_WRITTEN:
         return write_chunks(access, out, indices, what, None, kernel_errors=False)  # done before
     made = access.store.take_staged(stage_id, indices)
     errors = [r.error for r in results if r.error is not None]

@@ -181,8 +181,7 @@ class ChunkStorePlugin(WorkerPlugin):
         the request says is a DgvmError (the scheduler drops the backup then)."""
         alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
         new = arguments.flag("new", new)
-        if self.store is None:
-            raise DgvmError(f"worker {self.worker.address} is closing")
+        self._open_store()
         by_home: dict[tuple, list] = {}
         for k, c in enumerate(arguments.sequence("chunks", chunks)):
             c = arguments.sequence(f"chunks[{k}]", c)
@@ -204,9 +203,7 @@ class ChunkStorePlugin(WorkerPlugin):
                 if desc is messages.MOVED:
                     raise DgvmError(f"chunk {index} of allocation {alloc_id} is no longer homed on "
                                     f"{home}: its backup on {self.worker.address} was not refreshed")
-                store = self.store
-                if store is None:
-                    raise DgvmError(f"worker {self.worker.address} is closing")
+                store = self._open_store()  # (it may close while the exports travel)
                 try:
                     await self._run(store.refresh, alloc_id, owner, index, self.transfers[path],
                                     desc, version, (home, desc.get("writes")), new)
@@ -220,11 +217,16 @@ class ChunkStorePlugin(WorkerPlugin):
         answers the chunks promoted (a backup a free dropped meanwhile is not)."""
         alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
         indices = arguments.integers("indices", indices)
-        if self.store is None:
-            raise DgvmError(f"worker {self.worker.address} is closing")
+        store = self._open_store()
         # On the loop, not the store's thread: a task there may hold the store's lock
         # waiting for this promotion (``ChunkStore.promote_backup``).
-        return [i for i in indices if self.store.promote_backup(alloc_id, owner, i)]
+        return [i for i in indices if store.promote_backup(alloc_id, owner, i)]
+
+    def _open_store(self) -> ChunkStore:
+        """The store, or a refusal when the worker is closing (it has none then)."""
+        if self.store is None:
+            raise DgvmError(f"worker {self.worker.address} is closing")
+        return self.store
 
     async def free(self, alloc_id: AllocId) -> int:
         alloc_id = arguments.integer("alloc_id", alloc_id)

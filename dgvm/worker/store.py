@@ -147,11 +147,8 @@ class ChunkStore:
                 self._release(held.pop(index))
             handle, _ = path.fetch(desc, self.backend)
             c = held[index] = StoredChunk(handle, int(desc["nbytes"]), durable=True)
-        elif not c.durable:  # a read replica becomes the backup
-            c.durable = True
-            self.backend.synchronize()
-            path.fetch_into(desc, self.backend.view(c.handle, c.nbytes))
         else:
+            c.durable = True  # (also a read replica held here: it becomes the backup)
             # The buffer's own queued work first (cuda: its zero-fill runs on the backend's
             # stream, which the copy's stream does not wait for).
             self.backend.synchronize()
@@ -308,7 +305,7 @@ class ChunkStore:
         self._owners.setdefault(alloc_id, owner)
         self._allocs.setdefault(alloc_id, {})[index] = c
         self._replicas.get(alloc_id, {}).pop(index, None)
-        self._writes[(alloc_id, index)] = self._writes.get((alloc_id, index), 0) + 1
+        self.wrote(alloc_id, index)  # new data here: replicas of an older stay are stale
         self.stats.rehomes += 1
         return True
 

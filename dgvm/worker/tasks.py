@@ -117,7 +117,8 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
     # Run again after its worker left: the chunks its first run wrote for good (copies of
     # them hold the write) are not written twice; all of them if it had finished there
     # (later tasks may have written them since).
-    done = access.store.done_writing.pop(current_key(access), None) if writes else None
+    again = access.store.done_writing
+    done = again.pop(current_key(access), None) if writes and again else None
     if done == messages.ALL_WRITTEN:
         return len(indices)
     done = done or ()

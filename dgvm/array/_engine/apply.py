@@ -134,3 +134,10 @@ def _on_caller(name, args, dtype, out, like):
         return type(like).on_caller(value, like.client, name)
     out.hold(value, like.client, name)
     return out
+
+
+def read_while_written(value, x):
+    """``value`` as an input of a write to ``x``: when it is ``x`` itself (``x[::-1] = x``,
+    ``x[x] = ...``), whose tasks read across the chunks the write changes, a copy,
+    deferred and so computed before the write like any reader of ``x``."""
+    return apply("astype", value, dtype=value.dtype) if value is x else value

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from dgvm.array._engine import blockwise
-from dgvm.array._engine.apply import apply
+from dgvm.array._engine.apply import read_while_written
 from dgvm.array._engine.assign_ops import IndexAssign
 from dgvm.array._engine.index_gather import check_indices, counted
 from dgvm.array._engine.keys import chunks_selected
@@ -28,9 +28,7 @@ def assign_indexed(x, maps, axis: int, keep, sel_shape, value, value_shape) -> N
     broadcasts to the selection (``sel_shape``, checked), read as input 1."""
     idx = maps[axis]
     check_indices(idx, "integer array indices")
-    if idx is x:  # x[x] = ...: the indices are read while x is written
-        idx = apply("astype", idx, dtype=idx.dtype)
-    idx = idx.stored()
+    idx = read_while_written(idx, x).stored()
     n = x.shape[axis]
     edges = np.concatenate([[0], np.cumsum(x.chunks[axis])]).astype(np.int64)
     # Runs of at least x's largest block along the axis, and few enough that their hits

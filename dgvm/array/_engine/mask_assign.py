@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from dgvm.array._engine import blockwise
-from dgvm.array._engine.apply import apply
+from dgvm.array._engine.apply import read_while_written
 from dgvm.array._engine.assign_ops import MaskAssign, MaskWrite
 from dgvm.array._engine.core import ArrayCore
 from dgvm.array._engine.keys import fitted, storable
@@ -103,8 +103,8 @@ def _laid_out(x, value, sel: tuple, total: int, runs, picks):
         if value.size == total:
             return type(x).from_host(value.reshape(-1), chunks=(tuple(runs),), colocate=(x, picks), client=x.client)
         value = type(x).from_host(value, client=x.client)
-    elif value is x:  # read across chunks while x is written: a copy, computed first
-        value = apply("astype", value, dtype=x.dtype)
+    else:
+        value = read_while_written(value, x)
     out = type(x).allocated((total,), value.dtype, (tuple(runs),), colocate=(x, picks), client=x.client, zero=False)
     if value.size != total:  # repeated over the selection's shape first
         wide = type(x).allocated(sel, value.dtype, client=x.client, zero=False)

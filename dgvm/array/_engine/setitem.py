@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from dgvm.array._engine import blockwise
-from dgvm.array._engine.apply import apply
+from dgvm.array._engine.apply import read_while_written
 from dgvm.array._engine.assign_ops import Assign
 from dgvm.array._engine.core import ArrayCore
 from dgvm.array._engine.aliases import view_of
@@ -78,10 +78,7 @@ def _setitem(x, key, value) -> None:
         value, vshape = fitted(value, sel_shape)  # a host array is checked before it is stored
         if isinstance(value, np.ndarray):
             value = type(x).from_host(np.asarray(value, dtype=x.dtype))
-        if value is x:
-            # The tasks write x while reading it across chunks (x[::-1] = x): read a copy,
-            # deferred and so computed before the write, like any reader of x.
-            value = apply("astype", value, dtype=x.dtype)
+        value = read_while_written(value, x)
     else:
         storable(value, x.dtype)
     if indexed:  # the indices stay on the workers
