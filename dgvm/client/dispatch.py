@@ -121,8 +121,21 @@ def gather(client, futures, direct: bool = False) -> list:
         with detached_task_errors():
             return client.gather(futures, direct=direct)
     except Exception:
+        _ended([f for f in futures if f.status == "error"], futures)
         failures.tell(futures)  # raised here: once
         raise
+
+
+def _ended(failed, futures) -> None:
+    """Wait for the other tasks among ``futures`` of the operations of ``failed`` to end
+    (they fail with it, or write what they write): once its error is raised, new tasks
+    follow none of its failed tasks (``pending.unfinished``), and one still running then
+    would be followed, and fail them with the error raised already. They end soon: tasks
+    of a worker that left fail at once (``scheduler.departures``)."""
+    ops = {failures.operation(f) for f in failed} - {None}
+    rest = [f for f in futures if not f.done() and failures.operation(f) in ops]
+    if rest:
+        dask_wait(rest)
 
 
 def wait_raising(futures) -> None:
@@ -141,6 +154,7 @@ def wait_raising(futures) -> None:
         running = list(dask_wait(running, return_when="FIRST_COMPLETED").not_done)
     failed = untold_failures()
     if failed:
+        _ended(failed, futures)
         failures.tell(failed)
         with detached_task_errors():
             failed[0].result()  # raises the remote exception (KernelError, OutOfDeviceMemory, ...)

@@ -82,6 +82,11 @@ def told(future) -> bool:
     return op is not None and op.told and not op.fill and future.status == "error"
 
 
+def operation(future):
+    """The operation ``future`` is a task of (None if unknown): its tasks fail together."""
+    return _operation.get(future)
+
+
 def fill(futures) -> None:
     """``futures`` compute a new result: their failure is never told."""
     for f in futures:
