@@ -215,6 +215,12 @@ def test_a_killed_worker_loses_nothing_that_had_a_copy(backend):
             x.persist()
         y = da.empty(n, chunks=n // 16, client=client, replicas=2)
         dgvm.launch(_add_one, x, out=y)
+        # Queued behind those: a task naming x (copies) and plain (none), which runs again
+        # or fails once copies took over, and one naming no allocation with copies, which
+        # fails at once.
+        mixed = x + plain
+        tail = mixed * 2
+        tail.persist()
         ref += 12
         os.kill(pids[victim], signal.SIGKILL)
         t0 = time.monotonic()
@@ -222,10 +228,14 @@ def test_a_killed_worker_loses_nothing_that_had_a_copy(backend):
         np.testing.assert_array_equal(da.asnumpy(y), ref + 1)
         np.testing.assert_array_equal(buf.read(0, 1 << 20), data)
         assert time.monotonic() - t0 < 30
-        x *= 2
-        np.testing.assert_array_equal(da.asnumpy(x), ref * 2)
         with pytest.raises(ChunkLost, match=victim):
             da.asnumpy(plain)
+        for a in (mixed, tail):  # naming only what was lost
+            with pytest.raises(ChunkLost, match=victim) as lost:
+                da.asnumpy(a)
+            assert f"of allocation {x.alloc.alloc_id}" not in str(lost.value), lost.value
+        x *= 2
+        np.testing.assert_array_equal(da.asnumpy(x), ref * 2)
         # Copies are made again on the survivors and the new worker (room for all).
         deadline = time.monotonic() + 30
         while True:
@@ -240,7 +250,7 @@ def test_a_killed_worker_loses_nothing_that_had_a_copy(backend):
                     raise
                 time.sleep(0.1)
         _assert_coherent(client, x.alloc.alloc_id, 2)
-        for a in (x, y, plain):
+        for a in (x, y, plain, mixed, tail):
             a.free()
         buf.free()
         assert dgvm.table(client=client) == []

@@ -165,7 +165,7 @@ class Departures:
     def describe(self, address: WorkerAddress, allocations=()) -> str:
         """``worker W, which left the cluster holding chunks ... of allocation ...``: of
         ``allocations`` (those a task names; any, if it names none) where it held some."""
-        lost = self._lost_chunks(address)
+        lost = self._still_lost(address, self._lost_chunks(address), allocations)
         named = [a for a in allocations if a in lost] if allocations else list(lost)
         if not named:
             of = f"allocations {sorted(allocations)}" if allocations else "a live allocation"
@@ -175,6 +175,21 @@ class Departures:
             more = f" and of {len(named) - NAMED} more allocations" if len(named) > NAMED else ""
             what = f"holding {', '.join(held)}{more}; their data is lost"
         return f"worker {address}, which left the cluster {what}"
+
+    def _still_lost(self, address: WorkerAddress, lost: dict, allocations=()) -> dict:
+        """``lost`` without the chunks a copy took over since (promoted backups): of
+        ``allocations`` only, when given (O(their chunks))."""
+        uid = self._uids.get(address)
+        out = {}
+        for a in (allocations or lost):
+            alloc, idx = self.gvat.allocations.get(int(a)), lost.get(a)
+            if idx is None:
+                continue
+            if alloc is not None and uid is not None:
+                idx = [i for i in idx if int(alloc.homes[i]) == uid]
+            if idx:
+                out[a] = idx
+        return out
 
     def _lost_chunks(self, address: WorkerAddress) -> dict:
         """Allocation id -> the chunks homed on the worker that left ``address`` (O(chunks
