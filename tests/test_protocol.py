@@ -24,6 +24,7 @@ from dgvm.protocol.errors import (
     AccessDenied,
     ChunkLost,
     ConfigError,
+    ConnectionBroke,
     DgvmError,
     InvalidAddress,
     KernelError,
@@ -59,6 +60,7 @@ def test_handler_tables_list_exactly_the_protocols_handler_names():
     ("denied", AccessDenied),
     ("lost", ChunkLost),
     ("kernel", KernelError),
+    ("broke", ConnectionBroke),
     ("error", DgvmError),  # e.g. a worker still busy with the releases sent to it
 ])
 def test_every_refusal_comes_back_as_its_error_with_its_message(kind, error):
@@ -113,8 +115,8 @@ def test_a_broken_connection_to_a_peer_is_answered_as_a_dgvm_error():
         raise ConnectionResetError("the target worker's process died")
 
     answer = asyncio.run(messages.serve({"dgvm_migrate": migrate})["dgvm_migrate"]())
-    with pytest.raises(DgvmError, match="migrate: a connection to another process broke: "
-                                        "ConnectionResetError: the target worker's process died"):
+    with pytest.raises(ConnectionBroke, match="migrate: a connection to another process broke: "
+                                              "ConnectionResetError: the target worker's process died"):
         messages.decode(_over_the_wire(answer))
 
 

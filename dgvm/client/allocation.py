@@ -21,7 +21,7 @@ from dgvm.client.session import (
     Session, call_scheduler, call_workers, client_or_current, is_closed, session_of,
 )
 from dgvm.protocol import arguments, messages
-from dgvm.protocol.errors import ChunkLost, InvalidAddress
+from dgvm.protocol.errors import ChunkLost, ConnectionBroke, InvalidAddress
 from dgvm.protocol.messages import ChunkMap
 from dgvm.protocol.records import ChunkInfo
 
@@ -258,9 +258,10 @@ class AllocationHandle:
             }
             try:
                 return call_workers(handler, requests, self.client), order
-            except OSError:
+            except (OSError, ConnectionBroke):
                 # A worker went away: once the GVAT says so, name the lost chunks (a
-                # request that raced with its death fails before the scheduler knows).
+                # request that raced with its death fails before the scheduler knows;
+                # one that a closing worker served answers ConnectionBroke).
                 self.session.part(LeftWorkers).wait_left(by_worker, LEFT_WAIT)
                 self.refresh()  # (after copies of its chunks became their homes)
                 self._route(pieces)

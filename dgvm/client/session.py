@@ -19,7 +19,7 @@ from dgvm.client.left_workers import LeftWorkers
 from dgvm.deploy.cluster import LocalCluster
 from dgvm.protocol import messages
 from dgvm.protocol.arguments import shown
-from dgvm.protocol.errors import DgvmError, InvalidArgumentType, NotConnected
+from dgvm.protocol.errors import ConnectionBroke, DgvmError, InvalidArgumentType, NotConnected
 
 
 def connect(address=None, **cluster_kwargs) -> Client:
@@ -208,16 +208,27 @@ def call_scheduler(handler: str, client: Client | None = None, **kwargs):
 def call_workers(handler: str, requests: dict[str, dict], client: Client | None = None) -> dict:
     """Call ``handler`` on several workers at once: {address: kwargs} -> {address: answer},
     decoded as ``call_scheduler`` does; the first refusal is raised. A request to a worker
-    that leaves meanwhile raises ``ConnectionError`` once the GVAT says so."""
+    that leaves meanwhile raises ``ConnectionError`` once the GVAT says so; one that a
+    closing worker answered raises ``ConnectionBroke`` naming it (the caller asks the GVAT
+    whether it left)."""
     client = ensure_open(client_or_current(client))
     peers = session_of(client).part(LeftWorkers).peers
 
     def gone(address):  # an OSError, as a failed connection is: the caller asks the GVAT
         return ConnectionError(f"worker {address} left the cluster")
 
+    async def ask(address, kwargs):
+        try:
+            answer = await messages.call(client.rpc(address), handler, **kwargs)
+        except ConnectionBroke as e:  # its own request broke: it may be closing (its pool closed)
+            raise ConnectionBroke(f"worker {address}: {e}") from None
+        if answer is None:  # Dask's answer for a handler it lacks: the worker's dgvm store closed
+            raise ConnectionBroke(f"worker {address} no longer serves {handler}: it is closing")
+        return answer
+
     async def _all():
         answers = await asyncio.gather(*(
-            peers.call(addr, messages.call(client.rpc(addr), handler, **kw), lambda a=addr: gone(a))
+            peers.call(addr, ask(addr, kw), lambda a=addr: gone(a))
             for addr, kw in requests.items()
         ))
         return dict(zip(requests, answers))

@@ -61,6 +61,13 @@ class ChunkLost(DgvmError):
     """A chunk's home worker left the cluster; its data is gone until recovered."""
 
 
+class ConnectionBroke(DgvmError):
+    """A request a dgvm handler made to another process (the scheduler, a peer worker) lost
+    its connection: most often because the process answering is closing (its connections
+    close with it), or the peer it asked died. The message names the handler and the
+    connection's error."""
+
+
 class KernelError(DgvmError):
     """A kernel failed on a worker; the message names the kernel, chunk and worker and
     carries the original traceback. The failing output chunk keeps its previous contents."""

@@ -26,6 +26,7 @@ from typing import Any, Callable
 from dgvm.protocol.errors import (
     AccessDenied,
     ChunkLost,
+    ConnectionBroke,
     DgvmError,
     InvalidAddress,
     InvalidArgument,
@@ -244,6 +245,7 @@ REFUSALS: dict[str, type[DgvmError]] = {
     "denied": AccessDenied,  # another client's allocation
     "lost": ChunkLost,  # the chunk's home left the cluster
     "kernel": KernelError,
+    "broke": ConnectionBroke,  # a handler's own request to another process lost its connection
     "argument": InvalidArgument,  # an argument out of range (dgvm.protocol.arguments)
     "argument-type": InvalidArgumentType,  # an argument of the wrong type, or a missing one
     "error": DgvmError,  # anything else dgvm refuses, e.g. a worker busy with releases
@@ -320,8 +322,9 @@ async def call(rpc, handler: str, **kwargs):
 def served(handler: Callable) -> Callable:
     """``handler`` as it is installed: a refusal it raises is answered as data, and a
     record it returns travels as its dict. An ``OSError`` it raises (a peer it asked went
-    away) is answered as a ``DgvmError``: raised out of a handler, Dask would take it for
-    the caller's own connection breaking and close that."""
+    away, or this process is closing: its connection pool closes under its requests) is
+    answered as ``ConnectionBroke``: raised out of a handler, Dask would take it for the
+    caller's own connection breaking and close that."""
 
     signature = inspect.signature(handler)
 
@@ -340,8 +343,8 @@ def served(handler: Callable) -> Callable:
                 raise  # another dgvm error (ConfigError, ...) travels as Dask sends exceptions
             return refusal(e)
         except OSError as e:
-            return refusal(DgvmError(f"{getattr(handler, '__name__', 'a dgvm handler')}: a connection to "
-                                     f"another process broke: {type(e).__name__}: {e}"))
+            return refusal(ConnectionBroke(f"{getattr(handler, '__name__', 'a dgvm handler')}: a connection "
+                                           f"to another process broke: {type(e).__name__}: {e}"))
         return result.to_dict() if isinstance(result, Record) else result
 
     return answer

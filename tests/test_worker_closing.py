@@ -1,0 +1,121 @@
+"""A worker that closes (not killed: its nanny, the scheduler or a user closes it) while it
+serves a client's write: the write answers as for a worker that died, with ``ChunkLost``
+naming the chunks it held, or rightly where a copy took over; never with the error of a
+connection the closing worker broke under its own request.
+
+A closing worker tears its dgvm store down first (its handlers go: Dask answers ``None``
+for a handler it lacks), then closes its connection pool: a request it was making (a
+write tells the scheduler which chunks it wrote) fails with "ConnectionPool closing.".
+One in-process cluster per test: a worker of it closes."""
+
+import asyncio
+import socket
+
+import numpy as np
+import pytest
+
+import dgvm
+from dgvm.protocol import messages
+
+BYTES, CHUNK = 3 * 4096, 4096
+
+
+@pytest.fixture
+def cluster():
+    cluster = dgvm.LocalCluster(n_workers=3, backend="cpu", processes=False, device_memory="16MiB",
+                                dashboard_address=None)
+    client = dgvm.connect(cluster)
+    try:
+        yield cluster, client
+    finally:
+        client.close()
+        cluster.close()
+
+
+def _worker(cluster, address):
+    return next(w for w in cluster.workers.values() if w.address == address)
+
+
+def _nowhere() -> str:
+    """An address nobody listens on: Dask retries a refused connect until its timeout."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+class _ClosingOnLaunched:
+    """``worker.scheduler`` as the worker closes while a write tells the scheduler what it
+    wrote: that request is a connect its connection pool's close breaks."""
+
+    def __init__(self, worker):
+        self.worker, self.scheduler = worker, worker.scheduler
+
+    def __getattr__(self, op):
+        if op != messages.LAUNCHED:
+            return getattr(self.scheduler, op)
+
+        async def launched(**_):
+            asyncio.ensure_future(self.worker.close())
+            await self.worker.rpc.connect(_nowhere())  # CommClosedError: ConnectionPool closing.
+        return launched
+
+
+def _closing_on_write(worker):
+    async def write(**_):
+        asyncio.ensure_future(worker.close())
+        return None  # what Dask answers for a handler the worker no longer has
+    return write
+
+
+def _assert_lost_on(error, buf, homes, victim):
+    assert isinstance(error, dgvm.ChunkLost), repr(error)
+    held = sorted(k for k, w in enumerate(homes) if w == victim)
+    assert f"chunks {held} of allocation {buf.alloc_id} were on worker {victim}" in str(error), str(error)
+
+
+def _write_as_it_closes(cluster, client, stand_in, replicas=None):
+    """A buffer over the three workers; its write as the home of chunk 1 closes (``stand_in``
+    installs what the closing worker does); (buffer, homes, victim, data, the error or None)."""
+    buf = dgvm.malloc(BYTES, chunk_bytes=CHUNK, placement="round_robin", client=client, replicas=replicas)
+    homes = buf.homes()
+    assert len(set(homes)) == 3
+    victim = homes[1]
+    stand_in(_worker(cluster, victim))
+    data = np.arange(BYTES, dtype=np.uint32).view(np.uint8)[:BYTES]
+    try:
+        buf.write(0, data)
+    except Exception as e:  # noqa: BLE001
+        return buf, homes, victim, data, e
+    return buf, homes, victim, data, None
+
+
+def test_a_write_whose_own_request_broke_as_its_worker_closed_raises_chunklost(cluster):
+    c, client = cluster
+    buf, homes, victim, data, error = _write_as_it_closes(
+        c, client, lambda w: setattr(w, "scheduler", _ClosingOnLaunched(w)))
+    _assert_lost_on(error, buf, homes, victim)
+    kept = [k for k, w in enumerate(homes) if w != victim]
+    for k in kept:  # what the other workers hold was written
+        np.testing.assert_array_equal(buf.read(k * CHUNK, CHUNK), data[k * CHUNK:(k + 1) * CHUNK])
+    buf.free()
+
+
+def test_a_write_a_worker_answered_once_its_store_closed_raises_chunklost(cluster):
+    c, client = cluster
+
+    def stand_in(w):
+        w.handlers[messages.WRITE] = _closing_on_write(w)
+
+    buf, homes, victim, data, error = _write_as_it_closes(c, client, stand_in)
+    _assert_lost_on(error, buf, homes, victim)  # not a write that silently did nothing
+    buf.free()
+
+
+def test_a_write_to_a_closing_home_with_a_copy_is_written_at_its_new_home(cluster):
+    c, client = cluster
+    buf, homes, victim, data, error = _write_as_it_closes(
+        c, client, lambda w: setattr(w, "scheduler", _ClosingOnLaunched(w)), replicas=2)
+    assert error is None, repr(error)
+    assert victim not in buf.homes()
+    np.testing.assert_array_equal(buf.read(0, BYTES), data)
+    buf.free()
