@@ -119,3 +119,23 @@ def test_a_write_to_a_closing_home_with_a_copy_is_written_at_its_new_home(cluste
     assert victim not in buf.homes()
     np.testing.assert_array_equal(buf.read(0, BYTES), data)
     buf.free()
+
+
+def test_an_allocation_placed_on_a_worker_as_it_closes_goes_to_the_others(cluster):
+    """The scheduler's own request to a closing worker answers ``None`` (its store gone):
+    not an allocation made there, which would be lost as the worker leaves, but one
+    placed again on the workers that stay."""
+    c, client = cluster
+    victim = sorted(w.address for w in c.workers.values())[0]
+    worker = _worker(c, victim)
+
+    async def allocate(**_):
+        asyncio.ensure_future(worker.close())
+        return None  # what Dask answers for a handler the worker no longer has
+    worker.handlers[messages.STORE_ALLOCATE] = allocate
+    buf = dgvm.malloc(BYTES, chunk_bytes=CHUNK, placement="round_robin", client=client)
+    assert victim not in buf.homes() and len(buf.homes()) == 3
+    data = np.arange(BYTES, dtype=np.uint8)
+    buf.write(0, data)
+    np.testing.assert_array_equal(buf.read(0, BYTES), data)
+    buf.free()

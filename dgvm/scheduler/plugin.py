@@ -21,7 +21,9 @@ from dgvm.gvat import GVAT, copies, migration
 from dgvm.gvat.placement import POLICIES
 from dgvm.protocol import arguments, messages
 from dgvm.protocol.chunk_grid import block_nbytes
-from dgvm.protocol.errors import ChunkLost, DgvmError, InvalidAddress, InvalidArgument, OutOfDeviceMemory
+from dgvm.protocol.errors import (
+    ChunkLost, ConnectionBroke, DgvmError, InvalidAddress, InvalidArgument, OutOfDeviceMemory,
+)
 from dgvm.protocol.messages import ChunkMap, Migrated, Pulled, Translation, Where
 from dgvm.protocol.records import AllocId, ClientId, DeviceProfile, WorkerAddress
 from dgvm.scheduler.departures import Departures
@@ -220,10 +222,16 @@ class GVATPlugin(SchedulerPlugin):
     async def _ask(self, worker: WorkerAddress, handler: str, **kwargs):
         """Call ``handler`` on ``worker``'s chunk store; its answer decoded
         (``messages.call``: a refusal raised). A worker that leaves meanwhile raises
-        ``ConnectionError`` (an OSError, as a broken connection does) once it is removed."""
+        ``ConnectionError`` (an OSError, as a broken connection does) once it is removed;
+        one closing (its store gone, so Dask answers None for the handler) ``ConnectionBroke``."""
+        async def ask():
+            answer = await messages.call(self.scheduler.rpc(worker), handler, **kwargs)
+            if answer is None:  # (every handler asked from here answers something)
+                raise ConnectionBroke(f"worker {worker} no longer serves {handler}: it is closing")
+            return answer
+
         return await self.departures.peers.call(
-            worker, messages.call(self.scheduler.rpc(worker), handler, **kwargs),
-            lambda: ConnectionError(f"worker {worker} left the cluster"))
+            worker, ask(), lambda: ConnectionError(f"worker {worker} left the cluster"))
 
     # -- handlers ------------------------------------------------------------------------
     @staticmethod
@@ -332,11 +340,11 @@ class GVATPlugin(SchedulerPlugin):
                 raise OutOfDeviceMemory(
                     f"allocation of {alloc.nbytes} bytes rolled back on every worker: {reasons}"
                 )
-            broken = [a for a, r in failed if isinstance(r, OSError)]
+            broken = [a for a, r in failed if isinstance(r, (OSError, ConnectionBroke))]
             if broken:
-                # A worker died while its chunks were made: once the scheduler has removed
-                # it, place again on the others. (An OSError raised out of a handler would
-                # make Dask close the caller's connection, as if the caller had gone.)
+                # A worker died or closed while its chunks were made: once the scheduler has
+                # removed it, place again on the others. (An OSError raised out of a handler
+                # would make Dask close the caller's connection, as if the caller had gone.)
                 if await self._removed(broken, LEFT_WAIT):
                     raise _WorkersLeft(f"allocation of {alloc.nbytes} bytes: workers left while "
                                        f"it was placed: {reasons}")
