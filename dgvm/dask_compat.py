@@ -14,6 +14,7 @@ import threading
 
 import dask.config
 from distributed import Client
+from distributed.deploy.cluster import Cluster
 from distributed.protocol import pickle
 
 # -- client ------------------------------------------------------------------------------
@@ -130,7 +131,8 @@ def inherited_config_env() -> dict[str, str]:
 class SpecClusterHooks:
     """A mixin before a ``SpecCluster`` class: ``starting``, ``correcting_state`` and
     ``closing`` run first in its private steps ``_start``, ``_correct_state_internal``
-    and ``_close``."""
+    and ``_close``; ``keeps_lost_worker`` decides its private ``_update_worker_status``'s
+    close of a worker that left."""
 
     async def starting(self) -> None:
         """Before the cluster starts its scheduler."""
@@ -152,6 +154,22 @@ class SpecClusterHooks:
     async def _close(self):
         await self.closing()
         await super()._close()
+
+    def keeps_lost_worker(self, name) -> bool:
+        """Whether the entry ``name`` of ``self.workers`` (a nanny, or a worker in this
+        process) stays when its worker left the scheduler. Dask's ``SpecCluster`` closes
+        and drops it once ``distributed.deploy.lost-worker-timeout`` passed with no worker
+        of that name back (for a job that died): that, unless this says True."""
+        return False
+
+    def _update_worker_status(self, op, msg):
+        # ``Cluster._update_worker_status`` keeps ``scheduler_info``; on a removal
+        # ``SpecCluster``'s schedules that close first: skipped for a kept entry.
+        info = self.scheduler_info["workers"].get(msg) if op == "remove" else None
+        if info is not None and self.keeps_lost_worker(info.get("name")):
+            Cluster._update_worker_status(self, op, msg)
+        else:
+            super()._update_worker_status(op, msg)
 
     async def close_now(self) -> None:
         """Close the cluster from within one of its steps (``_close``)."""

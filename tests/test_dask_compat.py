@@ -124,6 +124,31 @@ def test_spec_cluster_steps_run_the_hooks():
     assert ("closing", True) in cluster.calls and cluster.status == Status.closed
 
 
+class _KeepsFirst(dask_compat.SpecClusterHooks, distributed.LocalCluster):
+    def keeps_lost_worker(self, name):
+        return name == 0
+
+
+def test_a_kept_lost_worker_is_not_closed_once_the_lost_worker_timeout_passed():
+    cluster = _KeepsFirst(n_workers=2, processes=False, dashboard_address=None)
+    try:
+        kept, dropped = cluster.workers[0], cluster.workers[1]
+        with dask.config.set({"distributed.deploy.lost-worker-timeout": "1ms"}):
+            for w in (kept, dropped):  # left the scheduler; in this order, so 0's timer is first
+                cluster.sync(w.close)
+                deadline = time.monotonic() + 30
+                while w.address in cluster.scheduler_info["workers"]:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.01)
+            deadline = time.monotonic() + 30
+            while 1 in cluster.workers:  # Dask's close of a lost worker
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        assert cluster.workers.get(0) is kept
+    finally:
+        cluster.close()
+
+
 def test_when_main_thread_ends_runs_while_thread_pools_still_take_work(tmp_path):
     script = tmp_path / "ends.py"
     script.write_text(

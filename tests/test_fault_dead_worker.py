@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 
+import dask
 import numpy as np
 import pytest
 from numba import cuda
@@ -294,6 +295,22 @@ def test_free_of_a_damaged_allocation_returns_at_once_and_frees_what_survives(cl
     assert dgvm.table(client=client) == []
     used = client.run(lambda dask_worker: dask_worker.extensions["dgvm"].backend.used)
     assert set(used.values()) == {0}, used
+
+
+def test_a_worker_its_nanny_starts_after_dasks_lost_worker_timeout_joins_and_stays(client):
+    """A nanny slower to start a new worker than Dask's lost-worker timeout (a loaded
+    machine; here the timeout is shorter than any start) is not closed by the cluster:
+    before, its new worker never came, or left as it registered with what had been placed
+    on it, and the cluster stayed a worker short."""
+    until(lambda: len(workers(client)) == 4, what="four workers")
+    victim = sorted(workers(client))[0]
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "1ms"}):
+        kill(client, victim)
+        until(lambda: len(workers(client)) == 4, timeout=2 * BOUND, what="the nanny's new worker")
+    x = dnp.from_numpy(np.arange(4000.0), chunks=500, placement="round_robin")
+    assert len(set(x.alloc.homes())) == 4
+    np.testing.assert_array_equal(dnp.asnumpy(x + 1), np.arange(4000.0) + 1)
+    x.free()
 
 
 def test_a_closed_cluster_leaves_no_arena_behind():

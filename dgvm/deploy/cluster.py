@@ -163,6 +163,14 @@ class _DgvmCluster(dask_compat.SpecClusterHooks):
         if self.scheduler is not None:
             await self.scheduler
 
+    def keeps_lost_worker(self, name) -> bool:
+        # A running nanny starts a new worker after its worker died (a kill, a crash). On a
+        # loaded machine that takes longer than Dask's lost-worker timeout (15 s), and Dask
+        # would close the nanny then, as its new worker registers: that worker would leave
+        # with whatever was placed on it meanwhile, and the cluster would stay one short.
+        worker = self.workers.get(name)
+        return isinstance(worker, distributed.Nanny) and worker.status == Status.running
+
     def _preload_argv_of(self, i: int) -> list[str]:
         """Worker ``i``'s preload arguments (a worker beyond those asked for: defaults)."""
         return self._argvs[i] if i < len(self._argvs) else _preload_argv(self.backend)
