@@ -13,7 +13,8 @@ process while the operation runs (at least two workers stay alive). Then:
   died (the table just before the kill) with no copy elsewhere (a third of the arrays and
   buffers keep ``replicas=2``), for every allocation the operation in flight did not move;
 - the operation in flight answers right (equal to NumPy) or with ``ChunkLost`` naming only
-  lost chunks;
+  lost chunks, or, where a task of it had finished on the killed worker and the chunks it
+  read were kept by copies, naming that task's result as lost with the worker;
 - every array and buffer with a lost chunk answers ``ChunkLost`` naming its lost chunks
   (a full read names exactly those), its other chunks still read and write right, and
   its ``free`` returns; every other one keeps answering right.
@@ -50,6 +51,7 @@ TRACE = bool(os.environ.get("DGVM_CHAOS_TRACE"))  # print every answer
 BOUND = 30.0  # seconds any one call may take, a worker's death included
 SETTLE = 5.0  # seconds a worker is up before it may be killed
 LOST_NAMES = re.compile(r"chunks? \[?([\d, ]+)\]? of allocation (\d+)")
+RESULT_LOST = re.compile(r"ran on worker \S+, which left the cluster holding no chunk .*; its result was lost with it")
 FEW_WORKERS = re.compile(r"replicas=\d+ keeps each chunk on \d+ workers; 1 live workers")
 
 
@@ -183,6 +185,7 @@ class Counts:
     departures: int = 0  # workers that left: killed, or gone on their own
     refused: int = 0  # operations racing a death that raised a DgvmError naming the worker
     few_workers: int = 0  # replicas=2 asked while one worker was up: refused, saying so
+    results_lost: int = 0  # operations racing a death whose finished task's result died with it
 
     def summary(self) -> dict:
         return {
@@ -190,6 +193,7 @@ class Counts:
             "workers gone on their own": self.departures - self.kills, "right": self.right,
             "ChunkLost": self.chunk_lost, "of them for surviving chunks": self.surviving_lost,
             "DgvmError naming the dead worker": self.refused,
+            "results lost with the dead worker": self.results_lost,
             "replicas refused with one worker up": self.few_workers, "wrong": len(self.wrong), "raw errors": len(self.errors),
             "hangs": len(self.hangs), "leaks": len(self.leaks),
         }
@@ -234,6 +238,9 @@ class Chaos:
                    if n - self.lost.get(a, set()) and not self.vanished(a, outcome)}
             if expect == Expect.RIGHT:
                 c.wrong.append((what, f"ChunkLost where nothing was lost: {outcome}"))
+            elif (not named and expect == Expect.EITHER and self.victims and RESULT_LOST.search(str(outcome))
+                  and f"worker {self.victims[-1][0]}," in str(outcome)):
+                c.results_lost += 1  # raced the death: its chunks kept by copies, its result not
             elif not named or bad:
                 c.wrong.append((what, f"ChunkLost naming chunks not lost {bad}: {outcome}"))
             elif expect in (Expect.LOST, Expect.SURVIVING) and not any(i.alloc_id in named for i in touched):

@@ -399,7 +399,8 @@ class GVAT:
                     version=m.versions[i],
                     backups=tuple(sorted(self.inventory.by_uid[u].address
                                          for u in alloc.backups.get(i, ())
-                                         if self.inventory.by_uid[u].alive)),
+                                         if self.inventory.by_uid[u].alive
+                                         and (i, u) not in alloc.filling)),  # (not a copy yet)
                 )
                 for i, h in enumerate(m.home)
             )

@@ -90,27 +90,49 @@ class Departures:
         chunks took over, when every allocation it names lost nothing (``rerun``)."""
         keys, self._stranded = self._stranded, set()
         stimulus = f"dgvm-worker-left-{time.time()}"
-        again = []
+        again, later = [], []
         for key in keys:
             pinned = dask_compat.stranded_on(self.scheduler, key)
             if pinned is None:
                 continue
             mode = dask_compat.annotation(self.scheduler, key, messages.RERUN_ANNOTATION, "")
+            copied = self.durability is not None and self.durability.has_copies(
+                dask_compat.annotation(self.scheduler, key, messages.ALLOCATIONS_ANNOTATION, []))
             # (A task that read and had finished is not run again: later writers may have
             # changed what it read since.)
-            if (self.durability is not None and (mode == "writes" or (mode == "reads" and key not in self._done))
-                    and self.durability.has_copies(
-                        dask_compat.annotation(self.scheduler, key, messages.ALLOCATIONS_ANNOTATION, []))):
+            if copied and (mode == "writes" or (mode == "reads" and key not in self._done)):
                 again.append((key, pinned))
-                continue
-            self._fail(key, pinned, stimulus)
+            elif copied:
+                later.append((key, pinned))  # its error names what copies did not keep
+            else:
+                self._fail(key, pinned, stimulus)
         if again:
             self.durability.plugin.spawn(self.rerun(again))
+        if later:
+            self.durability.plugin.spawn(self._fail_settled(later))
+
+    async def _settled(self, stranded) -> None:
+        """Wait (bounded) until copies took over the chunks of the workers that ``stranded``
+        ((key, pinned addresses) each) were pinned to."""
+        for address in {a for _, pinned in stranded for a in pinned}:
+            uid = self._uids.get(address)
+            if uid is not None:
+                await self.durability.settled_worker(uid)  # (bounded)
+
+    async def _fail_settled(self, stranded) -> None:
+        """``_fail`` each task of ``stranded`` once copies took over what they could."""
+        await self._settled(stranded)
+        stimulus = f"dgvm-worker-left-{time.time()}"
+        for key, pinned in stranded:
+            if dask_compat.stranded_on(self.scheduler, key) is not None:
+                self._fail(key, pinned, stimulus)
 
     def _fail(self, key, pinned, stimulus: str) -> None:
         named = dask_compat.annotation(self.scheduler, key, messages.ALLOCATIONS_ANNOTATION, [])
         did = "ran" if key in self._done else "was to run"
-        error = ChunkLost(f"dgvm task {key} {did} on {self.describe(sorted(pinned)[0], named)}")
+        # (A task that ran lost its result with the worker, whatever copies kept.)
+        kept = "; its result was lost with it" if key in self._done else ""
+        error = ChunkLost(f"dgvm task {key} {did} on {self.describe(sorted(pinned)[0], named)}{kept}")
         try:
             dask_compat.fail_waiting_task(self.scheduler, key, error, stimulus)
         except Exception:  # noqa: BLE001  (the task changed meanwhile; never stop the others)
@@ -121,10 +143,7 @@ class Departures:
         pinned addresses) each) were pinned to, run each again on the worker that holds
         most of its chunks from there, or fail it with ``ChunkLost`` if an allocation it
         names lost chunks."""
-        for address in {a for _, pinned in stranded for a in pinned}:
-            uid = self._uids.get(address)
-            if uid is not None:
-                await self.durability.settled_worker(uid)  # (bounded)
+        await self._settled(stranded)
         stimulus = f"dgvm-rerun-{time.time()}"
         for key, pinned in stranded:
             if dask_compat.stranded_on(self.scheduler, key) is None:
