@@ -175,6 +175,54 @@ def test_moves_keep_the_copies(case):
     np.testing.assert_array_equal(da.asnumpy(x), ref + 2)
 
 
+def test_a_new_backup_on_an_old_home_outlives_its_release(case):
+    """A home moved onto its backup's worker: the new backup may go to the old home, whose
+    release of the chunk is still on its way there. The copy must be made after the
+    release (not passed over as the home's own data, then released): the GVAT's backup is
+    a copy in that store, which a loss of the new home would promote."""
+    from dgvm.protocol.messages import RELEASE
+
+    client = case.client
+    buf = dgvm.malloc(4_000, chunk_bytes=4_000, replicas=3, client=client)  # a copy on each
+    held_back = {}
+    try:
+        data = np.random.default_rng(3).integers(0, 256, 4_000, dtype=np.uint8)
+        buf.write(0, data)
+        c, = [a for a in dgvm.table(chunks=True, client=client) if a.alloc_id == buf.alloc_id][0].chunks
+        old_home = c.worker
+
+        def hold_releases(dask_worker, seconds):  # the old home's stream is slow
+            import asyncio
+
+            release = dask_worker.stream_handlers[RELEASE]
+
+            async def later(**kw):
+                await asyncio.sleep(seconds)
+                await release(**kw)
+
+            dask_worker.stream_handlers[RELEASE] = later
+            held_back[dask_worker.address] = release
+
+        client.run(hold_releases, seconds=1.0, workers=[old_home])
+        buf.migrate([0], c.backups[0])  # the new backup can only go to the old home
+        deadline = time.monotonic() + 10
+        while True:  # the backup that became a home is made again in the background
+            try:
+                _assert_coherent(client, buf.alloc_id, 3)
+                break
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        info, = [a for a in dgvm.table(chunks=True, client=client) if a.alloc_id == buf.alloc_id]
+        assert old_home in info.chunks[0].backups
+        np.testing.assert_array_equal(buf.read(0, 4_000), data)
+    finally:
+        client.run(lambda dask_worker: dask_worker.stream_handlers.update(
+            {RELEASE: held_back[dask_worker.address]}) if dask_worker.address in held_back else None)
+        buf.free()
+
+
 @dgvm.kernel
 def _add_one(x, out):
     i = cuda.grid(1)
