@@ -63,9 +63,13 @@ class Durability:
             return out
 
         holders = list(by_holder)
+        # A new backup may go to a chunk's old home whose release of it is still on its
+        # way there: the copy is made after that release (made before, it would be taken
+        # for the home's own data and then released with it).
         results = await asyncio.gather(*(
             self.plugin._ask(h, messages.REFRESH, alloc_id=alloc.alloc_id, owner=alloc.owner,
-                             chunks=chunks_for(h), new=fresh)
+                             chunks=chunks_for(h), new=fresh,
+                             after_release=self.plugin.releases.last_sent(h) if fresh else None)
             for h in holders
         ), return_exceptions=True)
         landed = {i for h, r in zip(holders, results) if not isinstance(r, BaseException)

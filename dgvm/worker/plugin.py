@@ -174,14 +174,21 @@ class ChunkStorePlugin(WorkerPlugin):
         return await self._run(self.store.allocate, alloc_id, owner, indices, sizes, zero,
                                backups, backup_sizes)
 
-    async def refresh(self, alloc_id: AllocId, owner: ClientId, chunks: list, new: bool = False) -> int:
+    async def refresh(self, alloc_id: AllocId, owner: ClientId, chunks: list, new: bool = False,
+                      after_release: ReleaseTicket | None = None) -> int:
         """Copy chunks written at their homes into their backups here (``chunks``: [index,
         home, path, version] each; one export request per home), before the write counts
-        as done. A home that left meanwhile is ChunkLost; a chunk no longer homed where
-        the request says is a DgvmError (the scheduler drops the backup then)."""
+        as done; ``new`` backups once the releases sent here up to ``after_release`` are
+        done (a chunk that moved away from here is a backup here only after its release).
+        A home that left meanwhile is ChunkLost; a chunk no longer homed where the request
+        says, or releases that take too long, a DgvmError (the scheduler drops the backup
+        then)."""
         alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
         new = arguments.flag("new", new)
         self._open_store()
+        if not await self._after_releases(after_release):  # (their memory first, as an allocation)
+            raise DgvmError(f"{self.worker.address} did not do the chunk releases sent to it "
+                            f"within {RELEASE_WAIT:.0f} s; no backup of allocation {alloc_id} here")
         by_home: dict[tuple, list] = {}
         for k, c in enumerate(arguments.sequence("chunks", chunks)):
             c = arguments.sequence(f"chunks[{k}]", c)
