@@ -257,6 +257,13 @@ def _holders(dask_scheduler, keys) -> dict:
     return {k: {ws.address for ws in dask_scheduler.tasks[k].who_has or ()} for k in keys}
 
 
+def _measure(dask_scheduler, value: str) -> str:
+    """Set how Dask's memory manager measures a worker's memory; return the measure before."""
+    amm = dask_scheduler.extensions["amm"]
+    before, amm.measure = amm.measure, value
+    return before
+
+
 def _pinned(dask_scheduler, keys) -> dict:
     return {k: next(iter(dask_scheduler.tasks[k].worker_restrictions)) for k in keys}
 
@@ -270,7 +277,7 @@ def test_a_released_array_is_freed_when_the_worker_holding_a_copy_of_its_writers
     x = spread(client)
     w0, w1, w2, w3 = x.alloc.homes()[:4]
     client.amm.stop()  # it runs once below, when the copies are in place
-    client.run_on_scheduler(lambda dask_scheduler: setattr(dask_scheduler.extensions["amm"], "measure", "managed"))
+    measure = client.run_on_scheduler(_measure, value="managed")
     try:
         steps = dnp.from_numpy(np.full(4000, 20000), chunks=500, colocate=x)
         y = dnp.zeros(4000, chunks=500, colocate=x)
@@ -311,7 +318,7 @@ def test_a_released_array_is_freed_when_the_worker_holding_a_copy_of_its_writers
         drain_releases()
         assert dgvm.table(client=client) == []
     finally:
-        client.run_on_scheduler(lambda dask_scheduler: setattr(dask_scheduler.extensions["amm"], "measure", "optimistic"))
+        client.run_on_scheduler(_measure, value=measure)
         client.amm.start()
 
 
