@@ -14,6 +14,7 @@ import threading
 
 import dask.config
 from distributed import Client
+from distributed.active_memory_manager import ReduceReplicas
 from distributed.deploy.cluster import Cluster
 from distributed.protocol import pickle
 
@@ -65,6 +66,54 @@ def stranded_on(scheduler, key) -> set | None:
         return None
     pinned = set(ts.worker_restrictions)
     return None if any(a in scheduler.workers for a in pinned) else pinned
+
+
+class ReduceReplicasKeepingPinned(ReduceReplicas):
+    """Dask's ``ReduceReplicas`` (the active memory manager's policy that drops the extra
+    replicas of a task's result, copied to the workers of the tasks that followed it),
+    except that it never drops the replica of a task keyed ``prefix...`` on the worker the
+    task is pinned to (``TaskState.worker_restrictions``): the result stays where the task
+    ran for as long as that worker lives.
+
+    Dask forgets a result once its last replica goes. Were the one kept on another worker,
+    and that worker left, Dask would run the finished task again on its own worker (a write
+    done twice), or, if a task it followed failed since, leave it ``released`` for ever: its
+    future would never end, nor anything that waits for it (a wait, a free, the release
+    of an array it wrote). (``ActiveMemoryManagerPolicy.run``: a generator of
+    ``Suggestion``s, each sent back the worker the manager chose among its ``candidates``,
+    None: any holder.)"""
+
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def run(self):
+        suggestions = super().run()
+        chosen = None
+        while True:
+            try:
+                s = suggestions.send(chosen)
+            except StopIteration:
+                return
+            ts = s.ts
+            if (s.op == "drop" and ts.worker_restrictions and isinstance(ts.key, str)
+                    and ts.key.startswith(self.prefix)):
+                holders = ts.who_has if s.candidates is None else s.candidates
+                s = s._replace(candidates={ws for ws in holders or () if ws.address not in ts.worker_restrictions})
+            chosen = yield s
+
+
+def keep_pinned_results(scheduler, prefix: str) -> None:
+    """Make the scheduler's active memory manager (its extension ``amm``, whose policies
+    Dask's config names) keep the results of tasks keyed ``prefix...`` where they ran:
+    its ``ReduceReplicas`` becomes ``ReduceReplicasKeepingPinned``."""
+    amm = scheduler.extensions.get("amm")
+    if amm is None:
+        return
+    for policy in list(amm.policies):
+        if type(policy) is ReduceReplicas:
+            amm.policies.discard(policy)
+            amm.add_policy(ReduceReplicasKeepingPinned(prefix))
 
 
 def annotation(scheduler, key, name: str, default=None):

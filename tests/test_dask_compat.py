@@ -207,3 +207,40 @@ def test_a_task_stranded_on_a_worker_that_left_runs_where_it_is_pinned_again(cli
     assert stranded.result(timeout=10) == 42 and after.result(timeout=10) == 84
     assert client.run_on_scheduler(
         lambda dask_scheduler: sorted(dask_scheduler.tasks["compatrepin-1"].worker_restrictions)) == [worker]
+
+
+def _holders(dask_scheduler, keys) -> dict:
+    return {k: sorted(ws.address for ws in dask_scheduler.tasks[k].who_has or ()) for k in keys}
+
+
+def test_the_memory_manager_keeps_a_pinned_tasks_result_where_it_ran():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, Client(cluster, set_as_default=False) as client:
+        ran, other = sorted(client.scheduler_info()["workers"])
+        keys = ["compatpinned-1", "compatfree-1"]
+        futures = [client.submit(_double, i, key=k, workers=[ran], allow_other_workers=False)
+                   for i, k in enumerate(keys)]
+        assert client.gather(futures) == [0, 2]
+        ballast = client.scatter(bytes(1 << 20), workers=[ran])  # the fuller worker: Dask drops there
+
+        def copy_elsewhere(dask_scheduler):
+            amm = dask_scheduler.extensions["amm"]
+            amm.stop()  # run once below, not every 2 s
+            amm.measure = "managed"
+            dask_compat.keep_pinned_results(dask_scheduler, "compatpinned-")
+            assert {type(p).__name__ for p in amm.policies} == {"ReduceReplicasKeepingPinned"}
+            # (as a task of the other worker that followed them would fetch them)
+            dask_scheduler.request_acquire_replicas(other, keys, stimulus_id="compat-acquire")
+
+        client.run_on_scheduler(copy_elsewhere)
+        deadline = time.monotonic() + 10
+        while any(len(h) < 2 for h in client.run_on_scheduler(_holders, keys=keys).values()):
+            assert time.monotonic() < deadline, "the replicas never came"
+            time.sleep(0.02)
+        client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.extensions["amm"].run_once())
+        while any(len(h) > 1 for h in client.run_on_scheduler(_holders, keys=keys).values()):
+            assert time.monotonic() < deadline, "the extra replicas stayed"
+            time.sleep(0.02)
+        # The pinned task's result stays where it ran; any other's is dropped on the fuller worker.
+        assert client.run_on_scheduler(_holders, keys=keys) == {"compatpinned-1": [ran], "compatfree-1": [other]}
+        del ballast

@@ -254,6 +254,75 @@ def test_a_task_that_followed_one_failed_since_is_not_waited_for_for_ever(client
         assert bounded(lambda: a.free())[0] is None
 
 
+def _holders(dask_scheduler, keys) -> dict:
+    return {k: {ws.address for ws in dask_scheduler.tasks[k].who_has or ()} for k in keys}
+
+
+def _measure(dask_scheduler, value: str) -> str:
+    """Set how Dask's memory manager measures a worker's memory; return the measure before."""
+    amm = dask_scheduler.extensions["amm"]
+    before, amm.measure = amm.measure, value
+    return before
+
+
+def _pinned(dask_scheduler, keys) -> dict:
+    return {k: next(iter(dask_scheduler.tasks[k].worker_restrictions)) for k in keys}
+
+
+def test_a_released_array_is_freed_when_the_worker_holding_a_copy_of_its_writers_result_dies(client):
+    """A task's result is copied to the workers of the tasks that follow it, and Dask's
+    memory manager keeps one copy: the one where the task ran. Were it the other, that
+    worker's death would lose the result of a task whose worker lives: with a task it
+    followed failed since, Dask never computes it again, and the release of the array it
+    wrote would wait for it for ever (the allocation stays in the GVAT)."""
+    x = spread(client)
+    w0, w1, w2, w3 = x.alloc.homes()[:4]
+    client.amm.stop()  # it runs once below, when the copies are in place
+    measure = client.run_on_scheduler(_measure, value="managed")
+    try:
+        steps = dnp.from_numpy(np.full(4000, 20000), chunks=500, colocate=x)
+        y = dnp.zeros(4000, chunks=500, colocate=x)
+        t = dnp.zeros(4000, chunks=500, colocate=x)
+        dgvm.launch(spin, steps, out=y)  # a while on every worker
+        dgvm.launch(add_one, y, out=t, halo=1)  # each task follows every task of y's: their results go everywhere
+        t.wait()
+        ys, ts = [f.key for f in y.pending.writes], [f.key for f in t.pending.writes]
+        pinned = client.run_on_scheduler(_pinned, keys=ys + ts)
+        p3 = next(k for k in ys if pinned[k] == w3)
+        a2 = next(k for k in ts if pinned[k] == w2)
+        ballast = client.scatter(bytes(1 << 20), workers=[w2])  # w2 the fuller: Dask drops copies there first
+
+        def copies(dask_scheduler):
+            # y's task on w3 keeps its result there alone; t's task on w2 gets a copy on w1,
+            # as a task of w1 that followed it would fetch.
+            for ws in list(dask_scheduler.tasks[p3].who_has):
+                if ws.address != w3:
+                    dask_scheduler.request_remove_replicas(ws.address, [p3], stimulus_id="test-drop")
+            dask_scheduler.request_acquire_replicas(w1, [a2], stimulus_id="test-acquire")
+
+        client.run_on_scheduler(copies)
+        until(lambda: client.run_on_scheduler(_holders, keys=[p3, a2]) == {p3: {w3}, a2: {w1, w2}},
+              what="the copies in place")
+        client.amm.run_once()
+        until(lambda: len(client.run_on_scheduler(_holders, keys=[a2])[a2]) == 1, what="one copy of t's result")
+        kill(client, w3)  # y's task there fails: it ran there, its result went with it
+        until(lambda: client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.tasks[p3].state) == "erred",
+              what="y's task on the worker that left failing")
+        kill(client, w1)  # the copy of t's result on w2's task goes
+        alloc_id = t.alloc.alloc_id
+        del t
+        drain_releases(timeout=10)
+        assert alloc_id not in {a.alloc_id for a in dgvm.table(client=client)}
+        del ballast
+        for a in (x, steps, y):
+            assert bounded(a.free)[0] is None
+        drain_releases()
+        assert dgvm.table(client=client) == []
+    finally:
+        client.run_on_scheduler(_measure, value=measure)
+        client.amm.start()
+
+
 def test_the_surviving_chunks_of_a_damaged_array_take_writes(client):
     x = spread(client)
     victim = x.alloc.home(1)

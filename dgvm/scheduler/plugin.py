@@ -107,6 +107,9 @@ class GVATPlugin(SchedulerPlugin):
         scheduler.handlers.update(messages.serve(self.handlers()))
         scheduler.stream_handlers[messages.REPORT] = self._launched_stream
         scheduler.extensions[messages.EXTENSION] = self
+        # A task's result stays where it ran: lost elsewhere, Dask would run the task again
+        # or leave its future waiting for ever (dask_compat.ReduceReplicasKeepingPinned).
+        dask_compat.keep_pinned_results(scheduler, messages.TASK_PREFIX)
         for address in scheduler.workers:
             self.add_worker(scheduler, address)
         for stream in scheduler.client_comms.values():  # workers: by add_worker above
