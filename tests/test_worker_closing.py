@@ -139,3 +139,24 @@ def test_an_allocation_placed_on_a_worker_as_it_closes_goes_to_the_others(cluste
     buf.write(0, data)
     np.testing.assert_array_equal(buf.read(0, BYTES), data)
     buf.free()
+
+
+def test_a_move_to_a_worker_as_it_closes_raises_a_dgvm_error_and_keeps_the_data(cluster):
+    """A pull the target answers ``None`` (its store gone) is a ``ConnectionBroke``, not a
+    raw decoding error; the chunks stay where they were, their data intact."""
+    c, client = cluster
+    buf = dgvm.malloc(BYTES, chunk_bytes=CHUNK, placement="round_robin", client=client)
+    data = np.arange(BYTES, dtype=np.uint8)
+    buf.write(0, data)
+    homes = buf.homes()
+    target = homes[1]
+    worker = _worker(c, target)
+
+    async def pull(**_):
+        return None  # what Dask answers for a handler the worker no longer has
+    worker.handlers[messages.PULL] = pull
+    with pytest.raises(dgvm.DgvmError, match="no longer serves"):
+        buf.migrate([0], target)
+    assert buf.homes()[0] == homes[0]
+    np.testing.assert_array_equal(buf.read(0, BYTES), data)
+    buf.free()

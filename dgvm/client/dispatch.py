@@ -23,6 +23,10 @@ from dgvm.protocol.errors import detached_task_errors
 from dgvm.protocol.messages import ALLOCATIONS_ANNOTATION, RERUN_ANNOTATION, TASK_PREFIX
 from dgvm.protocol.records import ArraySpec
 
+# Seconds a failed operation's error waits for the operation's other running tasks to end
+# (``_ended``); past it the error is raised all the same.
+ENDED_WAIT = 30.0
+
 
 def submit(client, fn, args: tuple, homes: dict[str, list[int]], deps, name: str,
            rerun: str | None = None) -> list:
@@ -135,7 +139,10 @@ def _ended(failed, futures) -> None:
     ops = {failures.operation(f) for f in failed} - {None}
     rest = [f for f in futures if not f.done() and failures.operation(f) in ops]
     if rest:
-        dask_wait(rest)
+        try:
+            dask_wait(rest, timeout=ENDED_WAIT)
+        except Exception:  # noqa: BLE001  (a timeout: the error is raised all the same)
+            pass
 
 
 def wait_raising(futures) -> None:

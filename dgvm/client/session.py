@@ -218,13 +218,10 @@ def call_workers(handler: str, requests: dict[str, dict], client: Client | None 
         return ConnectionError(f"worker {address} left the cluster")
 
     async def ask(address, kwargs):
-        try:
-            answer = await messages.call(client.rpc(address), handler, **kwargs)
+        try:  # (None, Dask's answer for a handler it lacks: the worker's dgvm store closed)
+            return await messages.call(client.rpc(address), handler, required=True, **kwargs)
         except ConnectionBroke as e:  # its own request broke: it may be closing (its pool closed)
-            raise ConnectionBroke(f"worker {address}: {e}") from None
-        if answer is None:  # Dask's answer for a handler it lacks: the worker's dgvm store closed
-            raise ConnectionBroke(f"worker {address} no longer serves {handler}: it is closing")
-        return answer
+            raise ConnectionBroke(str(e) if address in str(e) else f"worker {address}: {e}") from None
 
     async def _all():
         answers = await asyncio.gather(*(

@@ -310,11 +310,17 @@ ANSWERS: dict[str, Callable[[Any], Any]] = {
 }
 
 
-async def call(rpc, handler: str, **kwargs):
+async def call(rpc, handler: str, *, required: bool = False, **kwargs):
     """Call ``handler`` through ``rpc`` (``client.scheduler``, ``scheduler.rpc(address)``,
     ``worker.rpc(address)``, ``worker.scheduler``) and decode its answer: a refusal is
-    raised, a structured answer comes back as its record."""
-    answer = decode(await getattr(rpc, handler)(**kwargs))
+    raised, a structured answer comes back as its record. ``required``: the handler always
+    answers something, so ``None`` (Dask's answer for a handler the process no longer has:
+    a worker whose dgvm store closed) raises ``ConnectionBroke``."""
+    answer = await getattr(rpc, handler)(**kwargs)
+    if answer is None and required:
+        raise ConnectionBroke(f"{getattr(rpc, 'addr', 'the process asked')} no longer serves {handler}: "
+                              "it is closing")
+    answer = decode(answer)
     as_record = ANSWERS.get(handler)
     return answer if as_record is None else as_record(answer)
 

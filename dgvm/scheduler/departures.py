@@ -128,15 +128,22 @@ class Departures:
                 self._fail(key, pinned, stimulus)
 
     def _fail(self, key, pinned, stimulus: str) -> None:
-        named = dask_compat.annotation(self.scheduler, key, messages.ALLOCATIONS_ANNOTATION, [])
-        did = "ran" if key in self._done else "was to run"
-        # (A task that ran lost its result with the worker, whatever copies kept.)
-        kept = "; its result was lost with it" if key in self._done else ""
-        error = ChunkLost(f"dgvm task {key} {did} on {self.describe(sorted(pinned)[0], named)}{kept}")
         try:
+            error = ChunkLost(self._why(key, sorted(pinned)[0]))
             dask_compat.fail_waiting_task(self.scheduler, key, error, stimulus)
         except Exception:  # noqa: BLE001  (the task changed meanwhile; never stop the others)
             logger.exception("dgvm: failing task %s stranded on %s", key, sorted(pinned))
+
+    def _why(self, key, address: WorkerAddress) -> str:
+        """Task ``key``'s ``ChunkLost`` message: the chunks of the allocations it names that
+        the worker at ``address`` took with it, and, where copies kept them all, why it
+        fails all the same."""
+        named = dask_compat.annotation(self.scheduler, key, messages.ALLOCATIONS_ANNOTATION, [])
+        text = f"dgvm task {key} {'ran' if key in self._done else 'was to run'} on {self.describe(address, named)}"
+        if named and not self._still_lost(address, self._lost_chunks(address), named):
+            text += ("; its result was lost with it" if key in self._done else
+                     "; a task that may do anything (map_chunks) is not run again elsewhere")
+        return text
 
     async def rerun(self, stranded: list) -> None:
         """Once copies took over the chunks of the workers the tasks ``stranded`` ((key,

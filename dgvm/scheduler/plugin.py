@@ -227,14 +227,9 @@ class GVATPlugin(SchedulerPlugin):
         (``messages.call``: a refusal raised). A worker that leaves meanwhile raises
         ``ConnectionError`` (an OSError, as a broken connection does) once it is removed;
         one closing (its store gone, so Dask answers None for the handler) ``ConnectionBroke``."""
-        async def ask():
-            answer = await messages.call(self.scheduler.rpc(worker), handler, **kwargs)
-            if answer is None:  # (every handler asked from here answers something)
-                raise ConnectionBroke(f"worker {worker} no longer serves {handler}: it is closing")
-            return answer
-
         return await self.departures.peers.call(
-            worker, ask(), lambda: ConnectionError(f"worker {worker} left the cluster"))
+            worker, messages.call(self.scheduler.rpc(worker), handler, required=True, **kwargs),
+            lambda: ConnectionError(f"worker {worker} left the cluster"))
 
     # -- handlers ------------------------------------------------------------------------
     @staticmethod
