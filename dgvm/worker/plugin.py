@@ -185,7 +185,10 @@ class ChunkStorePlugin(WorkerPlugin):
         then)."""
         alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
         new = arguments.flag("new", new)
-        store = self._open_store()
+        self._open_store()
+        if not await self._after_releases(after_release):  # (their memory first, as an allocation)
+            raise DgvmError(f"{self.worker.address} did not do the chunk releases sent to it "
+                            f"within {RELEASE_WAIT:.0f} s; no backup of allocation {alloc_id} here")
         by_home: dict[tuple, list] = {}
         for k, c in enumerate(arguments.sequence("chunks", chunks)):
             c = arguments.sequence(f"chunks[{k}]", c)
@@ -194,12 +197,6 @@ class ChunkStorePlugin(WorkerPlugin):
             index, version = arguments.integer(f"chunks[{k}] index", c[0], 0), arguments.integer(f"chunks[{k}] version", c[3], 0)
             home, path = arguments.text(f"chunks[{k}] home", c[1]), arguments.text(f"chunks[{k}] path", c[2], transfer.NAMES)
             by_home.setdefault((home, path), []).append((index, version))
-        # A chunk still homed here waits for its release, on its way here (a wait for the
-        # others would hold the write back behind releases that do not concern it).
-        if (any(store.is_home(alloc_id, i) for group in by_home.values() for i, _ in group)
-                and not await self._after_releases(after_release)):
-            raise DgvmError(f"{self.worker.address} did not do the chunk releases sent to it "
-                            f"within {RELEASE_WAIT:.0f} s; no backup of allocation {alloc_id} here")
         groups = list(by_home.items())
         descs = await asyncio.gather(*(
             self.transfers.left_peers.call(
