@@ -74,6 +74,13 @@ class Durability:
         ), return_exceptions=True)
         landed = {i for h, r in zip(holders, results) if not isinstance(r, BaseException)
                   for i in by_holder[h]}
+        if fresh and alloc.alloc_id not in self.gvat.allocations:
+            # Freed while the new copies waited for releases: that free may have reached
+            # their holders before them (allocation ids are never reused).
+            for h, r in zip(holders, results):
+                if not isinstance(r, BaseException):
+                    self.plugin.spawn(self._free_late(h, alloc.alloc_id))
+            return
         if key is not None and alloc.alloc_id in self.gvat.allocations:
             alloc.last_writer.update(dict.fromkeys(landed, key))
         dropped = False
@@ -92,6 +99,12 @@ class Durability:
             dropped = True
         if dropped:
             self.plugin.spawn(self.replenish([alloc.alloc_id]))
+
+    async def _free_late(self, holder, alloc_id):
+        try:
+            await self.plugin._ask(holder, messages.STORE_FREE, alloc_id=alloc_id)
+        except Exception as e:  # noqa: BLE001  (gone: its memory went with it)
+            logger.info("freeing new backups of allocation %s on %s: %s", alloc_id, holder, e)
 
     async def _drop(self, holder, alloc_id, indices):
         try:
