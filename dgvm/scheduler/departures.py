@@ -140,7 +140,7 @@ class Departures:
         fails all the same."""
         named = dask_compat.annotation(self.scheduler, key, messages.ALLOCATIONS_ANNOTATION, [])
         text = f"dgvm task {key} {'ran' if key in self._done else 'was to run'} on {self.describe(address, named)}"
-        if named and not self._still_lost(address, self._lost_chunks(address), named):
+        if named and not self._still_lost(address, named):
             text += ("; its result was lost with it" if key in self._done else
                      "; a task that may do anything (map_chunks) is not run again elsewhere")
         return text
@@ -191,7 +191,7 @@ class Departures:
     def describe(self, address: WorkerAddress, allocations=()) -> str:
         """``worker W, which left the cluster holding chunks ... of allocation ...``: of
         ``allocations`` (those a task names; any, if it names none) where it held some."""
-        lost = self._still_lost(address, self._lost_chunks(address), allocations)
+        lost = self._still_lost(address, allocations)
         named = [a for a in allocations if a in lost] if allocations else list(lost)
         if not named:
             of = f"allocations {sorted(allocations)}" if allocations else "a live allocation"
@@ -202,10 +202,10 @@ class Departures:
             what = f"holding {', '.join(held)}{more}; their data is lost"
         return f"worker {address}, which left the cluster {what}"
 
-    def _still_lost(self, address: WorkerAddress, lost: dict, allocations=()) -> dict:
-        """``lost`` without the chunks a copy took over since (promoted backups): of
-        ``allocations`` only, when given (O(their chunks))."""
-        uid = self._uids.get(address)
+    def _still_lost(self, address: WorkerAddress, allocations=()) -> dict:
+        """``_lost_chunks(address)`` without the chunks a copy took over since (promoted
+        backups): of ``allocations`` only, when given (O(their chunks))."""
+        lost, uid = self._lost_chunks(address), self._uids.get(address)
         out = {}
         for a in (allocations or lost):
             alloc, idx = self.gvat.allocations.get(int(a)), lost.get(a)
