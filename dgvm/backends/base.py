@@ -27,6 +27,9 @@ class Backend(abc.ABC):
     #: all of this worker's device work and copies run in order on one stream, so a task
     #: may leave its work running (``dgvm.backends.queued_work``)
     one_stream: bool = True
+    # Whether a fault in user code can end the device context (``context_lost``).
+    may_lose_context: bool = False
+    context_ended: bool = False  # a fault ended it (set by ``dgvm.worker.context_loss``)
 
     def __init__(self, capacity: int | None = None, speed: float | None = None):
         self.speed = speed
@@ -123,6 +126,11 @@ class Backend(abc.ABC):
 
     def _device_synchronize(self) -> None:
         """The device's own wait for everything queued on it."""
+
+    def context_lost(self) -> bool:
+        """Did a fault end this process's device context, so that no later call on the
+        device can succeed (``dgvm.worker.context_loss``)? Waits for the device."""
+        return False
 
     def record_event(self):
         """An event that completes when the work queued so far has run (``.done``,

@@ -50,6 +50,7 @@ def _on_event_loop() -> bool:
 
 class CudaBackend(Backend):
     name = "cuda"
+    may_lose_context = True  # an illegal address or a trap in a kernel ends it
 
     def _init_device(self, capacity):
         import cupy  # optional (dgvm[cuda]): only a cuda worker opens the device
@@ -161,6 +162,16 @@ class CudaBackend(Backend):
 
     def _device_synchronize(self):
         self._device.synchronize()
+
+    def context_lost(self):
+        # A sticky error (an illegal address, a trap) fails every later call; one that
+        # is not (a launch refused for its resources) was reported once and is gone.
+        try:
+            self._device.synchronize()
+            self._cupy.cuda.runtime.memGetInfo()
+        except Exception:  # noqa: BLE001
+            return True
+        return False
 
     def record_event(self):
         event = self._cupy.cuda.Event(disable_timing=True)

@@ -96,6 +96,7 @@ class GVATPlugin(SchedulerPlugin):
             messages.REPLICAS_DROPPED: self.replicas_dropped,
             messages.RELEASES_SENT: self.releases_sent,
             messages.SET_REPLICAS: self.set_replicas,
+            messages.CONTEXT_LOST: self.departures.context_lost,
         }
 
     async def start(self, scheduler):

@@ -32,6 +32,7 @@ from dgvm.protocol.records import AllocId, ClientId, ReleaseTicket, WorkerAddres
 from dgvm.transfer.fetch import request_exports
 from dgvm.transfer.ipc_mappings import BufferGone
 from dgvm.transfer.ipc_retire import IpcRetirement
+from dgvm.worker.context_loss import ContextWatch
 from dgvm.worker.store import ChunkLeaving, ChunkStore, StoredChunk
 
 logger = logging.getLogger("dgvm.worker")
@@ -88,6 +89,7 @@ class ChunkStorePlugin(WorkerPlugin):
         self._release_done = -1  # the ticket of the last release done here (scheduler.releases)
         self._releases = asyncio.Condition()
         self.worker = worker
+        self.context = ContextWatch(worker, backend)  # a fault that ends the device context
         # Refusals (an allocation gone, a device full, ...) are answered as data.
         worker.handlers.update(messages.serve(self.handlers()))
         worker.metrics[messages.HEARTBEAT] = lambda w: self.metrics()
@@ -102,6 +104,11 @@ class ChunkStorePlugin(WorkerPlugin):
         worker.stream_handlers[WRITTEN] = self.written
         streams.tune(worker.batched_stream)
         logger.info("dgvm chunk store on %s: %s", worker.address, self.profile)
+
+    def transition(self, key, start, finish, **kwargs):
+        # Every transition of every task here: O(1).
+        if finish == "error" and self.store is not None:
+            self.context.task_failed(key)
 
     # Still answered once closed: frees may be on the way, and this process's mappings
     # of peers' buffers outlive the store.
