@@ -10,6 +10,7 @@ from there on. On ``cuda`` (``-m gpu``, 2 GPUs) the kernel writes 800 GB past it
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import numpy as np
@@ -84,7 +85,7 @@ def test_a_fault_that_ends_the_device_context_restarts_the_worker(backend):
             dgvm.wait(out)
         assert time.monotonic() - t0 < BOUND
         if backend == "cuda":
-            assert "ILLEGAL_ADDRESS" in str(failed.value).upper().replace(" ", "_"), failed.value
+            assert re.search("illegal.?address", str(failed.value), re.IGNORECASE), failed.value
 
         # The victim's process ends and its nanny's new one joins; the others never
         # ran the faulting task (they would have ended too).
