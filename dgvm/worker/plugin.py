@@ -40,6 +40,7 @@ logger = logging.getLogger("dgvm.worker")
 PLUGIN_NAME = messages.STORE_PLUGIN
 RETIRE_WAIT = 2.0  # seconds a free waits for buffers peers had mapped to come back
 RELEASE_WAIT = 30.0  # seconds a request waits for the releases sent here before it
+SLOW_RELEASE = 5.0  # seconds past which a release is logged
 
 
 class ChunkStorePlugin(WorkerPlugin):
@@ -452,8 +453,12 @@ class ChunkStorePlugin(WorkerPlugin):
         ``scheduler.releases``). Dask reads the stream's next message, a task that may read
         these chunks perhaps, only once this returns. It must not raise: an error in a
         stream handler ends the stream."""
+        t0 = time.monotonic()
         try:
             await self._run(self.store.release, alloc_id, indices)
+            if time.monotonic() - t0 > SLOW_RELEASE:  # (it holds the worker's stream meanwhile)
+                logger.warning("dgvm: releasing chunks %s of allocation %s on %s took %.1f s",
+                               indices, alloc_id, self.worker.address, time.monotonic() - t0)
         except Exception:  # noqa: BLE001  (closing: the store's memory goes with it)
             logger.exception("dgvm: releasing chunks %s of allocation %s on %s failed",
                              indices, alloc_id, self.worker.address)
@@ -500,6 +505,8 @@ class ChunkStorePlugin(WorkerPlugin):
                     self._releases.wait_for(lambda: self._release_done >= after_release), RELEASE_WAIT
                 )
             except asyncio.TimeoutError:
+                logger.warning("dgvm: %s waited %.0f s for release %s (done: %s)", self.worker.address,
+                               RELEASE_WAIT, after_release, self._release_done)
                 return False
         if memory:
             await self._retired()
