@@ -46,10 +46,8 @@ def need(nbytes: int, what: str) -> None:
     (``WorkingMemoryExceeded``) beyond the budget."""
     limit = budget()
     if nbytes > limit:
-        raise WorkingMemoryExceeded(
-            f"{what} needs {nbytes} bytes of working memory at once, the budget is {limit} bytes "
-            "(dgvm.working-memory, default placement.headroom x the device's capacity): "
-            "use smaller chunks or raise the budget")
+        raise WorkingMemoryExceeded(f"{what} needs {nbytes} bytes of working memory at once, "
+                                    f"more than the budget of {limit} bytes")
 
 
 @contextlib.contextmanager

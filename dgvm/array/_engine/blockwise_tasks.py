@@ -78,8 +78,9 @@ def out_of_memory_message(access: Access, op, spec: ArraySpec, k: int, e: BaseEx
     return (f"operation {what} ran out of device memory on chunk {k} (block {spec.block(k)}) "
             f"of allocation {spec.alloc_id} on worker {access.worker.address}: "
             f"{type(e).__name__}: {e}. Working-memory budget {backend.working_budget()} bytes "
-            f"(dgvm.working-memory), {backend.free} bytes of the device free of chunks. "
-            "The chunk keeps its values; use smaller chunks, free arrays or raise the budget.")
+            f"(dgvm.working-memory, default placement.headroom x the device's capacity), "
+            f"{backend.free} bytes of the device free of chunks. The chunk keeps its values; "
+            "use smaller chunks, free arrays or raise the budget.")
 
 
 def _small_or_host(value):
