@@ -11,6 +11,7 @@ never CuPy's own error.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import dask.config
@@ -19,7 +20,9 @@ import pytest
 
 import dgvm
 import dgvm.array as dnp
+from dgvm.array._engine import tree_op
 from dgvm.array._engine.lifecycle import drain_releases
+from dgvm.array._engine.tree_op import Elementwise, _part
 from dgvm.array._engine.philox import WORK_PER_ELEMENT, Draw
 from dgvm.backends import working_memory
 from dgvm.backends.cuda import gpu_count
@@ -57,6 +60,37 @@ def test_a_draw_in_slices_gives_the_numbers_of_the_whole_chunk(kind, dtype, para
     sliced = np.empty_like(whole)
     assert op.block_into(None, lo, hi, np, sliced, limit=limit)
     np.testing.assert_array_equal(sliced.view(np.uint8), whole.view(np.uint8))
+
+
+class _Budget:
+    """A backend as ``working_memory.operation`` sees it: a budget, nothing to retry."""
+
+    def __init__(self, nbytes):
+        self.nbytes = nbytes
+
+    def working_budget(self):
+        return self.nbytes
+
+    def retrying_allocations(self):
+        return contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("budget, parts", [(10**9, 0), (64 * 900, 67), (64 * 100, 600)])
+def test_a_tree_evaluated_node_by_node_runs_in_slices_of_the_budget(monkeypatch, budget, parts):
+    rng = np.random.default_rng(7)
+    x, y = rng.random((200, 300)), rng.random(300)
+    f8 = "<f8"
+    expr = ("call", "subtract", (("call", "multiply", (("call", "sin", (("in", 0),), f8), ("in", 1)), f8),
+                                 ("in", 1)), f8)  # sin(x) * y - y, y broadcast
+    op = Elementwise(expr, [x.shape, y.shape], x.shape)
+    sliced = []
+    monkeypatch.setattr(tree_op, "_part", lambda a, n, lo, hi: sliced.append(lo) or _part(a, n, lo, hi))
+    out = np.empty_like(x)
+    with working_memory.operation(_Budget(budget)):
+        op.leaves_into([x, y], np, out)
+    np.testing.assert_array_equal(out, np.sin(x) * y - y)
+    # 4 temporaries of 16 bytes per element: 900 (3 rows) or 100 (a third of a row) a slice
+    assert len(sliced) == 2 * parts  # each slice takes a part of both leaves
 
 
 # -- a cpu cluster whose workers have a 1 MiB budget ---------------------------------------
@@ -106,6 +140,18 @@ def test_a_variance_of_chunks_past_the_budget_is_computed_in_rows(cl):
     np.testing.assert_allclose(float(dnp.var(x)), np.var(host), rtol=1e-12)
     np.testing.assert_allclose(dnp.var(x, axis=1).to_numpy(), np.var(host, axis=1), rtol=1e-12)
     np.testing.assert_allclose(dnp.std(x, axis=0).to_numpy(), np.std(host, axis=0), rtol=1e-12)
+
+
+def test_a_broadcast_tree_past_the_budget_is_evaluated_in_slices(cl):
+    rng = np.random.default_rng(6)
+    hx, hy = rng.random((600, 500)), rng.random(500)
+    x = dnp.from_numpy(hx, chunks=(300, 500), client=cl)
+    y = dnp.from_numpy(hy, client=cl)
+    # y broadcasts: evaluated node by node, 6 temporaries per element of a 1.1 MiB chunk
+    np.testing.assert_allclose((dnp.sin(x) * y + x / 3.0 - y).to_numpy(),
+                               np.sin(hx) * hy + hx / 3.0 - hy, rtol=1e-15)
+    np.testing.assert_allclose(float(dnp.sum(dnp.cos(x) * y - x)), np.sum(np.cos(hx) * hy - hx), rtol=1e-12)
+    np.testing.assert_allclose((x.T * y[:, None] + 1.0).to_numpy(), hx.T * hy[:, None] + 1.0, rtol=1e-15)
 
 
 def test_a_sort_of_many_lines_is_sliced_into_lines(cl):
@@ -180,8 +226,7 @@ def _succeeds_or_out_of_memory(fn):
     """``fn()``'s value, or None when it raised OutOfDeviceMemory (never CuPy's error)."""
     try:
         return fn()
-    except dgvm.OutOfDeviceMemory as e:
-        assert "ran out of device memory" in str(e) or "does not fit" in str(e) or "budget" in str(e), e
+    except dgvm.OutOfDeviceMemory:
         return None
 
 
