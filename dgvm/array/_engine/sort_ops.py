@@ -19,8 +19,9 @@ from dgvm.array._engine.sort_keys import (
 )
 from dgvm.backends import working_memory
 
-# Bytes per element a sort of lines takes besides copies of the values (the keys' order as
-# int64, the backend's sort buffers, the indices of the result).
+# Bytes per element a sort of lines takes besides copies of the values: the order as int64,
+# the sort's buffers, the indices of the result. NumPy sorts the values themselves; other
+# backends also make keys, copy them and the values in their sort, and take the values.
 SORT_WORK_PER_ELEMENT = 32
 
 
@@ -63,7 +64,7 @@ class LocalSort:
         # Lines sort apart: a slice of them at a time, within the working-memory budget.
         lines = to_lines(x, self.axis, xp)
         m, n = lines.shape
-        per_line = n * (4 * x.dtype.itemsize + SORT_WORK_PER_ELEMENT)
+        per_line = n * (SORT_WORK_PER_ELEMENT + (0 if xp is np else 4 * x.dtype.itemsize))
         working_memory.need(per_line, f"a sort of lines of {n} elements ({x.dtype})")
         rows = max(1, working_memory.budget() // max(per_line, 1))
         out = xp.empty((m, n), dtype=np.int64 if self.indices else x.dtype)
