@@ -259,3 +259,34 @@ def test_a_fused_chain_and_a_reduction_on_a_full_gpu(full_gpu):
         np.testing.assert_allclose(s, (host * host + host.T).sum(), rtol=1e-9)
     # Then the device is usable: a small operation runs.
     np.testing.assert_allclose(float(dnp.sum(x[:10] * 2.0)), 2.0 * host[:10].sum())
+
+
+@pytest.mark.gpu
+def test_a_cupy_allocation_in_an_operation_gives_cached_chunk_buffers_back_and_tries_again():
+    if gpu_count() == 0:
+        pytest.skip("no CUDA GPU visible")
+    import cupy
+
+    from dgvm.backends.cuda import CACHE_FRACTION, CudaBackend
+
+    b = CudaBackend(capacity=None)
+    piece = 512 * MiB
+    held = []
+    try:
+        while cupy.cuda.runtime.memGetInfo()[0] > 3 * piece:  # the GPU close to full of chunks
+            held.append(b.allocate(piece, zero=False))
+        for _ in range(min(len(held), int(CACHE_FRACTION * b.capacity) // piece - 1)):
+            b.release(held.pop(), piece)  # kept by the backend for the next chunk
+        assert b._cached >= 4 * piece
+        want = cupy.cuda.runtime.memGetInfo()[0] + 2 * piece  # only with the kept buffers
+        with pytest.raises(cupy.cuda.memory.OutOfMemoryError):
+            cupy.empty(want, dtype=cupy.uint8)  # CuPy's own pool alone cannot
+        with working_memory.operation(b):
+            a = cupy.empty(want, dtype=cupy.uint8)
+        assert a.nbytes == want and b._cached == 0
+        del a
+    finally:
+        cupy.get_default_memory_pool().free_all_blocks()
+        for h in held:
+            b.release(h, piece)
+        b.close()
