@@ -9,10 +9,12 @@ measures the device once at start. Everything above it (the chunk store, the GVA
 from __future__ import annotations
 
 import abc
+import contextlib
 from typing import Any
 
 import numpy as np
 
+from dgvm import config
 from dgvm.backends.queued_work import QueuedWork
 from dgvm.protocol.records import DeviceProfile
 
@@ -36,6 +38,8 @@ class Backend(abc.ABC):
         self.used = 0  # bytes of the buffers handed out
         self.padding = 0  # bytes they take beyond that (``footprint``): not free either
         self.capacity = self._init_device(capacity)
+        #: bytes an operation's temporaries may take at once (``working_memory``)
+        self.working_memory = working_memory_of(self.capacity)
         #: work tasks queued and left running (``dgvm.backends.queued_work``)
         self.queued = QueuedWork(self.record_event)
 
@@ -81,6 +85,15 @@ class Backend(abc.ABC):
         """(total, free) bytes of the whole device, whoever uses it. An emulated device
         is dgvm's capacity, of which others use ``other_used``."""
         return self.capacity, self.free
+
+    def working_budget(self) -> int:
+        """Bytes of working memory an operation may take now (``working_memory``)."""
+        return self.working_memory
+
+    def retrying_allocations(self):
+        """A scope in which an allocation of the backend's array module that finds the
+        device full frees what dgvm and the module keep cached and tries once more."""
+        return contextlib.nullcontext()
 
     def footprint(self, nbytes: int) -> int:
         """The device bytes a buffer of ``nbytes`` takes (more where buffers are aligned):
@@ -152,3 +165,12 @@ class Backend(abc.ABC):
             speed=self.speed,
             host=host,
         )
+
+
+def working_memory_of(capacity: int) -> int:
+    """The working-memory budget of a device of ``capacity`` bytes: ``dgvm.working-memory``,
+    or ``placement.headroom`` x ``capacity`` when that is null (at least 1 MiB)."""
+    value = config.get_bytes("working-memory")
+    if value is None:
+        value = int(float(config.get("placement.headroom")) * capacity)
+    return max(int(value), 1 << 20)
