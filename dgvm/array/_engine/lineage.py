@@ -237,7 +237,8 @@ def retrying(arrays, action: Callable):
         except ChunkLost as e:
             did, notes = recover(arrays, force=True)
             if notes or not did or attempt == RETRIES - 1:
-                text = "; ".join([str(e), *notes])
+                text = str(e)  # (a nested read may have named them already)
+                text = "; ".join([text, *(n for n in notes if n not in text)])
             else:
                 continue
         # Raised here, not in the handler: the new error holds none of the old one's frames.
