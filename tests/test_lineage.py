@@ -19,6 +19,7 @@ from numba import cuda
 import dgvm
 import dgvm.array as dnp
 from dgvm.array._engine.lifecycle import drain_releases
+from dgvm.array._engine import lineage
 from dgvm.array._engine.lineage import departures_of
 from dgvm.client.apply import map_chunks
 
@@ -195,6 +196,29 @@ def test_an_in_place_operation_on_a_recomputed_array_sees_its_values(client):
     want = h * 2 + 1
     want[:10] = -1
     np.testing.assert_array_equal(dnp.asnumpy(y), want)
+
+
+def test_chunks_lost_before_this_process_heard_are_made_again_when_a_task_fails(client, monkeypatch):
+    """Without the news of the departure (nothing is looked for before an operation runs),
+    the tasks that meet the lost chunks fail with ChunkLost, and that recovers them."""
+    h = np.arange(float(N))
+    x = host()
+    y = (x + 2).persist().wait()
+    z = y * 3  # deferred: computed after the kill, from y's lost chunks
+    victim = y.alloc.home(2)
+    keep_off(x, victim)
+    checked = lineage.damaged
+    asked = []
+
+    def only_when_a_task_failed(a, force=False):
+        asked.append(force)
+        return force and checked(a, force=True)
+
+    monkeypatch.setattr(lineage, "damaged", only_when_a_task_failed)
+    kill(client, victim)
+    assert float(y.sum()) == (h + 2).sum()
+    np.testing.assert_array_equal(dnp.asnumpy(z), (h + 2) * 3)
+    assert True in asked  # (recovered after a failure, not before)
 
 
 # -- no lineage ---------------------------------------------------------------------------
