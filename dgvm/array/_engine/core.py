@@ -55,6 +55,9 @@ class ArrayCore:
     An elementwise result starts *deferred* (``deferred``): it has a shape, dtype and
     chunks but no allocation until something needs its values; touching ``alloc``
     materializes it.
+
+    An array an operation wrote whole keeps how to make it again (``lineage``) until it is
+    written: reads and operations that meet its lost chunks compute it again (``recompute``).
     """
 
     def __init__(self, alloc: AllocationHandle | None, shape, dtype, chunks):
