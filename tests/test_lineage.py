@@ -120,6 +120,19 @@ def test_an_elementwise_result_that_lost_chunks_is_made_again(client):
     np.testing.assert_array_equal(dnp.asnumpy(y - x), h + 1)  # and it goes on being used
 
 
+def test_a_launch_reading_a_result_that_lost_chunks_makes_it_again_first(client):
+    h = np.arange(float(N))
+    x = host()
+    y = (x * 3).persist().wait()
+    victim = y.alloc.home(1)
+    keep_off(x, victim)
+    out = dnp.empty_like(x)
+    keep_off(out, victim)
+    kill(client, victim, heard_by=y)
+    dgvm.launch(add_one, y, out=out)
+    np.testing.assert_array_equal(dnp.asnumpy(out), h * 3 + 1)
+
+
 def test_a_reduction_over_a_recomputed_input(client):
     h = np.arange(float(N)).reshape(40, 100)
     x = dnp.from_numpy(h, chunks=(10, 100), placement="round_robin")
