@@ -344,3 +344,34 @@ def test_a_write_ends_lineage(client, write):
     # What survived is as written.
     k = next(i for i, w in enumerate(y.alloc.homes()) if w != victim)
     np.testing.assert_array_equal(dnp.asnumpy(y[k * CHUNK:(k + 1) * CHUNK]), expected[k * CHUNK:(k + 1) * CHUNK])
+
+
+@pytest.mark.gpu
+def test_a_result_on_a_gpu_that_died_is_made_again():
+    """cuda, 2 GPUs: a result whose chunks died with a worker process is computed again
+    from an input that kept copies."""
+    from dgvm.backends.cuda import gpu_count
+
+    if gpu_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    cluster = dgvm.LocalCluster(backend="cuda", device_memory="1GiB", dashboard_address=None)
+    client = dgvm.connect(cluster)
+    try:
+        h = np.arange(200_000.0)
+        x = dnp.from_numpy(h, chunks=25_000, replicas=2, client=client)
+        y = (x * 2 + 1).persist().wait()
+        victim = y.alloc.home(0)
+        lost_alloc = y.alloc.alloc_id
+        pid = client.run(os.getpid, workers=[victim])[victim]
+        os.kill(pid, signal.SIGKILL)
+        until(lambda: victim not in workers(client), what=f"the scheduler removing {victim}")
+        np.testing.assert_array_equal(dnp.asnumpy(y), h * 2 + 1)
+        assert y.alloc.alloc_id != lost_alloc
+        np.testing.assert_array_equal(dnp.asnumpy(y - x), h + 1)
+        del y
+        x.free()
+        assert drain_releases(client, timeout=BOUND)
+        assert dgvm.table(client=client) == []
+    finally:
+        client.close()
+        cluster.close()
