@@ -120,6 +120,8 @@ def test_the_config_default_and_creation_functions(case):
     c = da.full((100,), 3.0, chunks=50, client=client, replicas=2)
     d = da.ones((100,), chunks=50, client=client)
     try:
+        for arr in (a, c, d):  # (their fills are asynchronous: done once every copy holds them)
+            arr.wait()
         for arr, k in ((a.alloc, 2), (b, 2), (c.alloc, 2), (d.alloc, 1)):
             _assert_coherent(client, arr.alloc_id, k)
         np.testing.assert_array_equal(da.asnumpy(c), np.full(100, 3.0))
