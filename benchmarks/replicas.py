@@ -99,7 +99,8 @@ def main() -> None:
         assert total == expect, (total, expect)
         joined = None  # when the victim's nanny's new worker registered
         while not copies_complete(client, x.alloc.alloc_id, 2):
-            if joined is None and len(client.scheduler_info()["workers"]) == n_workers:
+            if joined is None and victim not in (live := client.scheduler_info()["workers"]) \
+                    and len(live) == n_workers:
                 joined = time.perf_counter() - t0
             if time.perf_counter() - t0 > 120:
                 raise SystemExit("copies were not made again within 120 s")
