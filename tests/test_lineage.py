@@ -268,6 +268,30 @@ def test_a_result_whose_input_was_freed_has_no_lineage_left(client):
     assert lost_names(e.value, y)
 
 
+@pytest.mark.parametrize("write", ["base", "view", "in place"])
+def test_an_input_written_since_through_any_view_is_not_read_again(client, write):
+    """``y`` was made from a view of ``x``; ``x`` is written since (through itself or
+    through another view of it): ``y`` made again would read the new values, so it
+    raises ChunkLost instead (``x`` has no lineage to make its old values)."""
+    h = np.arange(float(N))
+    x = host()
+    y = (x[::2] * 2).persist().wait()
+    victim = y.alloc.home(1)
+    keep_off(x, victim)
+    if write == "base":
+        x[0:10] = -1.0
+    elif write == "view":
+        x[::4][:5] = -1.0
+    else:
+        x += 1.0
+    x.wait()
+    kill(client, victim)
+    with pytest.raises(dgvm.ChunkLost, match="written since, and that one has no lineage") as e:
+        dnp.asnumpy(y)
+    assert lost_names(e.value, y)
+    assert dnp.asnumpy(x)[20] == (h[20] + 1 if write == "in place" else h[20])
+
+
 def _setitem(y, x):
     y[100:200] = 5.0
 
