@@ -77,11 +77,13 @@ def main() -> None:
         src, dst = workers[0].address, workers[1].address
         probe = dnp.ones(8 * chunk, chunks=chunk, placement="packed", client=client)
         probe.alloc.migrate(list(range(8)), src)
-        t0 = time.perf_counter()
-        probe.alloc.migrate(list(range(8)), dst)
-        seconds = time.perf_counter() - t0
+        seconds = float("inf")
+        for r in range(4):  # warm: the first moves open IPC mappings and allocate afresh
+            t0 = time.perf_counter()
+            probe.alloc.migrate(list(range(8)), (dst, src)[r % 2])
+            seconds = min(seconds, time.perf_counter() - t0)
         link = 8 * chunk * 8 / seconds
-        print(f"link: 8 chunks ({8 * chunk * 8 / 2**20:.0f} MiB) migrated in one call in "
+        print(f"link: 8 chunks ({8 * chunk * 8 / 2**20:.0f} MiB) migrated in one call in (best of 4) "
               f"{seconds * 1e3:.1f} ms: {link / 1e9:.2f} GB/s")
         probe.free()
 
