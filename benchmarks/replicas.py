@@ -22,9 +22,9 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import threading
 import time
 
-import numpy as np
 
 import dgvm
 import dgvm.array as dnp
@@ -36,6 +36,20 @@ def read_mostly(x, reads: int = 10) -> None:
         float((x * 2 + 1).sum())
     x += 1
     x.wait()
+
+
+def watch(client, alloc_id: int, victim: str, t0: float, steps: dict) -> None:
+    """Note in ``steps`` when the scheduler removed ``victim`` and when a live worker was
+    the home of every chunk of ``alloc_id`` again (the promotion)."""
+    while time.perf_counter() - t0 < 60 and "homes again" not in steps:
+        live = set(client.scheduler_info()["workers"])
+        if "removed" not in steps and victim not in live:
+            steps["removed"] = time.perf_counter() - t0
+        if "removed" in steps:
+            info, = [a for a in dgvm.table(chunks=True, client=client) if a.alloc_id == alloc_id]
+            if all(c.worker in live and c.worker != victim for c in info.chunks):
+                steps["homes again"] = time.perf_counter() - t0
+        time.sleep(0.005)
 
 
 def copies_complete(client, alloc_id: int, k: int) -> bool:
@@ -95,7 +109,10 @@ def main() -> None:
         lost = sum(c.nbytes for c in info.chunks if victim in (c.worker, *c.backups))
         expect = float(n)
         t0 = time.perf_counter()
+        steps: dict[str, float] = {}  # when the scheduler removed the victim, when copies were homes
+        watcher = threading.Thread(target=watch, args=(client, x.alloc.alloc_id, victim, t0, steps), daemon=True)
         os.kill(pids[victim], signal.SIGKILL)
+        watcher.start()
         total = float(x.sum())
         usable = time.perf_counter() - t0
         assert total == expect, (total, expect)
@@ -108,6 +125,8 @@ def main() -> None:
                 raise SystemExit("copies were not made again within 120 s")
             time.sleep(0.01)
         whole = time.perf_counter() - t0
+        watcher.join(5)
+        print("after the kill: " + ", ".join(f"{k} {v:.3f} s" for k, v in steps.items()))
         target = max(1.0, 1.5 * lost / link)
         # With two workers the only place for the second copies is the new worker the
         # victim's nanny starts: the copying starts when it joined.
