@@ -102,6 +102,8 @@ def main() -> None:
         probe.free()
 
         x = dnp.ones(n, chunks=chunk, replicas=2, client=client)
+        x.wait()  # made, with both copies, before the kill: the recovery is timed alone
+        float(x.sum())
 
         pids = client.run(os.getpid)
         info, = [i for i in dgvm.table(chunks=True, client=client) if i.alloc_id == x.alloc.alloc_id]
