@@ -182,7 +182,8 @@ class Restored:
         return out
 
     def lost(self) -> dict[int, list[int]]:
-        """Alloc id -> chunks no worker reported (a home or a backup of), of those put back."""
+        """Alloc id -> chunks whose home no worker reported, of those put back (O(chunks):
+        ``missing.chunks`` counts them)."""
         out = {}
         for a in self.ids:
             alloc = self.gvat.allocations.get(a)

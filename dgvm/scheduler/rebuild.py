@@ -5,8 +5,10 @@ Dask keeps no state across a scheduler restart, but dgvm's workers outlive their
 same address. A worker that registers holding chunks (its heartbeat metrics say so) is
 asked what it holds (``messages.STORE_REPORT``), in the background: the ``add_worker`` hook
 only starts that. ``gvat.restore`` puts the allocations back. Requests that read or change
-the table (allocate, free, chunk maps, lookups) wait meanwhile: until no worker registered
-for ``QUIET`` seconds and every report is in. Then backups that are not current are
+the table (allocate, free, chunk maps, lookups) wait meanwhile: until every report is in
+and no worker registered for ``QUIET`` seconds, or for ``MISSING_WAIT`` seconds while an
+allocation put back lacks chunks (workers come back seconds apart: Dask's connection
+attempts back off). Then backups that are not current are
 dropped, backups of chunks whose home did not come back become homes, chunks short of
 copies get new ones, and allocations no worker told the meta of are freed. An allocation
 whose owner does not come back within ``dgvm.scheduler-wait`` is freed too, as a client
@@ -24,7 +26,8 @@ from dgvm.protocol import messages
 
 logger = logging.getLogger("dgvm.scheduler")
 
-QUIET = 2.0  # seconds with no worker registering before the rebuild counts as done
+QUIET = 2.0  # seconds with no worker registering before the rebuild counts as done ...
+MISSING_WAIT = 15.0  # ... or this many, while chunks of allocations put back are missing
 REPORT_WAIT = 30.0  # seconds a worker's report may take
 YIELD_EVERY = 256  # allocations merged between turns of the event loop
 
@@ -41,6 +44,9 @@ class Rebuild:
         self._collecting = 0
         self._last_join = 0.0
         self._finisher: asyncio.Task | None = None
+        # Reports are merged one at a time, and never while the end of a rebuild (its
+        # promotions of backups above all) is in progress.
+        self._lock = asyncio.Lock()
 
     @property
     def active(self) -> bool:
@@ -69,18 +75,19 @@ class Rebuild:
     async def _collect(self, address: str) -> None:
         try:
             report = await asyncio.wait_for(self.plugin._ask(address, messages.STORE_REPORT), REPORT_WAIT)
-            rec = self.gvat.inventory.by_address.get(address)
-            if rec is None:
-                return  # it left meanwhile: what it held is gone
-            if self.restored is None:
-                self.restored = restore.Restored(self.gvat)
-            acts = restore.Actions()
-            for k, entry in enumerate(report.get("allocations") or ()):
-                self.restored.merge_one(rec, entry, acts)
-                if k % YIELD_EVERY == YIELD_EVERY - 1:
-                    await asyncio.sleep(0)  # (small steps: the loop serves others meanwhile)
-            self.gvat.resume_ids(int(report.get("max_alloc_id") or 0))
-            self.restored.high = max(self.restored.high, int(report.get("max_vaddr_end") or 0))
+            async with self._lock:
+                rec = self.gvat.inventory.by_address.get(address)
+                if rec is None:
+                    return  # it left meanwhile: what it held is gone
+                if self.restored is None:
+                    self.restored = restore.Restored(self.gvat)
+                acts = restore.Actions()
+                for k, entry in enumerate(report.get("allocations") or ()):
+                    self.restored.merge_one(rec, entry, acts)
+                    if k % YIELD_EVERY == YIELD_EVERY - 1:
+                        await asyncio.sleep(0)  # (small steps: the loop serves others meanwhile)
+                self.gvat.resume_ids(int(report.get("max_alloc_id") or 0))
+                self.restored.high = max(self.restored.high, int(report.get("max_vaddr_end") or 0))
             if acts:
                 await self._act(address, acts)
         except Exception as e:  # noqa: BLE001
@@ -92,11 +99,13 @@ class Rebuild:
         loop = asyncio.get_running_loop()
         try:
             while True:
-                wait = self._last_join + QUIET - loop.time()
-                if wait <= 0 and not self._collecting:
+                quiet = loop.time() - self._last_join
+                if not self._collecting and quiet >= QUIET and (
+                        quiet >= MISSING_WAIT or self.restored is None or not self.restored.missing.chunks):
                     break
-                await asyncio.sleep(max(wait, 0.02))
-            await self._finish()
+                await asyncio.sleep(0.05)
+            async with self._lock:
+                await self._finish()
         finally:
             self._finisher = None
             self._done.set()
