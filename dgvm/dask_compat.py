@@ -185,6 +185,10 @@ class SchedulerLossHooks:
         """Registered with the scheduler that came back."""
 
 
+#: the reason Dask's ``Worker.handle_scheduler`` closes its worker with, once the stream ends
+SCHEDULER_STREAM_BROKEN = "worker-handle-scheduler-connection-broken"
+
+
 def outlive_scheduler(worker, wait: float, hooks: SchedulerLossHooks | None = None) -> None:
     """Make ``worker`` outlive the loss of its scheduler: when the scheduler's stream breaks
     (not when the scheduler closed it: a ``close`` it sent closes the worker first), the
@@ -193,29 +197,28 @@ def outlive_scheduler(worker, wait: float, hooks: SchedulerLossHooks | None = No
     scheduler that comes back at the same address. If none comes back within ``wait``
     seconds (or its Dask state does not drain by then), it closes as Dask's worker does.
 
-    Dask's ``Worker.handle_scheduler`` reads the stream and closes the worker once it
-    ends ("worker-handle-scheduler-connection-broken"); this replaces it on the instance
-    (``Worker._register_with_scheduler`` calls ``self.handle_scheduler`` for the new
-    stream). Re-registering needs no task or data left (``_register_with_scheduler``
-    asserts so: Dask itself does not reconnect workers): every key is released
-    (``FreeKeysEvent``; running tasks finish first), and the heartbeat and keep-alive
-    stop meanwhile (a heartbeat the new scheduler answers "missing" would close the
-    worker). The broken ``BatchedSend`` cannot start again (``please_stop`` stays set): a
-    new one takes its place, and ``hooks.back`` may tune it."""
+    Dask's ``Worker.handle_scheduler`` reads the stream and, once it ends, calls
+    ``self.close(reason="worker-handle-scheduler-connection-broken")``: that call, and only
+    that one, is taken over on the instance (so that it works also after the worker
+    registered, for a plugin installed then). Re-registering needs no task or data left
+    (``Worker._register_with_scheduler`` asserts so: Dask itself does not reconnect
+    workers): every key is released (``FreeKeysEvent``; running tasks finish first), and
+    the heartbeat and keep-alive stop meanwhile (a heartbeat the new scheduler answers
+    "missing" would close the worker). The broken ``BatchedSend`` cannot start again
+    (``please_stop`` stays set): a new one takes its place, which ``hooks.back`` may tune.
+    ``_register_with_scheduler`` starts ``handle_scheduler`` on the new stream."""
     hooks = hooks or SchedulerLossHooks()
+    close = getattr(worker.close, "dask_close", worker.close)  # (Dask's, if done before)
 
-    async def handle_scheduler(comm) -> None:
-        broke = False
-        try:
-            await worker.handle_stream(comm)
-            broke = worker.status in (Status.running, Status.paused)
-        except Exception:  # noqa: BLE001  (a stream handler raised: Dask closes, so do we)
-            logger.exception("dgvm: the scheduler's stream to %s failed", worker.address)
-        if broke and await _rejoin(worker, wait, hooks):
-            return  # ``_register_with_scheduler`` handles the new stream
-        await worker.close(reason="worker-handle-scheduler-connection-broken")
+    @functools.wraps(close)
+    async def close_unless_rejoined(*args, reason: str = "worker-close", **kwargs):
+        if (reason == SCHEDULER_STREAM_BROKEN and worker.status in (Status.running, Status.paused)
+                and await _rejoin(worker, wait, hooks)):
+            return None
+        return await close(*args, reason=reason, **kwargs)
 
-    worker.handle_scheduler = handle_scheduler
+    close_unless_rejoined.dask_close = close
+    worker.close = close_unless_rejoined
 
 
 async def _rejoin(worker, wait: float, hooks: SchedulerLossHooks) -> bool:
