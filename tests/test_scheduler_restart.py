@@ -23,17 +23,148 @@ import dgvm
 import dgvm.array as dnp
 from dgvm.array._engine.lifecycle import drain_releases
 from dgvm.client.session import call_workers
+from dgvm.gvat import GVAT, restore
+from dgvm.gvat.ranges import RangeAllocator
 from dgvm.protocol import messages
 from dgvm.protocol.errors import ChunkLost, DgvmError
+from dgvm.protocol.records import DeviceProfile
+from dgvm.scheduler.plugin import meta
 
 from test_deploy import WORKER_ENV, Processes, cli, procs  # noqa: F401  (procs: a fixture)
-
-pytestmark = pytest.mark.slow
 
 MiB = 2**20
 # The client's reconnection lasts Dask's connect timeout (dgvm.connect-timeout): longer
 # than a scheduler takes to start on a loaded machine.
 RECONNECT = "120s"
+
+
+# -- the bookkeeping alone (gvat.restore) --------------------------------------------------
+
+
+def test_a_range_handed_out_before_is_reserved_again():
+    r = RangeAllocator(1000, 10_000, 100)
+    assert r.reserve(3000, 250) and r.size_of(3000) == 300
+    assert not r.reserve(3200, 100) and not r.reserve(2900, 200)  # (overlaps it)
+    assert r.free_below(3500) == [(1000, 2000), (3300, 200)]
+    assert r.allocate(2000) == 1000 and r.allocate(100) == 3300
+    r.free(3000)
+    assert r.allocate(300) == 3000 and r.used_total == 2400
+
+
+def _gvat(workers: int) -> GVAT:
+    g = GVAT(base=2**32, size=2**40, alignment=2**21, headroom=0.0)
+    for i in range(workers):
+        g.inventory.register(f"tcp://w{i}", DeviceProfile("cpu", "cpu", "cpu", 2**30, 1e10))
+    return g
+
+
+def _reports(g: GVAT) -> dict:
+    """What each worker's store would report of ``g``'s allocations (every write count 0)."""
+    out = {r.address: {"allocations": [], "max_alloc_id": g._next_id - 1,
+                       "max_vaddr_end": max(a.vaddr + a.nbytes for a in g.allocations.values())}
+           for r in g.inventory.live()}
+    for a in g.allocations.values():
+        held = {}
+        for i, uid in enumerate(a.homes.tolist()):
+            held.setdefault(g.inventory.by_uid[uid].address, ([], []))[0].append([i, a.size(i), 0])
+        for i, uids in a.backups.items():
+            for uid in uids:
+                home = g.inventory.by_uid[int(a.homes[i])].address
+                held.setdefault(g.inventory.by_uid[uid].address, ([], []))[1].append([i, a.size(i), home, 0])
+        for addr, (homes, backups) in held.items():
+            out[addr]["allocations"].append({"alloc_id": a.alloc_id, "owner": a.owner,
+                                             "meta": meta(a).to_dict(), "homes": homes, "backups": backups})
+    return out
+
+
+def _rebuilt(reports: dict, workers: int, skip=()) -> tuple[GVAT, restore.Restored, dict]:
+    g = _gvat(workers)
+    r = restore.Restored(g)
+    acts = {}
+    for addr, report in reports.items():
+        if addr in skip:
+            continue
+        acts[addr] = restore.Actions()
+        for entry in report["allocations"]:
+            r.merge_one(g.inventory.by_address[addr], entry, acts[addr])
+        g.resume_ids(report["max_alloc_id"])
+        r.high = max(r.high, report["max_vaddr_end"])
+    return g, r, acts
+
+
+def _same(a, b) -> None:
+    assert (a.alloc_id, a.owner, a.vaddr, a.nbytes, a.chunk_bytes, a.placement, a.dtype, a.shape,
+            a.grid_chunks, a.copies, a.uniform) == (b.alloc_id, b.owner, b.vaddr, b.nbytes, b.chunk_bytes,
+                                                   b.placement, b.dtype, b.shape, b.grid_chunks, b.copies, b.uniform)
+    np.testing.assert_array_equal(a.offsets, b.offsets)
+
+
+def test_the_table_is_put_back_from_the_reports():
+    g = _gvat(3)
+    first = g.allocate("c1", np.full(7, 4 << 20), placement="round_robin")
+    g.free(g.allocate("c1", np.full(2, 1 << 20)).alloc_id)  # freed: its id and range stay unused
+    grid = ((3, 3, 1), (5, 2))
+    arr = g.allocate("c2", [3 * 5 * 8, 3 * 2 * 8, 3 * 5 * 8, 3 * 2 * 8, 5 * 8, 2 * 8], dtype="<f8",
+                     shape=(7, 7), grid_chunks=grid, copies=2)
+    reports = _reports(g)
+    reports["tcp://w0"]["max_alloc_id"] = 5  # (a store saw a later id, since freed)
+
+    h, r, acts = _rebuilt(reports, 3)
+    assert not any(acts.values()) and r.lost() == {}
+    assert sorted(h.allocations) == [first.alloc_id, arr.alloc_id]
+    for a in (first, arr):
+        b = h.allocations[a.alloc_id]
+        _same(a, b)
+        assert [h.inventory.by_uid[u].address for u in b.homes.tolist()] == \
+            [g.inventory.by_uid[u].address for u in a.homes.tolist()]
+    assert {i: {h.inventory.by_uid[u].address for u in us} for i, us in h.allocations[arr.alloc_id].backups.items()} == \
+        {i: {g.inventory.by_uid[u].address for u in us} for i, us in arr.backups.items()}
+    assert r.stale_backups() == {}
+    booked = {rec.address: rec.used for rec in g.inventory.live()}
+    assert {rec.address: rec.used for rec in h.inventory.live()} == booked
+    assert h.translate(arr.vaddr + 100).alloc_id == arr.alloc_id
+
+    # New allocations: ids and ranges past anything handed out before the restart.
+    r.retire()
+    new = h.allocate("c1", np.full(2, 1 << 20))
+    assert new.alloc_id == 6 and new.vaddr >= arr.vaddr + arr.nbytes
+    for alloc_id in list(h.allocations):  # those put back are freed as any other
+        h.free(alloc_id)
+    assert all(rec.used == 0 and rec.chunks == 0 for rec in h.inventory.by_uid.values())
+    assert h.space.used_total == sum(r.retired.values())
+
+
+def test_a_chunk_no_worker_reports_is_lost_and_a_second_home_is_released():
+    g = _gvat(3)
+    a = g.allocate("c1", np.full(6, 1 << 20), placement="round_robin")
+    reports = _reports(g)
+    # w2 never came back; w1 also holds chunk 0 as a home (a move the crash cut short)
+    reports["tcp://w1"]["allocations"][0]["homes"].insert(0, [0, 1 << 20, 3])
+    h, r, acts = _rebuilt(reports, 3, skip={"tcp://w2"})
+    assert r.lost() == {a.alloc_id: [2, 5]}
+    assert acts["tcp://w1"].release == {a.alloc_id: [0]}
+    m = h.chunk_map(h.allocations[a.alloc_id])
+    assert [m.tiers[k] for k in m.home] == ["device", "device", "lost", "device", "device", "lost"]
+    assert restore.UNREPORTED in m.workers
+    h.free(a.alloc_id)  # what survived goes; nothing stays booked
+    assert all(rec.used == 0 and rec.chunks == 0 for rec in h.inventory.by_uid.values())
+
+
+def test_backups_that_missed_a_write_are_dropped_and_chunks_without_meta_freed():
+    g = _gvat(3)
+    a = g.allocate("c1", np.full(3, 1 << 20), placement="round_robin", copies=2)
+    reports = _reports(g)
+    for entry in (e for rep in reports.values() for e in rep["allocations"]):
+        entry["homes"] = [[i, n, 2] for i, n, _ in entry["homes"]]  # two writes at every home
+        entry["backups"] = [[i, n, home, 2 if i != 1 else 1] for i, n, home, _ in entry["backups"]]
+    reports["tcp://w0"]["allocations"].append(
+        {"alloc_id": 9, "owner": "c1", "meta": None, "homes": [[0, 10, 0]], "backups": []})
+    h, r, _ = _rebuilt(reports, 3)
+    holder = g.inventory.by_uid[next(iter(a.backups[1]))].address
+    assert r.stale_backups() == {holder: {a.alloc_id: [1]}}  # chunk 1's copy missed a write
+    assert sorted(h.allocations[a.alloc_id].backups) == [0, 2]
+    assert r.orphans_to_free() == {"tcp://w0": [9]}
+    assert h._next_id == 10  # (the orphan's id stays unused too: it was reported)
 
 
 def free_port() -> int:
@@ -102,6 +233,7 @@ def restart_scheduler(procs: Processes, port: int, client, workers: int, name: s
              lambda: len(dgvm.workers(client=client)) == workers and client.status == "running", procs)
 
 
+@pytest.mark.slow
 def test_the_gvat_comes_back_from_the_workers(procs):
     port = free_port()
     address = start_scheduler(procs, "scheduler", port)
@@ -162,6 +294,7 @@ def test_the_gvat_comes_back_from_the_workers(procs):
     assert "killed" not in procs.stop().values()
 
 
+@pytest.mark.slow
 def test_chunks_no_worker_reports_are_lost(procs):
     """A worker dies while the scheduler is away: the allocations it held chunks of (no
     copies) raise ChunkLost naming them; one kept with replicas=2 lives on; frees release
@@ -201,6 +334,7 @@ def test_chunks_no_worker_reports_are_lost(procs):
         client.close()
 
 
+@pytest.mark.slow
 def test_workers_close_when_no_scheduler_comes_back(procs):
     port = free_port()
     address = start_scheduler(procs, "scheduler", port)

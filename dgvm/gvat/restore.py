@@ -75,6 +75,7 @@ class Restored:
     def merge_one(self, rec: WorkerRecord, entry: dict, acts: Actions) -> None:
         """Put back one allocation of a worker's report (O(its chunks there))."""
         alloc_id = int(entry["alloc_id"])
+        self.gvat.resume_ids(alloc_id)  # (also one that cannot be put back: its id stays unused)
         alloc = self.gvat.allocations.get(alloc_id)
         if alloc is None:
             if alloc_id in self.ids or entry.get("meta") is None:
