@@ -167,6 +167,42 @@ def test_backups_that_missed_a_write_are_dropped_and_chunks_without_meta_freed()
     assert h._next_id == 10  # (the orphan's id stays unused too: it was reported)
 
 
+def test_a_worker_back_to_a_scheduler_that_lived_on_gives_up_what_it_held():
+    g = _gvat(2)
+    a = g.allocate("c1", np.full(4, 1 << 20), placement="round_robin", copies=2)
+    b = g.allocate("c1", np.full(2, 1 << 20))
+    report = _reports(g)["tcp://w1"]
+    report["allocations"].append({"alloc_id": 77, "owner": "c1", "meta": None, "homes": [[0, 9, 0]], "backups": []})
+    g.inventory.remove("tcp://w1")
+    back = g.inventory.register("tcp://w1", DeviceProfile("cpu", "cpu", "cpu", 2**30, 1e10))
+    g.allocations[a.alloc_id].homes[3] = back.uid  # (a move there since it came back)
+    acts = restore.leftovers(g, back, report)
+    assert acts.release == {a.alloc_id: [1], b.alloc_id: [1]}
+    assert acts.drop == {a.alloc_id: [0, 2]} and acts.free == [77]
+
+
+# -- a worker process, a scheduler that lives on ----------------------------------------------
+
+
+def test_a_worker_whose_scheduler_stream_broke_comes_back_without_its_chunks(case):
+    """The scheduler took it for gone (its chunks lost, or copies took over): it registers
+    again holding them, and gives them up; nothing is left behind."""
+    client = case.client
+    hx = np.arange(6_000, dtype=np.int64)
+    x = dnp.from_numpy(hx, chunks=1_000, placement="round_robin", client=client)
+    y = dnp.from_numpy(hx + 1, chunks=1_000, placement="round_robin", replicas=2, client=client)
+    victim = x.alloc.homes()[0]
+    lost = [i for i, w in enumerate(x.alloc.homes()) if w == victim]
+    client.run(lambda dask_worker: dask_worker.batched_stream.comm.abort(), workers=[victim])
+    wait_for("the worker back, holding no chunk", lambda: victim in {w.address for w in dgvm.workers(client=client)}
+             and case.store_chunks()[victim] == 0, None, timeout=60)
+    with pytest.raises(ChunkLost, match=re.escape(f"chunks {lost} of allocation {x.alloc.alloc_id}")):
+        dnp.asnumpy(x)
+    np.testing.assert_array_equal(dnp.asnumpy(y), hx + 1)
+    x.free()
+    y.free()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -207,7 +243,7 @@ def wait_for(what: str, check, procs: Processes, timeout: float = 120):
         if answer:
             return answer
         time.sleep(0.25)
-    pytest.fail(f"{what}: not within {timeout} s\n{procs.logs()}")
+    pytest.fail(f"{what}: not within {timeout} s\n{procs.logs() if procs is not None else ''}")
 
 
 def store_use(client, addresses) -> dict:

@@ -53,6 +53,28 @@ class Actions:
         return bool(self.release or self.drop or self.free)
 
 
+def leftovers(gvat, rec: WorkerRecord, report: dict) -> Actions:
+    """What a worker whose connection to a scheduler that lived on broke, and which came
+    back (as ``rec``), must give up of what it reports: the scheduler took it for gone (its
+    chunks lost, or their copies took over), so all of it, except what the GVAT booked on
+    it since it came back."""
+    acts = Actions()
+    for entry in report.get("allocations") or ():
+        alloc_id = int(entry["alloc_id"])
+        alloc = gvat.allocations.get(alloc_id)
+        if alloc is None:
+            acts.free.append(alloc_id)  # freed meanwhile (ids are never reused)
+            continue
+        homes = [i for i, *_ in entry.get("homes") or ()
+                 if not (0 <= i < alloc.nchunks and int(alloc.homes[i]) == rec.uid)]
+        backups = [i for i, *_ in entry.get("backups") or () if rec.uid not in alloc.backups.get(i, ())]
+        if homes:
+            acts.release[alloc_id] = homes
+        if backups:
+            acts.drop[alloc_id] = backups
+    return acts
+
+
 class Restored:
     """The state of one rebuild: the allocations put back so far, and what is needed to
     check their backups once every worker reported."""

@@ -43,7 +43,7 @@ LEFT_WAIT = 5.0  # seconds to wait for the removal of a worker whose connection 
 AFTER_REBUILD = frozenset({
     messages.ALLOCATE, messages.FREE, messages.FREE_ALL, messages.TRANSLATE, messages.TABLE,
     messages.CHUNK_MAP, messages.LOCATE, messages.MIGRATE, messages.REBALANCE,
-    messages.SET_REPLICAS, messages.STATS,
+    messages.SET_REPLICAS, messages.STATS, messages.LAUNCHED,
 })
 # Requests that make chunks or backups on a worker carry the allocation's meta, which the
 # worker keeps for a scheduler that restarts (a refresh only when it makes a new backup).
@@ -489,6 +489,7 @@ class GVATPlugin(SchedulerPlugin):
         try:
             if stats is not None:
                 self._report_stats(worker, stats)
+            await self.rebuild.settled()  # (its backups' copies then)
             await self.launched(alloc_id, wrote, reads, worker=worker, key=key)
         except Exception:  # noqa: BLE001
             logger.exception("dgvm: the report of a task on %s (allocation %s) failed", worker, alloc_id)

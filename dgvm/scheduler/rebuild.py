@@ -60,9 +60,16 @@ class Rebuild:
 
     # -- the add_worker hook (O(1)) ------------------------------------------------------
     def worker_joined(self, address: str, metrics: dict | None) -> None:
-        """A worker registered; one that holds chunks or backups is asked for its report."""
+        """A worker registered; one that holds chunks or backups is asked for its report.
+        On a scheduler that handed out allocations itself, it is one whose connection broke
+        and that came back: what it holds is given up (``restore.leftovers``)."""
         if not metrics or not (metrics.get("allocations") or metrics.get("replicas")):
             return
+        if self.restored is None and self.gvat.last_id() > 0:
+            self.plugin.spawn(self._give_up_leftovers(address))
+            return
+        if self.restored is None:  # the first worker of a scheduler that restarted
+            self.restored = restore.Restored(self.gvat)
         loop = asyncio.get_running_loop()
         self._done.clear()
         self._last_join = loop.time()
@@ -79,8 +86,6 @@ class Rebuild:
                 rec = self.gvat.inventory.by_address.get(address)
                 if rec is None:
                     return  # it left meanwhile: what it held is gone
-                if self.restored is None:
-                    self.restored = restore.Restored(self.gvat)
                 acts = restore.Actions()
                 for k, entry in enumerate(report.get("allocations") or ()):
                     self.restored.merge_one(rec, entry, acts)
@@ -94,6 +99,19 @@ class Rebuild:
             logger.warning("dgvm: the report of %s to the restarted scheduler failed: %r", address, e)
         finally:
             self._collecting -= 1
+
+    async def _give_up_leftovers(self, address: str) -> None:
+        try:
+            report = await asyncio.wait_for(self.plugin._ask(address, messages.STORE_REPORT), REPORT_WAIT)
+            rec = self.gvat.inventory.by_address.get(address)
+            if rec is not None:
+                acts = restore.leftovers(self.gvat, rec, report)
+                if acts:
+                    logger.info("dgvm: %s came back holding chunks the GVAT took for lost: released",
+                                address)
+                    await self._act(address, acts)
+        except Exception as e:  # noqa: BLE001
+            logger.warning("dgvm: the chunks %s held when it came back were not released: %r", address, e)
 
     async def _finish_when_quiet(self) -> None:
         loop = asyncio.get_running_loop()
