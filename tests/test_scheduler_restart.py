@@ -209,11 +209,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_scheduler(procs: Processes, name: str, port: int) -> str:
+def start_scheduler(procs: Processes, name: str, port: int, env: dict | None = None) -> str:
     procs.start(name, [
         *cli("dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
         "--dashboard-address", "127.0.0.1:0", "--preload", "dgvm.scheduler",
-    ])
+    ], env=env)
     return f"tcp://127.0.0.1:{port}"
 
 
@@ -334,24 +334,29 @@ def test_the_gvat_comes_back_from_the_workers(procs):
 def test_chunks_no_worker_reports_are_lost(procs):
     """A worker dies while the scheduler is away: the allocations it held chunks of (no
     copies) raise ChunkLost naming them; one kept with replicas=2 lives on; frees release
-    every chunk that survived."""
+    every chunk that survived. What a client that does not come back owned is freed."""
     port = free_port()
     address = start_scheduler(procs, "scheduler", port)
     start_workers(procs, address, 3)
     with dask.config.set({"dgvm.connect-timeout": RECONNECT}):
         client = dgvm.connect(address)
+        other = dgvm.connect(address)
     with client:
         wait_for("3 chunk stores", lambda: len(dgvm.workers(client=client)) == 3, procs)
         hx = np.arange(9_000, dtype=np.int32)
         x = dnp.from_numpy(hx, chunks=1_000, placement="round_robin", client=client)
         y = dnp.from_numpy(hx * 3, chunks=1_000, placement="round_robin", replicas=2, client=client)
+        orphan = dnp.from_numpy(hx, chunks=3_000, client=other)
         pids = client.run(os.getpid)
         victim = sorted(pids)[0]
         lost = [i for i, w in enumerate(x.alloc.homes()) if w == victim]
 
         kill(procs, "scheduler")
         os.kill(pids[victim], signal.SIGKILL)  # its nanny starts a new, empty worker
-        start_scheduler(procs, "scheduler-2", port)
+        t0 = time.monotonic()
+        other.close()  # (a program that ends while the scheduler is away)
+        assert time.monotonic() - t0 < 30
+        start_scheduler(procs, "scheduler-2", port, env={"DASK_DGVM__SCHEDULER_WAIT": "5s"})
         wait_for("3 workers again", lambda: len(dgvm.workers(client=client)) == 3
                  and victim not in {w.address for w in dgvm.workers(client=client)}, procs)
 
@@ -363,7 +368,9 @@ def test_chunks_no_worker_reports_are_lost(procs):
         x.free()
         y.free()
         drain_releases(client)
-        assert dgvm.table(client=client) == []
+        # (its chunks stay in the stores unless it is put back, then freed)
+        wait_for("what the client that did not come back owned freed",
+                 lambda: dgvm.table(client=client) == [], procs, timeout=60)
         workers = [w.address for w in dgvm.workers(client=client)]
         use = store_use(client, workers)
         assert all(u == (0, 0, 0, 0) for u in use.values()), use

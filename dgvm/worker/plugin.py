@@ -540,13 +540,26 @@ class _Outliving(dask_compat.SchedulerLossHooks):
 
 
 def _meta(meta) -> dict | None:
-    """An ``AllocationMeta`` dict, checked (None: not given)."""
+    """An ``AllocationMeta`` dict, each field checked (None: not given)."""
     if meta is None:
         return None
-    try:
-        return AllocationMeta.from_dict(arguments.mapping("meta", meta)).to_dict()
-    except TypeError as e:
-        raise InvalidArgument(f"meta: an AllocationMeta's fields, not {arguments.shown(meta)} ({e})") from None
+    m = arguments.mapping("meta", meta)
+    shape = m.get("shape")
+    checked = AllocationMeta(
+        vaddr=arguments.integer("meta vaddr", m.get("vaddr"), 1),
+        nbytes=arguments.integer("meta nbytes", m.get("nbytes"), 1),
+        nchunks=arguments.integer("meta nchunks", m.get("nchunks"), 1),
+        chunk_bytes=arguments.integer("meta chunk_bytes", m.get("chunk_bytes"), 1),
+        placement=arguments.text("meta placement", m.get("placement")),
+        created=arguments.number("meta created", m.get("created")),
+        copies=arguments.integer("meta copies", m.get("copies", 1), 1),
+        dtype=None if m.get("dtype") is None else arguments.dtype_name("meta dtype", m.get("dtype")),
+        shape=None if shape is None else tuple(arguments.integers("meta shape", shape)),
+        grid_chunks=None if m.get("grid_chunks") is None else tuple(
+            tuple(arguments.integers(f"meta grid_chunks[{k}]", axis, 1))
+            for k, axis in enumerate(arguments.sequence("meta grid_chunks", m.get("grid_chunks")))),
+    )
+    return checked.to_dict()
 
 
 def _pieces(pieces, with_data: bool) -> list:
