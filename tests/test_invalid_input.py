@@ -532,7 +532,7 @@ def worker_requests(buf, client, worker):
         ),
         messages.PROMOTE: (dict(alloc_id=nobody, owner=owner, indices=[], __required__=("alloc_id", "owner", "indices")),
                            dict(alloc_id=wid(), owner=wstr, indices=bad_int_list(0, wire=True), meta=bad_meta)),
-        messages.STORE_REPORT: ({}, {}),
+        messages.STORE_REPORT: (dict(scheduler="test", __required__=("scheduler",)), dict(scheduler=wstr)),
         messages.IPC_FORGET: (dict(holder=worker, handles=[], __required__=("holder", "handles")),
                               dict(holder=wstr, handles=st.sampled_from([5, "ab", {"k": 1}]),
                                    timeout=st.sampled_from([NAN, -1.0, "a", INF, [1]]))),

@@ -73,7 +73,7 @@ def _reports(g: GVAT) -> dict:
                 held.setdefault(g.inventory.by_uid[uid].address, ([], []))[1].append([i, a.size(i), home, 0])
         for addr, (homes, backups) in held.items():
             out[addr]["allocations"].append({"alloc_id": a.alloc_id, "owner": a.owner,
-                                             "meta": meta(a).to_dict(), "homes": homes, "backups": backups})
+                                             "meta": meta(a, "old").to_dict(), "homes": homes, "backups": backups})
     return out
 
 

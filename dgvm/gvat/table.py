@@ -253,10 +253,6 @@ class GVAT:
         self.resume_ids(alloc.alloc_id)
         return True
 
-    def last_id(self) -> int:
-        """The highest allocation id handed out so far (0: none)."""
-        return self._next_id - 1
-
     def resume_ids(self, last: int) -> None:
         """New allocations get ids past ``last`` (ids are never reused)."""
         self._next_id = max(self._next_id, int(last) + 1)

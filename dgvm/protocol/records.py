@@ -139,6 +139,8 @@ class AllocationMeta(Record):
     dtype: str | None = None
     shape: tuple | None = None
     grid_chunks: tuple | None = None
+    # the GVAT (``GVATPlugin.token``) that gave it out, or took it back after a restart
+    scheduler: str = ""
 
     @classmethod
     def from_dict(cls, d):

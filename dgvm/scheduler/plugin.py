@@ -13,6 +13,7 @@ import functools
 import inspect
 import logging
 import math
+import uuid
 
 import numpy as np
 from distributed import SchedulerPlugin
@@ -87,6 +88,7 @@ class GVATPlugin(SchedulerPlugin):
         self.durability = Durability(self)  # backups kept current, promoted, made again
         self.departures.durability = self.durability
         self.rebuild = Rebuild(self)  # the GVAT from the workers' reports, after a restart
+        self.token = uuid.uuid4().hex  # names this GVAT in what workers keep (AllocationMeta)
         # address -> (uid, its store's counters as its launch reports told them, the
         # largest of each): newer than its last heartbeat's once a task reported since
         self._reported: dict[str, tuple[int, dict]] = {}
@@ -270,7 +272,7 @@ class GVATPlugin(SchedulerPlugin):
         if handler in CARRY_META and "meta" not in kwargs and (handler != messages.REFRESH or kwargs.get("new")):
             alloc = self.gvat.allocations.get(kwargs.get("alloc_id"))
             if alloc is not None:
-                kwargs["meta"] = meta(alloc).to_dict()
+                kwargs["meta"] = meta(alloc, self.token).to_dict()
         return await self.departures.peers.call(
             worker, messages.call(self.scheduler.rpc(worker), handler, required=True, **kwargs),
             lambda: ConnectionError(f"worker {worker} left the cluster"))
@@ -709,9 +711,10 @@ class GVATPlugin(SchedulerPlugin):
         return [inv.info(r, bw.get(r.uid, 0.0) / base).to_dict() for r in recs]
 
 
-def meta(alloc) -> AllocationMeta:
-    """What a worker holding chunks of ``alloc`` keeps of it (``scheduler.rebuild``)."""
-    return AllocationMeta(
+def meta(alloc, token: str) -> AllocationMeta:
+    """What a worker holding chunks of ``alloc`` keeps of it (``scheduler.rebuild``), given
+    out by the GVAT ``token``."""
+    return AllocationMeta(scheduler=token,
         vaddr=alloc.vaddr, nbytes=alloc.nbytes, nchunks=alloc.nchunks, chunk_bytes=alloc.chunk_bytes,
         placement=alloc.placement, created=alloc.created, copies=alloc.copies, dtype=alloc.dtype,
         shape=alloc.shape, grid_chunks=alloc.grid_chunks,

@@ -2,9 +2,12 @@
 
 Dask keeps no state across a scheduler restart, but dgvm's workers outlive their scheduler
 (``dask_compat.outlive_scheduler``) with their chunks, and register with the new one at the
-same address. A worker that registers holding chunks (its heartbeat metrics say so) is
-asked what it holds (``messages.STORE_REPORT``), in the background: the ``add_worker`` hook
-only starts that. ``gvat.restore`` puts the allocations back. Requests that read or change
+same address. A worker that registers holding chunks another GVAT gave it (its heartbeat
+metrics say so: every store names the GVAT, ``GVATPlugin.token``, that last gave it an
+allocation) is asked what it holds (``messages.STORE_REPORT``), in the background: the
+``add_worker`` hook only starts that. (One holding chunks this GVAT gave it is a worker
+whose connection broke, and that came back after the scheduler took it for gone: it gives
+them up, ``restore.leftovers``.) ``gvat.restore`` puts the allocations back. Requests that read or change
 the table (allocate, free, chunk maps, lookups) wait meanwhile: until every report is in
 and no worker registered for ``QUIET`` seconds, or for ``MISSING_WAIT`` seconds while an
 allocation put back lacks chunks (workers come back seconds apart: Dask's connection
@@ -61,11 +64,11 @@ class Rebuild:
     # -- the add_worker hook (O(1)) ------------------------------------------------------
     def worker_joined(self, address: str, metrics: dict | None) -> None:
         """A worker registered; one that holds chunks or backups is asked for its report.
-        On a scheduler that handed out allocations itself, it is one whose connection broke
-        and that came back: what it holds is given up (``restore.leftovers``)."""
+        One that this GVAT gave chunks to before is one whose connection broke and that
+        came back: what it holds is given up (``restore.leftovers``)."""
         if not metrics or not (metrics.get("allocations") or metrics.get("replicas")):
             return
-        if self.restored is None and self.gvat.last_id() > 0:
+        if metrics.get("scheduler") == self.plugin.token:
             self.plugin.spawn(self._give_up_leftovers(address))
             return
         if self.restored is None:  # the first worker of a scheduler that restarted
@@ -81,14 +84,16 @@ class Rebuild:
 
     async def _collect(self, address: str) -> None:
         try:
-            report = await asyncio.wait_for(self.plugin._ask(address, messages.STORE_REPORT), REPORT_WAIT)
+            report = await asyncio.wait_for(
+                self.plugin._ask(address, messages.STORE_REPORT, scheduler=self.plugin.token), REPORT_WAIT)
             async with self._lock:
                 rec = self.gvat.inventory.by_address.get(address)
                 if rec is None:
                     return  # it left meanwhile: what it held is gone
                 acts = restore.Actions()
                 for k, entry in enumerate(report.get("allocations") or ()):
-                    self.restored.merge_one(rec, entry, acts)
+                    if (entry.get("meta") or {}).get("scheduler") != self.plugin.token:  # (else: ours)
+                        self.restored.merge_one(rec, entry, acts)
                     if k % YIELD_EVERY == YIELD_EVERY - 1:
                         await asyncio.sleep(0)  # (small steps: the loop serves others meanwhile)
                 self.gvat.resume_ids(int(report.get("max_alloc_id") or 0))
@@ -102,7 +107,8 @@ class Rebuild:
 
     async def _give_up_leftovers(self, address: str) -> None:
         try:
-            report = await asyncio.wait_for(self.plugin._ask(address, messages.STORE_REPORT), REPORT_WAIT)
+            report = await asyncio.wait_for(
+                self.plugin._ask(address, messages.STORE_REPORT, scheduler=self.plugin.token), REPORT_WAIT)
             rec = self.gvat.inventory.by_address.get(address)
             if rec is not None:
                 acts = restore.leftovers(self.gvat, rec, report)

@@ -514,9 +514,10 @@ class ChunkStorePlugin(WorkerPlugin):
         # Not waiting for retirement: writes wait for this (and replicas are rarely exported).
         return await self._run(self.store.drop_replicas, alloc_id, indices)
 
-    async def report(self) -> dict:
-        """What the store holds (``ChunkStore.report``), for a scheduler that restarted."""
-        return await self._run(self._open_store().report)
+    async def report(self, scheduler: str) -> dict:
+        """What the store holds (``ChunkStore.report``), for the GVAT ``scheduler`` (a
+        scheduler that restarted, or one this worker came back to)."""
+        return await self._run(self._open_store().report, arguments.text("scheduler", scheduler))
 
     async def info(self, after_release: ReleaseTicket | None = None) -> dict:
         await self._after_releases(after_release)  # the figures after the moves so far

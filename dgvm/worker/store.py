@@ -97,6 +97,7 @@ class ChunkStore:
         self._meta: dict[int, dict] = {}
         self.max_alloc_id = 0
         self.max_vaddr_end = 0
+        self.scheduler = ""  # the GVAT that last gave this store an allocation or its report
 
     # -- for a scheduler that restarts ---------------------------------------------------
     def remember(self, alloc_id: int, meta: dict | None) -> None:
@@ -105,6 +106,7 @@ class ChunkStore:
         if meta is None:
             return
         self._meta[alloc_id] = meta
+        self.scheduler = meta.get("scheduler") or self.scheduler
         self.max_alloc_id = max(self.max_alloc_id, alloc_id)
         self.max_vaddr_end = max(self.max_vaddr_end, int(meta["vaddr"]) + int(meta["nbytes"]))
 
@@ -128,11 +130,12 @@ class ChunkStore:
         self.changed.notify_all()
 
     @_locked
-    def report(self) -> dict:
+    def report(self, scheduler: str) -> dict:
         """What this store holds, for a new scheduler (``messages.STORE_REPORT``): per
         allocation its owner, meta (None if never told), home chunks [index, bytes, write
         count] and backups [index, bytes, source home, its write count then]; and the
-        highest allocation id and virtual address end ever given here."""
+        highest allocation id and virtual address end ever given here. The GVAT
+        ``scheduler`` asks: what it is told of is its own from now on."""
         allocs = []
         for alloc_id in sorted({*self._allocs, *self._replicas}):
             homes = self._allocs.get(alloc_id, {})
@@ -140,10 +143,13 @@ class ChunkStore:
             if not homes and not backups:
                 continue
             allocs.append({
-                "alloc_id": alloc_id, "owner": self._owners.get(alloc_id), "meta": self._meta.get(alloc_id),
+                "alloc_id": alloc_id, "owner": self._owners.get(alloc_id), "meta": dict(self._meta.get(alloc_id) or {}) or None,
                 "homes": [[i, c.nbytes, self._writes.get((alloc_id, i), 0)] for i, c in sorted(homes.items())],
                 "backups": [[i, c.nbytes, *(c.source or (None, -1))] for i, c in sorted(backups.items())],
             })
+        self.scheduler = scheduler
+        for meta in self._meta.values():  # (the answer holds copies: ``allocs`` above)
+            meta["scheduler"] = scheduler
         return {"allocations": allocs, "max_alloc_id": self.max_alloc_id,
                 "max_vaddr_end": self.max_vaddr_end}
 
@@ -507,6 +513,7 @@ class ChunkStore:
             "device_total": total,  # the whole device, whoever uses it (dashboard)
             "device_free": free,
             "allocations": len(self._allocs),
+            "scheduler": self.scheduler,  # (a GVAT that does not know it rebuilds from this store)
             "chunks": sum(len(c) for c in self._allocs.values()),
             "replicas": sum(len(c) for c in self._replicas.values()),
             # tasks that returned with their device work left running (queued_work)
