@@ -167,6 +167,24 @@ def test_backups_that_missed_a_write_are_dropped_and_chunks_without_meta_freed()
     assert h._next_id == 10  # (the orphan's id stays unused too: it was reported)
 
 
+def test_chunks_reported_before_their_meta_are_put_back_with_it():
+    g = _gvat(2)
+    a = g.allocate("c1", np.full(4, 1 << 20), placement="round_robin")
+    reports = _reports(g)
+    w0, = reports["tcp://w0"]["allocations"]
+    w0["meta"] = None  # (this worker cannot tell where the allocation lives)
+    w0["homes"].append([1, 5, 0])  # and a copy of w1's chunk 1, of the wrong size
+    h, r, acts = _rebuilt({"tcp://w0": reports["tcp://w0"]}, 2)
+    assert not h.allocations and list(r.orphans) == [a.alloc_id]
+    mine = restore.Actions()
+    for entry in restore.parts(reports["tcp://w1"]["allocations"][0], 1):  # (one chunk at a time)
+        r.merge_one(h.inventory.by_address["tcp://w1"], entry, mine)
+    assert r.lost() == {} and not mine
+    assert {k: (v.release, v.drop, v.free) for k, v in r.take_deferred().items()} == \
+        {"tcp://w0": ({a.alloc_id: [1]}, {}, [])}
+    np.testing.assert_array_equal(h.allocations[a.alloc_id].homes, a.homes)
+
+
 def test_a_worker_back_to_a_scheduler_that_lived_on_gives_up_what_it_held():
     g = _gvat(2)
     a = g.allocate("c1", np.full(4, 1 << 20), placement="round_robin", copies=2)

@@ -31,8 +31,8 @@ logger = logging.getLogger("dgvm.scheduler")
 
 QUIET = 2.0  # seconds with no worker registering before the rebuild counts as done ...
 MISSING_WAIT = 15.0  # ... or this many, while chunks of allocations put back are missing
-REPORT_WAIT = 30.0  # seconds a worker's report may take
-YIELD_EVERY = 256  # allocations merged between turns of the event loop
+REPORT_WAIT = 30.0  # seconds a worker's report may take (asked twice)
+STEP = 20_000  # chunks merged between turns of the event loop (about 20 ms)
 
 
 class Rebuild:
@@ -82,24 +82,44 @@ class Rebuild:
             self._finisher = asyncio.ensure_future(self._finish_when_quiet())
             self.plugin._background.add(self._finisher)
 
+    async def _report(self, address: str) -> dict:
+        """The store's report; asked again once if the first request fails (what a report
+        never told stays in that store, unknown to the GVAT, until the worker leaves)."""
+        try:
+            return await asyncio.wait_for(
+                self.plugin._ask(address, messages.STORE_REPORT, scheduler=self.plugin.token), REPORT_WAIT)
+        except Exception as e:  # noqa: BLE001
+            if address not in self.gvat.inventory.by_address:
+                raise
+            logger.info("dgvm: asking %s for its report again: %r", address, e)
+            return await asyncio.wait_for(
+                self.plugin._ask(address, messages.STORE_REPORT, scheduler=self.plugin.token), REPORT_WAIT)
+
     async def _collect(self, address: str) -> None:
         try:
-            report = await asyncio.wait_for(
-                self.plugin._ask(address, messages.STORE_REPORT, scheduler=self.plugin.token), REPORT_WAIT)
+            report = await self._report(address)
             async with self._lock:
                 rec = self.gvat.inventory.by_address.get(address)
                 if rec is None:
                     return  # it left meanwhile: what it held is gone
                 acts = restore.Actions()
-                for k, entry in enumerate(report.get("allocations") or ()):
-                    if (entry.get("meta") or {}).get("scheduler") != self.plugin.token:  # (else: ours)
-                        self.restored.merge_one(rec, entry, acts)
-                    if k % YIELD_EVERY == YIELD_EVERY - 1:
-                        await asyncio.sleep(0)  # (small steps: the loop serves others meanwhile)
+                merged = 0
+                for entry in report.get("allocations") or ():
+                    if (entry.get("meta") or {}).get("scheduler") == self.plugin.token:
+                        continue  # ours (given to it since it registered)
+                    for part in restore.parts(entry, STEP):
+                        self.restored.merge_one(rec, part, acts)
+                        merged += len(part["homes"]) + len(part["backups"]) + 1
+                        if merged >= STEP:  # (small steps: the loop serves others meanwhile)
+                            merged = 0
+                            await asyncio.sleep(0)
                 self.gvat.resume_ids(int(report.get("max_alloc_id") or 0))
                 self.restored.high = max(self.restored.high, int(report.get("max_vaddr_end") or 0))
+                deferred = self.restored.take_deferred()
             if acts:
                 await self._act(address, acts)
+            for other, more in deferred.items():
+                await self._act(other, more)
         except Exception as e:  # noqa: BLE001
             logger.warning("dgvm: the report of %s to the restarted scheduler failed: %r", address, e)
         finally:
@@ -107,8 +127,7 @@ class Rebuild:
 
     async def _give_up_leftovers(self, address: str) -> None:
         try:
-            report = await asyncio.wait_for(
-                self.plugin._ask(address, messages.STORE_REPORT, scheduler=self.plugin.token), REPORT_WAIT)
+            report = await self._report(address)
             rec = self.gvat.inventory.by_address.get(address)
             if rec is not None:
                 acts = restore.leftovers(self.gvat, rec, report)
