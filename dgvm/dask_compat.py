@@ -227,8 +227,8 @@ async def _rejoin(worker, wait: float, hooks: SchedulerLossHooks) -> bool:
     deadline = time.monotonic() + wait
     for name in ("heartbeat", "keep-alive"):
         worker.periodic_callbacks[name].stop()
-    logger.warning("dgvm: %s lost its scheduler %s; its chunks stay, and it waits up to %.0f s "
-                   "for a scheduler at that address", worker.address, worker.scheduler.address, wait)
+    logger.warning("dgvm: %s lost its scheduler %s; it stays up and waits up to %.0f s for a "
+                   "scheduler at that address", worker.address, worker.scheduler.address, wait)
     try:
         hooks.lost()
     except Exception:  # noqa: BLE001
@@ -248,7 +248,7 @@ async def _rejoin(worker, wait: float, hooks: SchedulerLossHooks) -> bool:
     worker.batched_stream = BatchedSend(interval=f"{worker.batched_stream.interval * 1000}ms", loop=worker.loop)
     try:
         await asyncio.wait_for(worker._register_with_scheduler(), max(deadline - time.monotonic(), 0.1))
-    except (asyncio.TimeoutError, ValueError) as e:  # none came back / it refused this worker
+    except Exception as e:  # noqa: BLE001  (none came back in time; or it refused this worker)
         logger.error("dgvm: no scheduler came back at %s within %.0f s (%r): %s closes",
                      worker.scheduler.address, wait, e, worker.address)
         return False
