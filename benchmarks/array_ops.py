@@ -27,6 +27,13 @@ chain as one fused pass (its elementwise results are deferred), so its GB/s coun
 one pass must move: x read once and the result written once, beside the bandwidth the
 workers measured. ``--n-chain`` times the chain alone at a second, larger size, where
 the fixed cost of an operation (allocation, one task per worker) weighs less.
+
+On ``cuda`` both defaults follow the memory found: ``--n`` at most 40000, and no larger
+than what single-GPU CuPy's run (x, y and the chain's temporaries, ``CUPY_ARRAYS`` arrays
+of x's size on one GPU) and the cluster's runs (``CLUSTER_ARRAYS``, spread over the
+workers) fit in the GPU's memory less the placement headroom; ``--n-chain`` at most
+90000, and no larger than x and the chain loop's results (``CHAIN_ARRAYS``) fit in the
+room placement gives on the workers.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from __future__ import annotations
 import argparse
 import collections
 import logging
+import math
 import sys
 
 import numpy as np
@@ -127,10 +135,47 @@ def cupy_times(n, nm, reps):
     return out
 
 
+CUPY_ARRAYS = 5  # x, y and the chain's temporaries, on one GPU
+CLUSTER_ARRAYS = 6  # the most arrays of x's size the cluster's runs hold at once
+CHAIN_ARRAYS = 4  # x, the two results a loop keeps and the one being made
+
+
+def side_fitting(room: float, arrays: int, most: int, step: int = 1000) -> int:
+    """The largest multiple of ``step``, at most ``most``, whose ``arrays`` float64 arrays
+    of side x side fit in ``room`` bytes (at least ``step``)."""
+    side = int(math.sqrt(max(room, 0.0) / (8 * arrays)))
+    return max(step, min(most, side // step * step))
+
+
+def default_n(backend: str, workers: int) -> int:
+    """``--n``'s default: 3000 on cpu; on cuda sized to the GPU's memory (the module's notes)."""
+    if backend != "cuda":
+        return 3000
+    import cupy
+
+    from dgvm import config
+
+    total = cupy.cuda.runtime.memGetInfo()[1]
+    room = total * (1.0 - float(config.get("placement.headroom")))
+    return min(side_fitting(0.9 * total, CUPY_ARRAYS, 40000), side_fitting(workers * room, CLUSTER_ARRAYS, 40000))
+
+
+def default_n_chain(backend: str, ws) -> int | None:
+    """``--n-chain``'s default: none on cpu; on cuda sized to the room placement gives."""
+    if backend != "cuda":
+        return None
+    from dgvm import config
+
+    headroom = float(config.get("placement.headroom"))
+    room = sum(max(0, w.free - headroom * w.capacity) for w in ws)
+    return side_fitting(room, CHAIN_ARRAYS, 90000)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="auto")
-    p.add_argument("--n", type=int, default=None, help="default: 40000 on cuda, 3000 on cpu")
+    p.add_argument("--n", type=int, default=None,
+                   help="default: 3000 on cpu; on cuda 40000, or less where the GPUs' memory is smaller")
     p.add_argument("--n-matmul", type=int, default=None)
     p.add_argument("--chunk", type=int, default=None, help="block side (default: n/4)")
     p.add_argument("--reps", type=int, default=3)
@@ -139,7 +184,8 @@ def main(argv=None) -> int:
     p.add_argument("--scheduler-process", action="store_true",
                    help="the LocalCluster's scheduler in a process of its own (not this one's event loop)")
     p.add_argument("--n-chain", type=int, default=None,
-                   help="also time the chain at this size (default: 90000 on cuda, none on cpu)")
+                   help="also time the chain at this size (default: none on cpu; on cuda 90000, or less "
+                        "where the workers have less room)")
     args = p.parse_args(argv)
     logging.getLogger("distributed").setLevel(logging.ERROR)
 
@@ -149,7 +195,7 @@ def main(argv=None) -> int:
     from dgvm import backends
 
     backend = backends.resolve(args.backend)
-    n = args.n or (40000 if backend == "cuda" else 3000)
+    n = args.n or default_n(backend, args.workers)
     nm = args.n_matmul or n // 4
     c = args.chunk or -(-n // 4)
     cm = -(-nm // 2)
@@ -190,7 +236,7 @@ def main(argv=None) -> int:
 
         drain_releases()
         big_chain = None
-        nc = args.n_chain or (90000 if backend == "cuda" else None)
+        nc = args.n_chain or default_n_chain(backend, dgvm.workers())
         if nc:  # before dask.array's arrays take their share of device memory
             print("device memory before the large chain: " + ", ".join(
                 f"{w.device} {w.free / 2**30:.0f} GiB free of {w.capacity / 2**30:.0f}" for w in dgvm.workers()))

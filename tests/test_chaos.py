@@ -45,6 +45,7 @@ def test_killed_workers_lose_only_what_they_held_and_nothing_hangs_or_leaks():
         client.close()
         cluster.close()
     c = run.counts
+    print("chaos:", c.summary())
     assert not c.hangs, c.hangs
     assert not c.wrong, f"{len(c.wrong)} wrong answers: {c.wrong[:5]}"
     assert not c.errors, f"{len(c.errors)} raw errors: {c.errors[:5]}"

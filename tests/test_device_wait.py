@@ -72,7 +72,7 @@ def test_a_device_fault_names_the_work_left_running_before_it():
     def fault():
         raise RuntimeError("cudaErrorIllegalAddress")
 
-    backend = types.SimpleNamespace(queued=q, synchronize=fault, one_stream=True)
+    backend = types.SimpleNamespace(queued=q, synchronize=fault, one_stream=True, may_lose_context=False)
     worker = types.SimpleNamespace(address="tcp://w:1", state=types.SimpleNamespace(ready=[], constrained=[]))
     access = types.SimpleNamespace(store=types.SimpleNamespace(backend=backend), worker=worker)
     out = ArraySpec(9, "me", (4,), "<f8", ((2, 2),))
@@ -90,7 +90,7 @@ def test_a_failing_task_still_waits_for_the_work_left_before_it():
     waits = []
     # As a Backend's synchronize: the device wait, then the work left running is forgotten.
     backend = types.SimpleNamespace(queued=q, synchronize=lambda: q.synchronized(lambda: waits.append(1)),
-                                    one_stream=True)
+                                    one_stream=True, context_ended=False)
     store = types.SimpleNamespace(backend=backend, wait_writable=lambda alloc_id, k: None,
                                   is_home=lambda alloc_id, k: True, wrote=lambda alloc_id, k: None,
                                   done_writing={})

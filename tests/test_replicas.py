@@ -120,6 +120,8 @@ def test_the_config_default_and_creation_functions(case):
     c = da.full((100,), 3.0, chunks=50, client=client, replicas=2)
     d = da.ones((100,), chunks=50, client=client)
     try:
+        for arr in (a, c, d):  # (their fills are asynchronous: done once every copy holds them)
+            arr.wait()
         for arr, k in ((a.alloc, 2), (b, 2), (c.alloc, 2), (d.alloc, 1)):
             _assert_coherent(client, arr.alloc_id, k)
         np.testing.assert_array_equal(da.asnumpy(c), np.full(100, 3.0))
@@ -183,6 +185,8 @@ def test_a_new_backup_on_an_old_home_outlives_its_release(case):
     a copy in that store, which a loss of the new home would promote."""
     from dgvm.protocol.messages import RELEASE
 
+    if len(case.capacities) < 3:
+        pytest.skip("needs 3 workers (a copy on each)")
     client = case.client
     buf = dgvm.malloc(4_000, chunk_bytes=4_000, replicas=3, client=client)  # a copy on each
     held_back = {}
@@ -306,6 +310,66 @@ def test_a_killed_worker_loses_nothing_that_had_a_copy(backend):
         assert dgvm.table(client=client) == []
         used = client.run(lambda dask_worker: dask_worker.extensions["dgvm"].backend.used)
         assert set(used.values()) == {0}, used
+    finally:
+        client.close()
+        cluster.close()
+
+
+def _hold_refreshes_from(dask_worker, home):
+    """This worker's copies of chunks homed at ``home`` refresh only once ``home`` left
+    the cluster, and then fail as a copy from a home that left does (the cpu backend
+    could still read a dead worker's memory it had mapped; GPUs and TCP cannot)."""
+    import asyncio
+
+    from dgvm.protocol import messages
+    from dgvm.protocol.errors import ChunkLost
+
+    plugin = dask_worker.plugins[messages.STORE_PLUGIN]
+    refresh = plugin.refresh
+
+    async def held(alloc_id, owner, chunks, new=False, after_release=None):
+        if any(c[1] == home for c in chunks):
+            dask_worker.dgvm_held_refresh = True
+            for _ in range(600):
+                if home not in (await dask_worker.scheduler.identity())["workers"]:
+                    break
+                await asyncio.sleep(0.05)
+            raise ChunkLost(f"chunks {[c[0] for c in chunks]} of allocation {alloc_id}: their home "
+                            f"{home} left the cluster")
+        return await refresh(alloc_id, owner, chunks, new=new, after_release=after_release)
+
+    dask_worker.handlers[messages.REFRESH] = messages.served(held)
+
+
+@pytest.mark.slow
+def test_a_write_whose_home_dies_while_its_copies_take_it_is_not_lost():
+    """A task wrote chunks at their home and reported it; the home dies while the copies
+    refresh, so the copy that becomes the home lacks the write: the task runs again on it
+    for those chunks (the other chunks' copies hold its write, and are not written twice)."""
+    cluster = dgvm.LocalCluster(n_workers=3, backend="cpu", processes=True, device_memory="64MiB",
+                                dashboard_address=None)
+    client = dgvm.connect(cluster)
+    try:
+        n = 60_000
+        ref = np.arange(n, dtype=np.float64)
+        x = da.from_numpy(ref, chunks=n // 6, replicas=2, placement="round_robin", client=client)
+        victim = x.alloc.homes()[0]
+        others = [w for w in client.run(os.getpid) if w != victim]
+        pid = client.run(os.getpid, workers=[victim])[victim]
+        client.run(_hold_refreshes_from, home=victim, workers=others)
+        x += 1.0
+        x.persist()
+        deadline = time.monotonic() + 60
+        while not any(client.run(lambda dask_worker: getattr(dask_worker, "dgvm_held_refresh", False),
+                                 workers=others).values()):
+            assert time.monotonic() < deadline, "no refresh of the victim's chunks"
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+        np.testing.assert_array_equal(da.asnumpy(x), ref + 1)
+        x *= 2
+        np.testing.assert_array_equal(da.asnumpy(x), (ref + 1) * 2)
+        x.free()
+        assert dgvm.table(client=client) == []
     finally:
         client.close()
         cluster.close()

@@ -47,6 +47,7 @@ def from_dask(d, chunks=None) -> DArray:
     except BaseException:
         x.free()
         raise
+    x.made_from_host()  # computed by dask, written from here: nothing makes it again
     return x
 
 

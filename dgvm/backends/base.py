@@ -9,10 +9,12 @@ measures the device once at start. Everything above it (the chunk store, the GVA
 from __future__ import annotations
 
 import abc
+import contextlib
 from typing import Any
 
 import numpy as np
 
+from dgvm import config
 from dgvm.backends.queued_work import QueuedWork
 from dgvm.protocol.records import DeviceProfile
 
@@ -27,12 +29,17 @@ class Backend(abc.ABC):
     #: all of this worker's device work and copies run in order on one stream, so a task
     #: may leave its work running (``dgvm.backends.queued_work``)
     one_stream: bool = True
+    # Whether a fault in user code can end the device context (``context_lost``).
+    may_lose_context: bool = False
+    context_ended: bool = False  # a fault ended it (set by ``dgvm.worker.context_loss``)
 
     def __init__(self, capacity: int | None = None, speed: float | None = None):
         self.speed = speed
         self.used = 0  # bytes of the buffers handed out
         self.padding = 0  # bytes they take beyond that (``footprint``): not free either
         self.capacity = self._init_device(capacity)
+        #: bytes an operation's temporaries may take at once (``working_memory``)
+        self.working_memory = working_memory_of(self.capacity)
         #: work tasks queued and left running (``dgvm.backends.queued_work``)
         self.queued = QueuedWork(self.record_event)
 
@@ -79,6 +86,15 @@ class Backend(abc.ABC):
         is dgvm's capacity, of which others use ``other_used``."""
         return self.capacity, self.free
 
+    def working_budget(self) -> int:
+        """Bytes of working memory an operation may take now (``working_memory``)."""
+        return self.working_memory
+
+    def retrying_allocations(self):
+        """A scope in which an allocation of the backend's array module that finds the
+        device full frees what dgvm and the module keep cached and tries once more."""
+        return contextlib.nullcontext()
+
     def footprint(self, nbytes: int) -> int:
         """The device bytes a buffer of ``nbytes`` takes (more where buffers are aligned):
         what ``free`` must hold; ``used`` counts ``nbytes``, ``padding`` the rest."""
@@ -124,6 +140,11 @@ class Backend(abc.ABC):
     def _device_synchronize(self) -> None:
         """The device's own wait for everything queued on it."""
 
+    def context_lost(self) -> bool:
+        """Did a fault end this process's device context, so that no later call on the
+        device can succeed (``dgvm.worker.context_loss``)? Waits for the device."""
+        return False
+
     def record_event(self):
         """An event that completes when the work queued so far has run (``.done``,
         ``.synchronize()``); None where work runs as it is queued (cpu)."""
@@ -144,3 +165,12 @@ class Backend(abc.ABC):
             speed=self.speed,
             host=host,
         )
+
+
+def working_memory_of(capacity: int) -> int:
+    """The working-memory budget of a device of ``capacity`` bytes: ``dgvm.working-memory``,
+    or ``placement.headroom`` x ``capacity`` when that is null (at least 1 MiB)."""
+    value = config.get_bytes("working-memory")
+    if value is None:
+        value = int(float(config.get("placement.headroom")) * capacity)
+    return max(int(value), 1 << 20)

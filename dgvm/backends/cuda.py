@@ -50,6 +50,7 @@ def _on_event_loop() -> bool:
 
 class CudaBackend(Backend):
     name = "cuda"
+    may_lose_context = True  # an illegal address or a trap in a kernel ends it
 
     def _init_device(self, capacity):
         import cupy  # optional (dgvm[cuda]): only a cuda worker opens the device
@@ -118,6 +119,31 @@ class CudaBackend(Backend):
         del kept
         self._cupy.get_default_memory_pool().free_all_blocks()
 
+    def working_budget(self) -> int:
+        """The budget, less what the GPU cannot give now (others use it), but never
+        below 16 MiB of it: slices that small already cost more in launches than they save."""
+        _, free = self.device_memory()
+        return max(min(self.working_memory, free), min(self.working_memory, 16 << 20))
+
+    def retrying_allocations(self):
+        """CuPy allocations in this thread go through ``_retrying`` (the allocator in use,
+        CuPy's pool or another such as RMM's, underneath)."""
+        cp = self._cupy
+        inner = cp.cuda.get_allocator()
+
+        def allocate(nbytes):
+            try:
+                return inner(nbytes)
+            except cp.cuda.memory.OutOfMemoryError:
+                # dgvm's cached chunk buffers and CuPy's pool blocks hold memory nobody
+                # uses: give them back to the driver, once.
+                self.drop_cache()
+                if not _on_event_loop():
+                    self.exports.wait_retired(RETIRE_WAIT)
+                return inner(nbytes)
+
+        return cp.cuda.using_allocator(allocate)
+
     def ipc_handle(self, mem, importer: str | None, current=lambda: True) -> bytes | None:
         """The CUDA IPC handle of chunk buffer ``mem``, for worker ``importer``; None if
         ``current()`` says it no longer holds the chunk (see ``ExportedBuffers.handle``)."""
@@ -161,6 +187,16 @@ class CudaBackend(Backend):
 
     def _device_synchronize(self):
         self._device.synchronize()
+
+    def context_lost(self):
+        # A sticky error (an illegal address, a trap) fails every later call; one that
+        # is not (a launch refused for its resources) was reported once and is gone.
+        try:
+            self._device.synchronize()
+            self._cupy.cuda.runtime.memGetInfo()
+        except Exception:  # noqa: BLE001
+            return True
+        return False
 
     def record_event(self):
         event = self._cupy.cuda.Event(disable_timing=True)

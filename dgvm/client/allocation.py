@@ -93,6 +93,9 @@ class AllocationHandle:
         # (dgvm.client.dispatch); a reused allocation's new array follows the old one's.
         self.pending = Pending()
         self.reusable = False  # an operation's result, kept for reuse once released
+        # Writes from the caller (``put``) and ``map_chunks`` calls: an array's lineage ends
+        # at one (``dgvm.array._engine.lineage``).
+        self.writes = 0
         self._set_map(chunk_map)
         self.session.part(LiveAllocations).add(self)
 
@@ -275,6 +278,7 @@ class AllocationHandle:
     def put(self, pieces: list[tuple[int, int, np.ndarray]]) -> None:
         """Write (chunk index, byte offset, host bytes) pieces, one request per worker."""
         self.check_live()
+        self.writes += 1
         self._exchange(messages.WRITE, [(i, o, to_serialize(d)) for i, o, d in pieces])
 
     def get(self, pieces: list[tuple[int, int, int]]) -> list[np.ndarray]:

@@ -16,6 +16,7 @@ def map_chunks(alloc, fn, *args, indices=None, name: str | None = None) -> list:
     home worker; return the results in chunk order. ``xp`` is the worker's array module
     (numpy or cupy); ``fn`` may write to the chunk in place."""
     alloc.check_live()
+    alloc.writes += 1  # ``fn`` may write the chunks
     wanted = range(alloc.nchunks) if indices is None else indices
     by_worker = alloc.by_home(wanted)
     tag = name or getattr(fn, "__name__", "fn")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 
 from dgvm.array import DArray
+from dgvm.array._engine import lineage
 from dgvm.array._engine.view_writes import write_view
 from dgvm.client.dispatch import dispatch
 from dgvm.kernels.blocks import Blocks
@@ -88,6 +89,8 @@ def launch(kernel, *args, out, halo: int = 0, pass_origin: bool = False,
         launch(kernel, *args, out=copy, halo=halo, pass_origin=pass_origin, threads_per_block=threads_per_block)
         write_view(out, copy)
         return
+    # Arrays that lost chunks are made again from their lineage first, where they can be.
+    lineage.recover([out, *_inputs(args)])
     specs = [_spec(a) for a in args]
     # Each array argument is read at the output chunk's own index (checked above).
     aligned = halo == 0 and not any(isinstance(a, Blocks) for a in args)

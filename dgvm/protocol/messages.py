@@ -61,10 +61,12 @@ REBALANCE = "dgvm_rebalance"  # even out device memory -> {"chunks", "bytes"}
 REPLICAS_DROPPED = "dgvm_replicas_dropped"  # a worker evicted replicas
 RELEASES_SENT = "dgvm_releases_sent"  # the last release ticket sent to a worker -> int or None
 SET_REPLICAS = "dgvm_set_replicas"  # keep k copies of each chunk of an allocation -> ChunkMap
+CONTEXT_LOST = "dgvm_context_lost"  # a worker's device context ended in a task, which fails
 
 SCHEDULER_HANDLERS = frozenset({
     ALLOCATE, FREE, FREE_ALL, TRANSLATE, TABLE, WORKERS, CHUNK_MAP, LOCATE, REPLICA_ADDED,
     LAUNCHED, STATS, MIGRATE, REBALANCE, REPLICAS_DROPPED, RELEASES_SENT, SET_REPLICAS,
+    CONTEXT_LOST,
 })
 
 # -- RPC handlers of each worker (ChunkStorePlugin) -----------------------------------------

@@ -30,8 +30,8 @@ import numpy as np
 
 from dgvm import dask_compat
 from dgvm.backends.cpu import unlink_arena
-from dgvm.protocol import messages
-from dgvm.protocol.errors import ChunkLost
+from dgvm.protocol import arguments, messages
+from dgvm.protocol.errors import ChunkLost, KernelError
 from dgvm.protocol.records import WorkerAddress, WorkerUid
 from dgvm.streams import tell
 from dgvm.transfer import LeftPeers
@@ -56,6 +56,18 @@ class Departures:
         self.arenas: dict[str, str] = {}  # address -> the shared-memory arena a worker reported
         self.peers = LeftPeers()  # the scheduler's requests to workers, which stop when one leaves
         self.durability = None  # the plugin's (copies that take over a lost home's chunks)
+        # key -> the error of a task that ended its worker's device context (it fails with
+        # it, wherever its worker's failure report went; never run again elsewhere)
+        self._ended: "collections.OrderedDict[str, str]" = collections.OrderedDict()
+
+    def context_lost(self, worker: WorkerAddress, key: str, error: str) -> None:
+        """RPC handler (``messages.CONTEXT_LOST``): task ``key`` ended the device context
+        of ``worker``, which exits now (``dgvm.worker.context_loss``). O(1)."""
+        key, error = arguments.text("key", key), arguments.text("error", error)
+        logger.warning("dgvm: task %s ended the device context of worker %s", key, worker)
+        self._ended[key] = error
+        while len(self._ended) > REMEMBERED:
+            self._ended.popitem(last=False)
 
     def note(self, key, start: str, finish: str) -> None:
         """Dask's transition hook (every transition): note a dgvm task that went to
@@ -95,6 +107,10 @@ class Departures:
             pinned = dask_compat.stranded_on(self.scheduler, key)
             if pinned is None:
                 continue
+            ended = self._ended.pop(key, None)
+            if ended is not None:
+                self._fail(key, pinned, stimulus, KernelError(ended))
+                continue
             mode = dask_compat.annotation(self.scheduler, key, messages.RERUN_ANNOTATION, "")
             copied = self.durability is not None and self.durability.has_copies(
                 dask_compat.annotation(self.scheduler, key, messages.ALLOCATIONS_ANNOTATION, []))
@@ -127,9 +143,9 @@ class Departures:
             if dask_compat.stranded_on(self.scheduler, key) is not None:
                 self._fail(key, pinned, stimulus)
 
-    def _fail(self, key, pinned, stimulus: str) -> None:
+    def _fail(self, key, pinned, stimulus: str, error: Exception | None = None) -> None:
         try:
-            error = ChunkLost(self._why(key, sorted(pinned)[0]))
+            error = error or ChunkLost(self._why(key, sorted(pinned)[0]))
             dask_compat.fail_waiting_task(self.scheduler, key, error, stimulus)
         except Exception:  # noqa: BLE001  (the task changed meanwhile; never stop the others)
             logger.exception("dgvm: failing task %s stranded on %s", key, sorted(pinned))

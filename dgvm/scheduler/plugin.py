@@ -112,6 +112,7 @@ class GVATPlugin(SchedulerPlugin):
             messages.REPLICAS_DROPPED: self.replicas_dropped,
             messages.RELEASES_SENT: self.releases_sent,
             messages.SET_REPLICAS: self.set_replicas,
+            messages.CONTEXT_LOST: self.departures.context_lost,
         }
         return {name: self._after_rebuild(fn) if name in AFTER_REBUILD else fn for name, fn in table.items()}
 

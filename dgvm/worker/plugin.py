@@ -32,6 +32,7 @@ from dgvm.protocol.records import AllocationMeta, AllocId, ClientId, ReleaseTick
 from dgvm.transfer.fetch import request_exports
 from dgvm.transfer.ipc_mappings import BufferGone
 from dgvm.transfer.ipc_retire import IpcRetirement
+from dgvm.worker.context_loss import ContextWatch
 from dgvm.worker.store import ChunkLeaving, ChunkStore, StoredChunk
 
 logger = logging.getLogger("dgvm.worker")
@@ -39,6 +40,7 @@ logger = logging.getLogger("dgvm.worker")
 PLUGIN_NAME = messages.STORE_PLUGIN
 RETIRE_WAIT = 2.0  # seconds a free waits for buffers peers had mapped to come back
 RELEASE_WAIT = 30.0  # seconds a request waits for the releases sent here before it
+SLOW_RELEASE = 5.0  # seconds past which a release is logged
 
 
 class ChunkStorePlugin(WorkerPlugin):
@@ -89,6 +91,7 @@ class ChunkStorePlugin(WorkerPlugin):
         self._release_done = -1  # the ticket of the last release done here (scheduler.releases)
         self._releases = asyncio.Condition()
         self.worker = worker
+        self.context = ContextWatch(worker, backend)  # a fault that ends the device context
         # Refusals (an allocation gone, a device full, ...) are answered as data.
         worker.handlers.update(messages.serve(self.handlers()))
         worker.metrics[messages.HEARTBEAT] = lambda w: self.metrics()
@@ -106,6 +109,11 @@ class ChunkStorePlugin(WorkerPlugin):
         # new one what it holds (``report``; ``dgvm.scheduler.rebuild``).
         dask_compat.outlive_scheduler(worker, config.get_seconds("scheduler-wait"), _Outliving(self))
         logger.info("dgvm chunk store on %s: %s", worker.address, self.profile)
+
+    def transition(self, key, start, finish, **kwargs):
+        # Every transition of every task here: O(1).
+        if finish == "error" and self.store is not None:
+            self.context.task_failed(key)
 
     # Still answered once closed: frees may be on the way, and this process's mappings
     # of peers' buffers outlive the store.
@@ -456,8 +464,12 @@ class ChunkStorePlugin(WorkerPlugin):
         ``scheduler.releases``). Dask reads the stream's next message, a task that may read
         these chunks perhaps, only once this returns. It must not raise: an error in a
         stream handler ends the stream."""
+        t0 = time.monotonic()
         try:
             await self._run(self.store.release, alloc_id, indices)
+            if time.monotonic() - t0 > SLOW_RELEASE:  # (it holds the worker's stream meanwhile)
+                logger.warning("dgvm: releasing chunks %s of allocation %s on %s took %.1f s",
+                               indices, alloc_id, self.worker.address, time.monotonic() - t0)
         except Exception:  # noqa: BLE001  (closing: the store's memory goes with it)
             logger.exception("dgvm: releasing chunks %s of allocation %s on %s failed",
                              indices, alloc_id, self.worker.address)
@@ -504,6 +516,8 @@ class ChunkStorePlugin(WorkerPlugin):
                     self._releases.wait_for(lambda: self._release_done >= after_release), RELEASE_WAIT
                 )
             except asyncio.TimeoutError:
+                logger.warning("dgvm: %s waited %.0f s for release %s (done: %s)", self.worker.address,
+                               RELEASE_WAIT, after_release, self._release_done)
                 return False
         if memory:
             await self._retired()

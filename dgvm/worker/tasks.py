@@ -20,6 +20,7 @@ from dgvm.protocol.errors import ChunkLost, DgvmError, InvalidAddress, KernelErr
 from dgvm.protocol.messages import TASK_PREFIX
 from dgvm.protocol.records import ArraySpec
 from dgvm.worker.access import Access
+from dgvm.worker.context_loss import ended_note
 
 FORWARD_RETRIES = 8  # homes a forwarded chunk follows (moves keep coming while it travels)
 
@@ -142,7 +143,9 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
                     raise kernel_error(what, out, [k], access, e) from None
                 written.append(k)
     finally:
-        wrote = written if writes else []
+        # A fault that ended the device context leaves nothing here readable: the chunks
+        # stay as their copies hold them (lost without copies), not reported as written.
+        wrote = written if writes and not access.store.backend.context_ended else []
         if wrote or access.reads:
             report(out, wrote, access)
     return len(indices)
@@ -204,8 +207,9 @@ def kernel_error(what: str, out: ArraySpec, indices, access: Access, e: Exceptio
     """``e``, raised by ``what`` on chunks ``indices`` of ``out`` here, as the caller's
     ``KernelError`` naming the kernel, the chunk (block) and the worker, with the traceback."""
     where = f"of allocation {out.alloc_id} on worker {access.worker.address}"
+    ended = ended_note(access.store.backend, access.worker.address)
     if len(indices) == 1:
         block = out.block(indices[0])
         return KernelError(f"{what} failed on chunk {indices[0]} (block {block}) {where}: "
-                           f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
-    return KernelError(f"{what} failed on chunks {list(indices)} {where}: {type(e).__name__}: {e}")
+                           f"{type(e).__name__}: {e}{ended}\n{traceback.format_exc()}")
+    return KernelError(f"{what} failed on chunks {list(indices)} {where}: {type(e).__name__}: {e}{ended}")

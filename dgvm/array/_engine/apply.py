@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from dgvm.array._engine import blockwise, deferred
+from dgvm.array._engine import blockwise, deferred, lineage
 from dgvm.array._engine.aliases import view_of
 from dgvm.array._engine.axes import broadcast_chunks
 from dgvm.array._engine.core import ArrayCore
@@ -101,6 +101,7 @@ def apply(name: str, *args, dtype=None, out=None):
     if all(a.host_value is not None for a in arrays) and (out is None or out.host_value is not None):
         return _on_caller(name, args, dtype, out, arrays[0])
     if out is not None and out.deferred is None:
+        lineage.recover([out])  # lost chunks made again before the write ends its lineage
         # Deferred results that read out's present values (x * 2 in x += x * 2, x.T in
         # x += x.T) are computed before out is written: once, and the tree reads them.
         out.before_write()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dgvm.array._engine import blockwise_tasks
+from dgvm.array._engine import blockwise_tasks, lineage
 from dgvm.array._engine.placement import homes_of
 from dgvm.array._engine.tree_op import Elementwise, result_placement
 from dgvm.client.dispatch import add_readers, dispatch, gather, submit
@@ -33,17 +33,23 @@ def run(op, out, inputs, name: str, chunks=None) -> None:
     if out.alias is not None:
         raise TypeError("blockwise.run writes arrays that own their memory; a view is written "
                         "through view_writes")
+    lineage.recover([out, *inputs])  # what lost chunks is made again first, where it can be
+    # A new result written whole from other arrays: this run makes it again (``lineage``).
+    whole = out.fresh and chunks is None and all(a is not out for a in inputs)
     # A view is read as its copy (``ArrayCore.stored``), taken now: before this writes out.
     inputs = [a.stored() if a.alias is not None else a for a in inputs]
     specs = [ArraySpec.of(a) for a in inputs]
     dispatch(blockwise_tasks.blockwise_here, out, list(inputs), name, op, ArraySpec.of(out), specs,
              aligned=getattr(op, "aligned", False), chunks=chunks)
+    if whole:
+        out.made_by(lineage.Lineage.of_run(run, op, out, inputs, name))
 
 
 def collect(op, x, name: str) -> dict[tuple, object]:
     """Run ``op.partial(chunk, lo, hi, xp)`` on every chunk of ``x`` where it lives (one
     task per worker, after the launches that write ``x``) and bring the small results
-    back: block index -> host value (NumPy arrays, or tuples of them).
+    back: block index -> host value (NumPy arrays, or tuples of them). Chunks of what it
+    reads that were lost are made again from their lineage first (``lineage.retrying``).
 
     A deferred elementwise ``x`` is not materialized: each chunk of the tree is computed
     (one fused pass into a scratch buffer) and reduced at once on the worker that would
@@ -51,6 +57,10 @@ def collect(op, x, name: str) -> dict[tuple, object]:
     first element lives), so ``(x + x.T).sum()`` and ``x[::3].sum()`` store nothing."""
     if x.host_value is not None:  # its values are here: no task, nothing stored
         return _collect_on_caller(op, x)
+    return lineage.retrying([x], lambda: _collect(op, x, name))
+
+
+def _collect(op, x, name: str) -> dict[tuple, object]:
     d = x.deferred
     where = d and result_placement(x, d)
     if where is not None:

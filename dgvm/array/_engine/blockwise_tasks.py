@@ -4,14 +4,22 @@
 ``collect_here`` and ``collect_tree_here`` compute a reduction's partial per chunk (of a
 stored array, or of a deferred elementwise tree computed chunk by chunk and never stored);
 ``block_from_store`` hands one chunk to a dask graph (``dgvm.array.to_dask``).
+
+Each body runs its operation within the worker's working-memory budget
+(``dgvm.backends.working_memory``): running out of it, or of the device, on a chunk is a
+``dgvm.OutOfDeviceMemory`` naming the operation, the chunk and the worker, and that chunk
+keeps its values.
 """
 
 from __future__ import annotations
 
 from dgvm.array._engine import fused
+from dgvm.backends import working_memory
+from dgvm.protocol.errors import DgvmError, OutOfDeviceMemory
+from dgvm.protocol.messages import TASK_PREFIX
 from dgvm.protocol.records import ArraySpec
 from dgvm.worker.access import Access
-from dgvm.worker.tasks import device_task, write_chunks
+from dgvm.worker.tasks import current_key, device_task, write_chunks
 
 
 # Partials up to this size stay on the device until the task's last chunk is queued, so
@@ -30,14 +38,49 @@ def blockwise_here(op, out: ArraySpec, specs, indices, deps):
     # Ops that can write in place (elementwise, assignment) skip the temporary.
     into = getattr(op, "block_into", None)
 
-    def per_chunk(k):
+    def compute(k):
         lo, hi = out.bounds(k)
         target = access.chunk(out, k)
         if not (into and access.store.is_home(out.alloc_id, k) and into(read, lo, hi, xp, target)):
             access.put_result(out, k, target, op.block(read, lo, hi, xp))
 
-    # An op's own errors (NumPy's, CuPy's) come back as they are.
-    return write_chunks(access, out, indices, f"operation {type(op).__name__}", per_chunk, kernel_errors=False)
+    def per_chunk(k):
+        bounded(access, op, out, k, lambda: compute(k))
+
+    # An op's own errors (NumPy's, CuPy's) come back as they are; running out of memory
+    # as OutOfDeviceMemory.
+    with working_memory.operation(access.store.backend):
+        return write_chunks(access, out, indices, f"operation {type(op).__name__}", per_chunk,
+                            kernel_errors=False)
+
+
+def bounded(access: Access, op, spec: ArraySpec, k: int, fn):
+    """``fn()``, the work of ``op`` on chunk ``k`` of ``spec``; running out of memory there
+    (``working_memory.is_out_of_memory``) raised as ``OutOfDeviceMemory`` naming them."""
+    try:
+        return fn()
+    except DgvmError:
+        raise
+    except Exception as e:
+        if not working_memory.is_out_of_memory(e):
+            raise
+        message = out_of_memory_message(access, op, spec, k, e)
+    # Raised here, outside the handler: the original error and its frames (which hold the
+    # operation's temporaries) go now, not with the failed task Dask keeps.
+    raise OutOfDeviceMemory(message)
+
+
+def out_of_memory_message(access: Access, op, spec: ArraySpec, k: int, e: BaseException) -> str:
+    key = str(current_key(access) or "")
+    name = key[len(TASK_PREFIX):].rsplit("-", 1)[0] if key.startswith(TASK_PREFIX) else ""
+    what = f"{name} ({type(op).__name__})" if name else type(op).__name__
+    backend = access.store.backend
+    return (f"operation {what} ran out of device memory on chunk {k} (block {spec.block(k)}) "
+            f"of allocation {spec.alloc_id} on worker {access.worker.address}: "
+            f"{type(e).__name__}: {e}. Working-memory budget {backend.working_budget()} bytes "
+            f"(dgvm.working-memory, default placement.headroom x the device's capacity), "
+            f"{backend.free} bytes of the device free of chunks. The chunk keeps its values; "
+            "use smaller chunks, free arrays or raise the budget.")
 
 
 def _small_or_host(value):
@@ -57,11 +100,13 @@ def _collect_chunks(access, op, spec: ArraySpec, indices, partial_of) -> dict:
     store locked), kept on the device while small; one wait for the device (the values
     go to the host anyway; this one names a fault); block index -> host value."""
     out = {}
-    with device_task(access, f"reduction {type(op).__name__}", spec, indices, may_leave=False):
+    with (working_memory.operation(access.store.backend),
+          device_task(access, f"reduction {type(op).__name__}", spec, indices, may_leave=False)):
         for k in indices:
             lo, hi = spec.bounds(k)
             with access.output_chunk():
-                out[spec.block(k)] = _small_or_host(partial_of(k, lo, hi))
+                out[spec.block(k)] = bounded(access, op, spec, k,
+                                             lambda: _small_or_host(partial_of(k, lo, hi)))
     return {b: _host(v) for b, v in out.items()}
 
 

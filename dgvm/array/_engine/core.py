@@ -24,7 +24,7 @@ import weakref
 import numpy as np
 from distributed import wait as dask_wait
 
-from dgvm.array._engine import blockwise
+from dgvm.array._engine import blockwise, lineage
 from dgvm.array._engine.allocation import NoElements, allocate
 from dgvm.array._engine.axes import normalize_shape
 from dgvm.array._engine.clients import client_for
@@ -55,6 +55,9 @@ class ArrayCore:
     An elementwise result starts *deferred* (``deferred``): it has a shape, dtype and
     chunks but no allocation until something needs its values; touching ``alloc``
     materializes it.
+
+    An array an operation wrote whole keeps how to make it again (``lineage``) until it is
+    written: reads and operations that meet its lost chunks compute it again (``recompute``).
     """
 
     def __init__(self, alloc: AllocationHandle | None, shape, dtype, chunks):
@@ -73,6 +76,12 @@ class ArrayCore:
         self._snapshot: tuple | None = None
         # Writes begun on this array (``before_write``): views' copies older than that are stale.
         self._writes = 0
+        # How to make it again if its chunks are lost (``lineage``), the count of writes to
+        # its allocation that passed it by when that was recorded, and why there is none.
+        self._lineage: lineage.Lineage | None = None
+        self._lineage_at = 0
+        self._no_lineage: str | None = None
+        self._whole_at = 0  # the session's departures when it was last found whole
         if alloc is not None:
             self._adopt(alloc)
 
@@ -89,7 +98,10 @@ class ArrayCore:
         grid = chunk_grid.normalize(chunks, shape, dtype, max_blocks=int(config.get("max-chunks")))
         if math.prod(shape) == 0:
             return cls.empty_on_caller(shape, dtype, client_for(client))
-        return cls(allocate(shape, dtype, grid, placement, colocate, client, zero, replicas), shape, dtype, grid)
+        x = cls(allocate(shape, dtype, grid, placement, colocate, client, zero, replicas), shape, dtype, grid)
+        if zero:  # zeros until written: made again as zeros
+            x.made_by(lineage.Zeros.of_layout(x))
+        return x
 
     @classmethod
     def from_host(cls, value, chunks="auto", placement=None, colocate=None, client=None, replicas=None):
@@ -103,6 +115,7 @@ class ArrayCore:
         except BaseException:
             x.free()
             raise
+        x.made_from_host()
         return x
 
     @classmethod
@@ -227,6 +240,9 @@ class ArrayCore:
             self._alias.base.before_write()
             return
         self._writes += 1
+        if self._lineage is not None:  # made again, it would miss this write
+            self._lineage = None
+            self._no_lineage = "written after it was made"
         if self._readers:
             for reader in self.readers():
                 reader.materialize()
@@ -251,6 +267,7 @@ class ArrayCore:
         if d.host is not None:
             alloc = allocate(self.shape, self.dtype, self.chunks, client=d.client, zero=False)
             self._fill(d, alloc, lambda: self.write_blocks(d.host))
+            self.made_from_host()  # its values were on the caller, and are no longer
             return
         op = Elementwise.of(d.expr, d.inputs, d.views, self.shape)
         for a in d.inputs:
@@ -281,7 +298,84 @@ class ArrayCore:
     # -- the allocation ------------------------------------------------------------------------
     def _adopt(self, alloc: AllocationHandle) -> None:
         self._alloc = alloc  # its pending tasks order the next ones (dgvm.client.dispatch)
+        self._whole_at = lineage.departures_of(alloc).count
         release_when_unreachable(self, alloc)
+
+    # -- lineage (``lineage``) ---------------------------------------------------------------------
+    @property
+    def lineage(self) -> "lineage.Lineage | None":
+        """How this array was made, to make it again if it loses chunks (None: it has none)."""
+        return self._lineage
+
+    @property
+    def write_count(self) -> int:
+        """Writes begun on this array so far (and frees): an operation's input notes it."""
+        return self._writes
+
+    @property
+    def fresh(self) -> bool:
+        """Whether nothing was ever written into this array (an operation's result-to-be)."""
+        return self._writes == 0
+
+    @property
+    def stored_alloc(self) -> AllocationHandle | None:
+        """The allocation holding this array's values if it is stored and not freed (no
+        view, nothing computed), else None."""
+        a = self._alloc
+        return a if self._alias is None and a is not None and not a.freed else None
+
+    @property
+    def whole_at(self) -> int:
+        """The session's departure count when this array was last found to have all its chunks."""
+        return self._whole_at
+
+    @whole_at.setter
+    def whole_at(self, count: int) -> None:
+        self._whole_at = count
+
+    @property
+    def kept_copy(self):
+        """A view's copy of its values (``stored``), or None."""
+        return None if self._snapshot is None else self._snapshot[0]
+
+    def forget_copy(self) -> None:
+        """Drop a view's copy of its values (it lost chunks): made again when next needed."""
+        self._snapshot = None
+
+    def made_by(self, record: "lineage.Lineage") -> None:
+        """This array's values are what ``record`` makes (an operation just wrote it whole)."""
+        self._lineage, self._no_lineage = record, None
+        self._lineage_at = self._alloc.writes if self._alloc is not None else 0
+
+    def made_from_host(self) -> None:
+        """This array's values came from the caller: nothing can make them again."""
+        self._lineage, self._no_lineage = None, "made from host data"
+
+    def recompute(self) -> None:
+        """Make this array's values again from its lineage into a new allocation (it lost
+        chunks), which it and its views use from now on; the damaged one is freed.
+        Raises ``lineage.Ended`` if it has no lineage, or its lineage ended."""
+        record = self._lineage
+        if record is None:
+            raise lineage.Ended(self._no_lineage or "made without a recorded operation")
+        if self._alloc.writes != self._lineage_at:
+            self._lineage, self._no_lineage = None, "written through its allocation after it was made"
+            raise lineage.Ended(self._no_lineage)
+        new = record.make()
+        new.wait()
+        damaged, heir = self._alloc, new._alloc.hand_over()  # new counts as freed from now on
+        self._adopt(heir)
+        self._lineage_at = heir.writes
+        # (Views' copies of the old values hold the same values: those that lost chunks
+        # are dropped by ``lineage.recover``.)
+        releases_of(damaged.client).free_later(damaged, damaged.pending.take())
+
+    def loss_note(self, why: str) -> str:
+        """What a ``ChunkLost`` says of this array, which cannot be made again (``why``)."""
+        what = f"allocation {self._alloc.alloc_id} (a {self.shape} {self.dtype} DArray"
+        if why == "made from host data":
+            return f"{what} made from host data without replicas: no copy and no lineage)"
+        return f"{what} without replicas: no copy, and no lineage: {why})"
 
     @property
     def alloc(self) -> AllocationHandle:
@@ -375,7 +469,8 @@ class ArrayCore:
             return self
         if self.host_value is not None:
             return self  # its values are on the caller already, or it has none
-        wait_raising(self.pending.writes)
+        self.alloc  # a deferred one is computed first
+        lineage.retrying([self], lambda: wait_raising(self.pending.writes))
         return self
 
     def free(self) -> None:
@@ -398,6 +493,7 @@ class ArrayCore:
             # is freed (its handle says so) and keeps nothing alive.
             heir = type(self)(None, self.shape, self.dtype, self.chunks)
             heir._adopt(self._alloc.hand_over())
+            heir._lineage, heir._lineage_at, heir._no_lineage = self._lineage, self._lineage_at, self._no_lineage
             for r in readers:
                 d = r.undefer()
                 d.inputs = [heir if a is self else a for a in d.inputs]
@@ -450,6 +546,10 @@ class ArrayCore:
         """The values, gathered into a new NumPy array on the caller."""
         if self.host_value is not None:
             return self.host_value.copy()
+        # Chunks lost on the way: made again from the lineage of what it reads, and read again.
+        return lineage.retrying([self], self._read)
+
+    def _read(self) -> np.ndarray:
         small = read_view(self)  # x[i, j]: read in place, nothing computed
         if small is not None:
             return small

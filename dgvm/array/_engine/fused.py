@@ -25,6 +25,7 @@ import numpy as np
 
 from dgvm.array._engine import wide_kernel
 from dgvm.array._engine.trees import call, evaluate
+from dgvm.backends import working_memory
 
 logger = logging.getLogger("dgvm.array._engine.fused")
 
@@ -190,6 +191,8 @@ def _cupy(stripped, leaves, target) -> bool:
                     _last[key] = kind
                 return True
         except Exception as e:  # noqa: BLE001
+            if working_memory.is_out_of_memory(e):
+                raise  # the device was full: the kernel is fine (the task reports it)
             logger.info("fused kernel (%s) not usable (%s: %s)", kind, type(e).__name__, e)
             with _lock:
                 _why[key] = f"{type(e).__name__}: {e}"
@@ -227,6 +230,8 @@ def reduce_tree(stripped, leaves: list, xp, fn: str, axes: tuple, dtype, shape):
     try:
         value = fused(*leaves, *scalars)
     except Exception as e:  # noqa: BLE001  (a tree or reduction cupy.fuse cannot trace)
+        if working_memory.is_out_of_memory(e):
+            raise  # the device was full: the kernel is fine (the task reports it)
         logger.info("fused reduction not usable (%s: %s)", type(e).__name__, e)
         with _lock:
             _why[key] = f"{type(e).__name__}: {e}"

@@ -10,6 +10,7 @@ functions share.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from dgvm.array._engine import blockwise
 from dgvm.array._engine.axes import normalize_axis
+from dgvm.backends import working_memory
 
 
 def on_caller(value, like):
@@ -88,6 +90,24 @@ class SquaredDeviation:
     dtype: object
 
     def partial(self, chunk, lo, hi, xp):
+        # The deviations take a few chunks' worth: rows along axis 0 at a time, within the
+        # working-memory budget, their sums added (axis 0 reduced) or put one after another.
+        if chunk.ndim == 0:
+            return self._rows(chunk, lo, hi, xp)
+        row = math.prod(chunk.shape[1:]) * 3 * np.dtype(self.dtype).itemsize
+        working_memory.need(row, f"the deviations of a row of {chunk.shape[1:]} ({self.dtype})")
+        rows = max(1, working_memory.budget() // max(row, 1))
+        if rows >= chunk.shape[0]:
+            return self._rows(chunk, lo, hi, xp)
+        parts = []
+        for r0 in range(0, chunk.shape[0], rows):
+            r1 = min(chunk.shape[0], r0 + rows)
+            parts.append(self._rows(chunk[r0:r1], (lo[0] + r0, *lo[1:]), (lo[0] + r1, *hi[1:]), xp))
+        if 0 in self.axes:
+            return sum(parts[1:], parts[0])
+        return xp.concatenate(parts, axis=0)
+
+    def _rows(self, chunk, lo, hi, xp):
         sl = tuple(slice(0, 1) if self.mean.shape[a] == 1 else slice(lo[a], hi[a])
                    for a in range(chunk.ndim))
         d = chunk.astype(self.dtype) - xp.asarray(self.mean[sl])

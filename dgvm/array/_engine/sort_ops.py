@@ -17,6 +17,12 @@ import numpy as np
 from dgvm.array._engine.sort_keys import (
     argsort_lines, block_of, cross_of, from_lines, mixed_zeros, order_key, to_lines,
 )
+from dgvm.backends import working_memory
+
+# Bytes per element a sort of lines takes besides copies of the values: the order as int64,
+# the sort's buffers, the indices of the result. NumPy sorts the values themselves; other
+# backends also make keys, copy them and the values in their sort, and take the values.
+SORT_WORK_PER_ELEMENT = 32
 
 
 def sorted_values(x, axis: int, descending: bool, xp, into=None, runs: bool = False):
@@ -53,11 +59,19 @@ class LocalSort:
 
     def block(self, read, lo, hi, xp):
         x = read(0, lo, hi)
-        if not self.indices:
+        if not self.indices and xp is np:
             return sorted_values(x, self.axis, self.descending, xp)
+        # Lines sort apart: a slice of them at a time, within the working-memory budget.
         lines = to_lines(x, self.axis, xp)
-        order = argsort_lines(order_key(lines, xp), self.descending, xp)
-        out = order + lo[self.axis] if self.indices else xp.take_along_axis(lines, order, axis=1)
+        m, n = lines.shape
+        per_line = n * (SORT_WORK_PER_ELEMENT + (0 if xp is np else 4 * x.dtype.itemsize))
+        working_memory.need(per_line, f"a sort of lines of {n} elements ({x.dtype})")
+        rows = max(1, working_memory.budget() // max(per_line, 1))
+        out = xp.empty((m, n), dtype=np.int64 if self.indices else x.dtype)
+        for r0 in range(0, m, rows):
+            part = lines[r0:r0 + rows]
+            order = argsort_lines(order_key(part, xp), self.descending, xp)
+            out[r0:r0 + rows] = order + lo[self.axis] if self.indices else xp.take_along_axis(part, order, axis=1)
         return from_lines(out, self.axis, x.shape, xp)
 
     def block_into(self, read, lo, hi, xp, target) -> bool:

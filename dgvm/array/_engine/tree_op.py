@@ -18,6 +18,10 @@ from dgvm.array._engine import fused, special_values
 from dgvm.array._engine.axes import broadcast_region
 from dgvm.array._engine.placement import picks_near
 from dgvm.array._engine.trees import CLASSIC, NOT_UFUNCS, evaluate
+from dgvm.backends import working_memory
+
+# Bytes per element a temporary of a tree's evaluation may take (complex128, the widest).
+TEMPORARY_ITEMSIZE = 16
 
 
 @dataclass
@@ -89,6 +93,21 @@ class Elementwise:
             return
         if fused.run_into(self.expr, leaves, xp, target, self.stripped):
             return
+        # Evaluated node by node, each node's value a temporary: in slices of the chunk
+        # whose temporaries fit the working-memory budget (one slice where the chunk does).
+        per_element = (_calls(self.expr) + 1) * TEMPORARY_ITEMSIZE
+        if target.ndim == 0:
+            return self._evaluate_into(leaves, xp, target)
+        for lo, hi in working_memory.slices(target.shape, per_element):
+            if lo == (0,) * target.ndim and tuple(hi) == target.shape:
+                return self._evaluate_into(leaves, xp, target)
+            part = [_part(a, target.ndim, lo, hi) for a in leaves]
+            self._evaluate_into(part, xp, target[tuple(slice(l, h) for l, h in zip(lo, hi))])
+
+    def _evaluate_into(self, leaves, xp, target) -> None:
+        """The tree over ``leaves`` into ``target``: its last operation as a ufunc with
+        ``out=`` where it is one, else its value copied in."""
+        kind, *rest = self.expr
         ufunc = getattr(xp, CLASSIC.get(rest[0], rest[0]), None)
         special = (rest[0] in NOT_UFUNCS or rest[0].startswith("logical_")
                    or special_values.applies(rest[0], rest[2]))
@@ -103,6 +122,22 @@ class Elementwise:
         """The tree's value over ``leaves`` (a new array, or a leaf itself)."""
         with np.errstate(all="ignore"):
             return evaluate(self.expr, leaves, xp)
+
+
+def _calls(expr) -> int:
+    """How many operations the tree ``expr`` has (each may leave a temporary)."""
+    return (1 + sum(_calls(a) for a in expr[2])) if expr[0] == "call" else 0
+
+
+def _part(leaf, ndim: int, lo, hi):
+    """The part of ``leaf`` (broadcast against a block of ``ndim`` axes) that broadcasts
+    onto the block's elements ``[lo, hi)``: sliced along the axes it spans, whole along
+    those it broadcasts (length 1 or missing)."""
+    if getattr(leaf, "ndim", 0) == 0:
+        return leaf
+    skip = ndim - leaf.ndim
+    return leaf[tuple(slice(None) if leaf.shape[a] == 1 else slice(lo[skip + a], hi[skip + a])
+                      for a in range(leaf.ndim))]
 
 
 def lead_input(x, d):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dgvm.array._engine import blockwise
+from dgvm.array._engine import blockwise, lineage
 from dgvm.array._engine.aliases import view_of, whole
 from dgvm.array._engine.assign_ops import Assign
 from dgvm.array._engine.core import ArrayCore
@@ -24,6 +24,7 @@ def write_view(target, value) -> None:
     """``target[...] = value`` for a view ``target``: its base's elements are written."""
     alias = target.alias
     base, v = alias.base, alias.view
+    lineage.recover([target])  # its base's lost chunks made again before the write ends its lineage
     target.before_write()  # a read-only view refuses here
     if isinstance(value, list):
         value = np.asarray(value, dtype=base.dtype)
