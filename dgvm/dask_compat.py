@@ -9,14 +9,22 @@ distributed only.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import logging
 import threading
+import time
 
 import dask.config
 from distributed import Client
 from distributed.active_memory_manager import ReduceReplicas
+from distributed.batched import BatchedSend
+from distributed.core import Status
 from distributed.deploy.cluster import Cluster
 from distributed.protocol import pickle
+from distributed.worker_state_machine import FreeKeysEvent
+
+logger = logging.getLogger("dgvm.worker")
 
 # -- client ------------------------------------------------------------------------------
 
@@ -163,6 +171,92 @@ def ready_task_keys(worker):
     for tasks in (worker.state.ready, worker.state.constrained):
         for ts in tasks:
             yield ts.key
+
+
+class SchedulerLossHooks:
+    """What a worker that outlives its scheduler does (``outlive_scheduler``): ``lost()``
+    when the scheduler's stream broke (its Dask task state is dropped after it),
+    ``back()`` once it is registered with a scheduler at the same address again."""
+
+    def lost(self) -> None:
+        """The scheduler is gone."""
+
+    def back(self) -> None:
+        """Registered with the scheduler that came back."""
+
+
+#: the reason Dask's ``Worker.handle_scheduler`` closes its worker with, once the stream ends
+SCHEDULER_STREAM_BROKEN = "worker-handle-scheduler-connection-broken"
+
+
+def outlive_scheduler(worker, wait: float, hooks: SchedulerLossHooks | None = None) -> None:
+    """Make ``worker`` outlive the loss of its scheduler: when the scheduler's stream breaks
+    (not when the scheduler closed it: a ``close`` it sent closes the worker first), the
+    worker process and what its plugins hold stay; Dask's own state of it goes (its tasks
+    and their results: a new scheduler knows none of them); and it registers again with the
+    scheduler that comes back at the same address. If none comes back within ``wait``
+    seconds (or its Dask state does not drain by then), it closes as Dask's worker does.
+
+    Dask's ``Worker.handle_scheduler`` reads the stream and, once it ends, calls
+    ``self.close(reason="worker-handle-scheduler-connection-broken")``: that call, and only
+    that one, is taken over on the instance (so that it works also after the worker
+    registered, for a plugin installed then). Re-registering needs no task or data left
+    (``Worker._register_with_scheduler`` asserts so: Dask itself does not reconnect
+    workers): every key is released (``FreeKeysEvent``; running tasks finish first), and
+    the heartbeat and keep-alive stop meanwhile (a heartbeat the new scheduler answers
+    "missing" would close the worker). The broken ``BatchedSend`` cannot start again
+    (``please_stop`` stays set): a new one takes its place, which ``hooks.back`` may tune.
+    ``_register_with_scheduler`` starts ``handle_scheduler`` on the new stream."""
+    hooks = hooks or SchedulerLossHooks()
+    close = getattr(worker.close, "dask_close", worker.close)  # (Dask's, if done before)
+
+    @functools.wraps(close)
+    async def close_unless_rejoined(*args, reason: str = "worker-close", **kwargs):
+        if (reason == SCHEDULER_STREAM_BROKEN and worker.status in (Status.running, Status.paused)
+                and await _rejoin(worker, wait, hooks)):
+            return None
+        return await close(*args, reason=reason, **kwargs)
+
+    close_unless_rejoined.dask_close = close
+    worker.close = close_unless_rejoined
+
+
+async def _rejoin(worker, wait: float, hooks: SchedulerLossHooks) -> bool:
+    """Drop Dask's task state and register with the scheduler at the same address again;
+    False if that took more than ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    for name in ("heartbeat", "keep-alive"):
+        worker.periodic_callbacks[name].stop()
+    logger.warning("dgvm: %s lost its scheduler %s; it stays up and waits up to %.0f s for a "
+                   "scheduler at that address", worker.address, worker.scheduler.address, wait)
+    try:
+        hooks.lost()
+    except Exception:  # noqa: BLE001
+        logger.exception("dgvm: after losing the scheduler")
+    keys = list(worker.state.tasks)
+    if keys:
+        worker.handle_stimulus(FreeKeysEvent(keys=keys, stimulus_id=f"dgvm-scheduler-lost-{time.time()}"))
+    while worker.state.tasks or worker.data:  # running tasks finish, then are forgotten
+        if time.monotonic() > deadline:
+            logger.error("dgvm: %s still holds %d Dask tasks %.0f s after its scheduler left",
+                         worker.address, len(worker.state.tasks), wait)
+            return False
+        await asyncio.sleep(0.05)
+        if worker.status not in (Status.running, Status.paused):
+            return False
+    # (``BatchedSend.interval`` is in seconds; its argument a number of ms or a string)
+    worker.batched_stream = BatchedSend(interval=f"{worker.batched_stream.interval * 1000}ms", loop=worker.loop)
+    try:
+        await asyncio.wait_for(worker._register_with_scheduler(), max(deadline - time.monotonic(), 0.1))
+    except Exception as e:  # noqa: BLE001  (none came back in time; or it refused this worker)
+        logger.error("dgvm: no scheduler came back at %s within %.0f s (%r): %s closes",
+                     worker.scheduler.address, wait, e, worker.address)
+        return False
+    try:
+        hooks.back()
+    except Exception:  # noqa: BLE001
+        logger.exception("dgvm: after registering with the new scheduler")
+    return True
 
 
 # -- deploy ------------------------------------------------------------------------------

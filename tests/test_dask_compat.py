@@ -3,6 +3,7 @@ these fail when a Dask release changes one."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pathlib
 import subprocess
@@ -244,3 +245,47 @@ def test_the_memory_manager_keeps_a_pinned_tasks_result_where_it_ran():
         # The pinned task's result stays where it ran; any other's is dropped on the fuller worker.
         assert client.run_on_scheduler(_holders, keys=keys) == {"compatpinned-1": [ran], "compatfree-1": [other]}
         del ballast
+
+
+class _Heard(dask_compat.SchedulerLossHooks):
+    def __init__(self):
+        self.heard = []
+
+    def lost(self):
+        self.heard.append("lost")
+
+    def back(self):
+        self.heard.append("back")
+
+
+async def _until(predicate, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+
+
+def test_a_worker_outlives_a_broken_scheduler_stream_and_registers_again():
+    async def main():
+        async with distributed.Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as s, \
+                distributed.Worker(s.address, nthreads=1) as w, \
+                Client(s.address, asynchronous=True, set_as_default=False) as c:
+            heard = _Heard()
+            dask_compat.outlive_scheduler(w, 30, heard)
+            kept = c.submit(_double, 3, key="compatkept-1")
+            assert await kept == 6 and "compatkept-1" in w.data
+            s.stream_comms[w.address].abort()  # as a scheduler that died: no "close" first
+            await _until(lambda: heard.heard == ["lost", "back"] and w.address in s.workers)
+            # Its Dask state went (Dask refuses to register a worker holding tasks), the
+            # worker stayed; this scheduler, which lived on, computes the lost result again.
+            assert w.status == Status.running and await kept == 6
+            assert await c.submit(_double, 5, key="compatafter-2", workers=[w.address]) == 10
+
+            # No scheduler at that address any more: the worker waits ``wait`` s, then closes.
+            dask_compat.outlive_scheduler(w, 0.5, heard)
+            s.stop()  # (no new connections)
+            s.stream_comms[w.address].abort()
+            await _until(lambda: w.status == Status.closed)
+            assert heard.heard == ["lost", "back", "lost"]
+
+    asyncio.run(main())

@@ -485,13 +485,19 @@ def worker_requests(buf, client, worker):
         "ab", 5, [[0]], [["a", 0, 1]], [[0, NAN, 1]], [[0, 0, -1]], [[0, 0, NAN]], [[0, 2**62, 1]],
         [[0, 0, 2**62]], [[0, 0, "1"]], [5], [[0, 0, True]],
     ])
+    good_meta = {"vaddr": 2**32, "nbytes": 256, "nchunks": 1, "chunk_bytes": 256, "placement": "balanced",
+                 "created": 0.0}
+    bad_meta = st.sampled_from([5, "ab", [1], {"vaddr": 1}, {**good_meta, "vaddr": "a"},
+                                {**good_meta, "nbytes": -1}, {**good_meta, "dtype": "nope"},
+                                {**good_meta, "shape": ["a"]}, {**good_meta, "grid_chunks": [[0]]},
+                                {**good_meta, "created": NAN}])
     return {
         messages.STORE_ALLOCATE: (
             dict(alloc_id=nobody, owner=owner, indices=[0], sizes=[256],
                  __required__=("alloc_id", "owner", "indices", "sizes")),
             dict(alloc_id=wid(), owner=wstr, indices=bad_int_list(0, wire=True),
                  sizes=bad_int_list(1, wire=True) | st.just([256, 256]), zero=st.sampled_from(NOT_BOOL),
-                 after_release=ticket),
+                 after_release=ticket, meta=bad_meta),
         ),
         messages.STORE_FREE: (dict(alloc_id=nobody, __required__=("alloc_id",)), dict(alloc_id=wid())),
         messages.WRITE: (dict(alloc_id=buf.alloc_id, owner=owner, pieces=[[0, 0, b"x"]],
@@ -525,7 +531,8 @@ def worker_requests(buf, client, worker):
                                          [[0, worker, "nope", 0]], [[0, worker, "comm", NAN]]])),
         ),
         messages.PROMOTE: (dict(alloc_id=nobody, owner=owner, indices=[], __required__=("alloc_id", "owner", "indices")),
-                           dict(alloc_id=wid(), owner=wstr, indices=bad_int_list(0, wire=True))),
+                           dict(alloc_id=wid(), owner=wstr, indices=bad_int_list(0, wire=True), meta=bad_meta)),
+        messages.STORE_REPORT: (dict(scheduler="test", __required__=("scheduler",)), dict(scheduler=wstr)),
         messages.IPC_FORGET: (dict(holder=worker, handles=[], __required__=("holder", "handles")),
                               dict(holder=wstr, handles=st.sampled_from([5, "ab", {"k": 1}]),
                                    timeout=st.sampled_from([NAN, -1.0, "a", INF, [1]]))),

@@ -67,6 +67,35 @@ class RangeAllocator:
                 return start
         return None
 
+    def reserve(self, start: int, size: int) -> bool:
+        """Mark ``[start, start + size)`` used (a range handed out before, by an allocator
+        whose state was lost: a scheduler that restarted), if it lies inside one free hole;
+        False, changing nothing, if any of it is in use."""
+        if size <= 0:
+            raise ValueError(f"range size must be positive, got {size}")
+        size = align_up(size, self.alignment)
+        i = bisect.bisect_right(self._free_starts, start) - 1
+        if i < 0 or start + size > self._free_starts[i] + self._free_sizes[i]:
+            return False
+        hole_start, hole_end = self._free_starts[i], self._free_starts[i] + self._free_sizes[i]
+        del self._free_starts[i], self._free_sizes[i]
+        for piece_start, piece_end in ((start + size, hole_end), (hole_start, start)):
+            if piece_end > piece_start:  # (inserted back to front: both at ``i``)
+                self._free_starts.insert(i, piece_start)
+                self._free_sizes.insert(i, piece_end - piece_start)
+        self._used[start] = size
+        self.used_total += size
+        return True
+
+    def free_below(self, end: int) -> list[tuple[int, int]]:
+        """The free pieces (start, size) of ``[base, end)``."""
+        out = []
+        for start, size in zip(self._free_starts, self._free_sizes):
+            if start >= end:
+                break
+            out.append((start, min(size, end - start)))
+        return out
+
     def size_of(self, start: int) -> int | None:
         return self._used.get(start)
 

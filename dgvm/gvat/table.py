@@ -238,6 +238,25 @@ class GVAT:
             del self._by_owner[alloc.owner]
         return alloc
 
+    # -- a scheduler that restarted (gvat.restore) -----------------------------------------
+    def adopt(self, alloc: Allocation) -> bool:
+        """Take back an allocation made before the scheduler restarted, with its id and
+        virtual range (its homes, backups and their bytes as ``alloc`` books them); False,
+        changing nothing, if either is taken."""
+        if alloc.alloc_id in self.allocations or not self.space.reserve(alloc.vaddr, alloc.nbytes):
+            return False
+        self._book(alloc, +1)
+        self.allocations[alloc.alloc_id] = alloc
+        self._by_owner.setdefault(alloc.owner, set()).add(alloc.alloc_id)
+        bisect.insort(self._starts, alloc.vaddr)
+        self._at[alloc.vaddr] = alloc
+        self.resume_ids(alloc.alloc_id)
+        return True
+
+    def resume_ids(self, last: int) -> None:
+        """New allocations get ids past ``last`` (ids are never reused)."""
+        self._next_id = max(self._next_id, int(last) + 1)
+
     def get(self, alloc_id: int, owner: str | None = None) -> Allocation:
         alloc = self.allocations.get(alloc_id)
         if alloc is None:

@@ -83,10 +83,11 @@ PULL = "dgvm_pull"  # become the home of chunks -> Pulled
 IPC_FORGET = "dgvm_ipc_forget"  # close mappings of a peer's buffers -> count
 REFRESH = "dgvm_refresh"  # copy chunks written at their homes into the backups here -> count
 PROMOTE = "dgvm_promote"  # backups here become homes (their home left) -> [indices]
+STORE_REPORT = "dgvm_store_report"  # what the store holds, for a new scheduler -> StoreReport
 
 WORKER_HANDLERS = frozenset({
     STORE_ALLOCATE, STORE_FREE, WRITE, READ, STORE_INFO, EXPORT, DROP_REPLICAS, PULL, IPC_FORGET,
-    REFRESH, PROMOTE,
+    REFRESH, PROMOTE, STORE_REPORT,
 })
 
 # -- plugins, events, streams, tasks ----------------------------------------------------

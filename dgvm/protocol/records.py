@@ -124,6 +124,35 @@ class WorkerInfo(Record):
 
 
 @dataclass(frozen=True)
+class AllocationMeta(Record):
+    """What a worker keeps of each allocation it holds chunks of, besides the chunks: what
+    a scheduler that restarted needs to put it back in its GVAT (``dgvm.scheduler.rebuild``).
+    The size of each chunk follows from ``grid_chunks`` and ``dtype`` (an array) or from
+    ``chunk_bytes`` and ``nbytes`` (every chunk that size, the last one the rest)."""
+
+    vaddr: int
+    nbytes: int
+    nchunks: int
+    chunk_bytes: int
+    placement: str
+    created: float
+    copies: int = 1
+    dtype: str | None = None
+    shape: tuple | None = None
+    grid_chunks: tuple | None = None
+    # the GVAT (``GVATPlugin.token``) that gave it out, or took it back after a restart
+    scheduler: str = ""
+
+    @classmethod
+    def from_dict(cls, d):
+        d = dict(d)
+        for key in ("shape", "grid_chunks"):
+            if d.get(key) is not None:
+                d[key] = tuple(tuple(v) if isinstance(v, list) else v for v in d[key])
+        return super().from_dict(d)
+
+
+@dataclass(frozen=True)
 class AllocationInfo(Record):
     """A row of ``dgvm.table()``: one allocation and its chunks."""
 
@@ -148,7 +177,7 @@ class AllocationInfo(Record):
         d["chunks"] = tuple(ChunkInfo.from_dict({**c, "backups": tuple(c.get("backups") or ()),
                                                  "replicas": tuple(c.get("replicas") or ())})
                             for c in d.get("chunks") or ())
-        return super().from_dict.__func__(cls, d)
+        return super().from_dict(d)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,11 @@ touches device memory, so the scheduler's event loop is never blocked.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import math
+import uuid
 
 import numpy as np
 from distributed import SchedulerPlugin
@@ -25,9 +28,10 @@ from dgvm.protocol.errors import (
     ChunkLost, ConnectionBroke, DgvmError, InvalidAddress, InvalidArgument, OutOfDeviceMemory,
 )
 from dgvm.protocol.messages import ChunkMap, Migrated, Pulled, Translation, Where
-from dgvm.protocol.records import AllocId, ClientId, DeviceProfile, WorkerAddress
+from dgvm.protocol.records import AllocationMeta, AllocId, ClientId, DeviceProfile, WorkerAddress
 from dgvm.scheduler.departures import Departures
 from dgvm.scheduler.durability import Durability
+from dgvm.scheduler.rebuild import Rebuild
 from dgvm.scheduler.releases import PendingReleases
 
 logger = logging.getLogger("dgvm.scheduler")
@@ -35,6 +39,16 @@ logger = logging.getLogger("dgvm.scheduler")
 PLUGIN_NAME = messages.GVAT_PLUGIN
 PLACE_RETRIES = 3  # placements of one allocation tried again after a worker died during one
 LEFT_WAIT = 5.0  # seconds to wait for the removal of a worker whose connection broke
+# Handlers that read or change the allocations wait for a rebuild of the GVAT in progress
+# (a scheduler that restarted: ``scheduler.rebuild``).
+AFTER_REBUILD = frozenset({
+    messages.ALLOCATE, messages.FREE, messages.FREE_ALL, messages.TRANSLATE, messages.TABLE,
+    messages.CHUNK_MAP, messages.LOCATE, messages.MIGRATE, messages.REBALANCE,
+    messages.SET_REPLICAS, messages.STATS, messages.LAUNCHED,
+})
+# Requests that make chunks or backups on a worker carry the allocation's meta, which the
+# worker keeps for a scheduler that restarts (a refresh only when it makes a new backup).
+CARRY_META = frozenset({messages.STORE_ALLOCATE, messages.PULL, messages.PROMOTE, messages.REFRESH})
 
 
 def measured_load(scheduler, ws) -> float:
@@ -73,13 +87,15 @@ class GVATPlugin(SchedulerPlugin):
         self.departures = Departures(self.gvat)  # workers that left, tasks stranded there
         self.durability = Durability(self)  # backups kept current, promoted, made again
         self.departures.durability = self.durability
+        self.rebuild = Rebuild(self)  # the GVAT from the workers' reports, after a restart
+        self.token = uuid.uuid4().hex  # names this GVAT in what workers keep (AllocationMeta)
         # address -> (uid, its store's counters as its launch reports told them, the
         # largest of each): newer than its last heartbeat's once a task reported since
         self._reported: dict[str, tuple[int, dict]] = {}
 
     # Handlers the scheduler serves (messages.SCHEDULER_HANDLERS; a test checks both).
     def handlers(self) -> dict:
-        return {
+        table = {
             messages.ALLOCATE: self.allocate,
             messages.FREE: self.free,
             messages.FREE_ALL: self.free_all,
@@ -98,6 +114,25 @@ class GVATPlugin(SchedulerPlugin):
             messages.SET_REPLICAS: self.set_replicas,
             messages.CONTEXT_LOST: self.departures.context_lost,
         }
+        return {name: self._after_rebuild(fn) if name in AFTER_REBUILD else fn for name, fn in table.items()}
+
+    def _after_rebuild(self, fn):
+        """``fn``, answered once a rebuild of the GVAT in progress is done."""
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def handler(*args, **kwargs):
+            if not self.rebuild.active:
+                return fn(*args, **kwargs)
+            signature.bind(*args, **kwargs)  # (a bad call is refused at once: messages.served)
+            return self._when_rebuilt(fn, args, kwargs)
+
+        return handler
+
+    async def _when_rebuilt(self, fn, args, kwargs):
+        await self.rebuild.settled()
+        result = fn(*args, **kwargs)
+        return await result if inspect.isawaitable(result) else result
 
     async def start(self, scheduler):
         self.scheduler = scheduler
@@ -126,6 +161,9 @@ class GVATPlugin(SchedulerPlugin):
         self._sync_worker(worker)
         streams.tune(scheduler.stream_comms.get(worker))
         self.durability.worker_joined()
+        ws = scheduler.workers.get(worker)
+        # One that holds chunks (its scheduler restarted) reports them, in the background.
+        self.rebuild.worker_joined(worker, ws.metrics.get(messages.HEARTBEAT) if ws is not None else None)
 
     def transition(self, key, start, finish, *args, **kwargs):
         # Every transition of every task: O(1) (``Departures.note``).
@@ -135,6 +173,10 @@ class GVATPlugin(SchedulerPlugin):
         # Dask makes the stream to a client after this hook, before it next yields to
         # the loop: tuned on the loop's next turn.
         scheduler.loop.add_callback(lambda: streams.tune(scheduler.client_comms.get(client)))
+        # A client that reconnects after the scheduler restarted does not subscribe again
+        # (Dask's Client subscribes once); one that is not dgvm's unsubscribes at its first event.
+        for topic in (messages.LEFT_TOPIC, messages.MOVED_TOPIC):
+            scheduler.subscribe_topic(topic, client)
 
     def remove_worker(self, scheduler, worker: str, **kwargs):
         rec = self.gvat.inventory.remove(worker)
@@ -228,6 +270,10 @@ class GVATPlugin(SchedulerPlugin):
         (``messages.call``: a refusal raised). A worker that leaves meanwhile raises
         ``ConnectionError`` (an OSError, as a broken connection does) once it is removed;
         one closing (its store gone, so Dask answers None for the handler) ``ConnectionBroke``."""
+        if handler in CARRY_META and "meta" not in kwargs and (handler != messages.REFRESH or kwargs.get("new")):
+            alloc = self.gvat.allocations.get(kwargs.get("alloc_id"))
+            if alloc is not None:
+                kwargs["meta"] = meta(alloc, self.token).to_dict()
         return await self.departures.peers.call(
             worker, messages.call(self.scheduler.rpc(worker), handler, required=True, **kwargs),
             lambda: ConnectionError(f"worker {worker} left the cluster"))
@@ -446,6 +492,7 @@ class GVATPlugin(SchedulerPlugin):
         try:
             if stats is not None:
                 self._report_stats(worker, stats)
+            await self.rebuild.settled()  # (its backups' copies then)
             await self.launched(alloc_id, wrote, reads, worker=worker, key=key)
         except Exception:  # noqa: BLE001
             logger.exception("dgvm: the report of a task on %s (allocation %s) failed", worker, alloc_id)
@@ -663,6 +710,16 @@ class GVATPlugin(SchedulerPlugin):
         bw = inv.effective_bandwidth(live)
         base = min(bw.values()) if bw else 1.0
         return [inv.info(r, bw.get(r.uid, 0.0) / base).to_dict() for r in recs]
+
+
+def meta(alloc, token: str) -> AllocationMeta:
+    """What a worker holding chunks of ``alloc`` keeps of it (``scheduler.rebuild``), given
+    out by the GVAT ``token``."""
+    return AllocationMeta(scheduler=token,
+        vaddr=alloc.vaddr, nbytes=alloc.nbytes, nchunks=alloc.nchunks, chunk_bytes=alloc.chunk_bytes,
+        placement=alloc.placement, created=alloc.created, copies=alloc.copies, dtype=alloc.dtype,
+        shape=alloc.shape, grid_chunks=alloc.grid_chunks,
+    )
 
 
 def _colocate(colocate):

@@ -22,13 +22,13 @@ import numpy as np
 from distributed import WorkerPlugin
 from distributed.protocol import to_serialize
 
-from dgvm import backends, config, gc_pauses, streams, transfer
+from dgvm import backends, config, dask_compat, gc_pauses, streams, transfer
 from dgvm.protocol import arguments, messages
 from dgvm.protocol.errors import (
     ChunkLost, DgvmError, InvalidAddress, InvalidArgument, InvalidArgumentType, OutOfDeviceMemory,
 )
 from dgvm.protocol.messages import PEER_LEFT, RELEASE, THAW, WRITTEN, PullChunk, Pulled
-from dgvm.protocol.records import AllocId, ClientId, ReleaseTicket, WorkerAddress
+from dgvm.protocol.records import AllocationMeta, AllocId, ClientId, ReleaseTicket, WorkerAddress
 from dgvm.transfer.fetch import request_exports
 from dgvm.transfer.ipc_mappings import BufferGone
 from dgvm.transfer.ipc_retire import IpcRetirement
@@ -75,6 +75,7 @@ class ChunkStorePlugin(WorkerPlugin):
             messages.IPC_FORGET: self.ipc_forget,
             messages.REFRESH: self.refresh,
             messages.PROMOTE: self.promote,
+            messages.STORE_REPORT: self.report,
         }
 
     def setup(self, worker):
@@ -104,6 +105,9 @@ class ChunkStorePlugin(WorkerPlugin):
         worker.stream_handlers[THAW] = self.thaw
         worker.stream_handlers[WRITTEN] = self.written
         streams.tune(worker.batched_stream)
+        # The scheduler may go and come back at its address: the store stays, and tells the
+        # new one what it holds (``report``; ``dgvm.scheduler.rebuild``).
+        dask_compat.outlive_scheduler(worker, config.get_seconds("scheduler-wait"), _Outliving(self))
         logger.info("dgvm chunk store on %s: %s", worker.address, self.profile)
 
     def transition(self, key, start, finish, **kwargs):
@@ -167,9 +171,11 @@ class ChunkStorePlugin(WorkerPlugin):
     # -- handlers ------------------------------------------------------------------------
     async def allocate(self, alloc_id: AllocId, owner: ClientId, indices: list, sizes: list,
                        zero: bool = True, after_release: ReleaseTicket | None = None,
-                       backups: list | None = None, backup_sizes: list | None = None) -> int:
+                       backups: list | None = None, backup_sizes: list | None = None,
+                       meta: dict | None = None) -> int:
         """Create chunks ``indices`` of ``alloc_id``, and backups of chunks ``backups``
-        (``replicas=k``); a full device is refused (OutOfDeviceMemory, answered as data)."""
+        (``replicas=k``); a full device is refused (OutOfDeviceMemory, answered as data).
+        ``meta``: the allocation's ``AllocationMeta``, kept for a scheduler that restarts."""
         alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
         indices, sizes = arguments.integers("indices", indices), arguments.integers("sizes", sizes, 1)
         backups = arguments.integers("backups", backups or [])
@@ -178,12 +184,15 @@ class ChunkStorePlugin(WorkerPlugin):
             raise InvalidArgument(f"sizes: {len(sizes)} given for {len(indices)} indices, "
                                   f"{len(backup_sizes)} for {len(backups)} backups")
         arguments.flag("zero", zero)
+        meta = _meta(meta)
         await self._after_releases(after_release)  # their memory first (a timeout: OOM says so)
-        return await self._run(self.store.allocate, alloc_id, owner, indices, sizes, zero,
+        made = await self._run(self.store.allocate, alloc_id, owner, indices, sizes, zero,
                                backups, backup_sizes)
+        self.store.remember(alloc_id, meta)
+        return made
 
     async def refresh(self, alloc_id: AllocId, owner: ClientId, chunks: list, new: bool = False,
-                      after_release: ReleaseTicket | None = None) -> int:
+                      after_release: ReleaseTicket | None = None, meta: dict | None = None) -> int:
         """Copy chunks written at their homes into their backups here (``chunks``: [index,
         home, path, version] each; one export request per home), before the write counts
         as done; ``new`` backups once the releases sent here up to ``after_release`` are
@@ -193,7 +202,7 @@ class ChunkStorePlugin(WorkerPlugin):
         then)."""
         alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
         new = arguments.flag("new", new)
-        self._open_store()
+        self._open_store().remember(alloc_id, _meta(meta))
         if not await self._after_releases(after_release):  # (their memory first, as an allocation)
             raise DgvmError(f"{self.worker.address} did not do the chunk releases sent to it "
                             f"within {RELEASE_WAIT:.0f} s; no backup of allocation {alloc_id} here")
@@ -227,12 +236,13 @@ class ChunkStorePlugin(WorkerPlugin):
                                     f"backup on {self.worker.address} copied it") from None
         return sum(len(g) for _, g in groups)
 
-    async def promote(self, alloc_id: AllocId, owner: ClientId, indices: list) -> list:
+    async def promote(self, alloc_id: AllocId, owner: ClientId, indices: list, meta: dict | None = None) -> list:
         """The backups here of chunks ``indices`` become their homes (the home left);
         answers the chunks promoted (a backup a free dropped meanwhile is not)."""
         alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
         indices = arguments.integers("indices", indices)
         store = self._open_store()
+        store.remember(alloc_id, _meta(meta))
         # On the loop, not the store's thread: a task there may hold the store's lock
         # waiting for this promotion (``ChunkStore.promote_backup``).
         return [i for i in indices if store.promote_backup(alloc_id, owner, i)]
@@ -355,7 +365,7 @@ class ChunkStorePlugin(WorkerPlugin):
         return out
 
     async def pull(self, alloc_id: AllocId, owner: ClientId, chunks: list,
-                   after_release: ReleaseTicket | None = None) -> Pulled:
+                   after_release: ReleaseTicket | None = None, meta: dict | None = None) -> Pulled:
         """Become the home of ``chunks`` (``PullChunk`` dicts): promote a current replica
         held here, or fetch the chunk from its home (one export request per home), once
         the releases sent here up to ``after_release`` are done. Refused with
@@ -363,6 +373,7 @@ class ChunkStorePlugin(WorkerPlugin):
         too long."""
         alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
         chunks = [_pull_chunk(k, c) for k, c in enumerate(arguments.sequence("chunks", chunks))]
+        self._open_store().remember(alloc_id, _meta(meta))
         if not await self._after_releases(after_release, memory=False):  # their order only
             raise DgvmError(f"{self.worker.address} did not do the chunk releases sent to it "
                             f"within {RELEASE_WAIT:.0f} s; chunks of allocation {alloc_id} stay")
@@ -517,9 +528,53 @@ class ChunkStorePlugin(WorkerPlugin):
         # Not waiting for retirement: writes wait for this (and replicas are rarely exported).
         return await self._run(self.store.drop_replicas, alloc_id, indices)
 
+    async def report(self, scheduler: str) -> dict:
+        """What the store holds (``ChunkStore.report``), for the GVAT ``scheduler`` (a
+        scheduler that restarted, or one this worker came back to)."""
+        return await self._run(self._open_store().report, arguments.text("scheduler", scheduler))
+
     async def info(self, after_release: ReleaseTicket | None = None) -> dict:
         await self._after_releases(after_release)  # the figures after the moves so far
         return {"address": self.worker.address, **self.metrics()}
+
+
+class _Outliving(dask_compat.SchedulerLossHooks):
+    """The store's part when its scheduler goes and comes back (``dask_compat.outlive_scheduler``)."""
+
+    def __init__(self, plugin: ChunkStorePlugin):
+        self.plugin = plugin
+
+    def lost(self) -> None:
+        p = self.plugin
+        p._release_done = -1  # the new scheduler's release tickets start again
+        if p.store is not None:
+            p._submit(p.store.scheduler_lost)  # (after the store operations queued before it)
+
+    def back(self) -> None:
+        streams.tune(self.plugin.worker.batched_stream)
+
+
+def _meta(meta) -> dict | None:
+    """An ``AllocationMeta`` dict, each field checked (None: not given)."""
+    if meta is None:
+        return None
+    m = arguments.mapping("meta", meta)
+    shape = m.get("shape")
+    checked = AllocationMeta(
+        vaddr=arguments.integer("meta vaddr", m.get("vaddr"), 1),
+        nbytes=arguments.integer("meta nbytes", m.get("nbytes"), 1),
+        nchunks=arguments.integer("meta nchunks", m.get("nchunks"), 1),
+        chunk_bytes=arguments.integer("meta chunk_bytes", m.get("chunk_bytes"), 1),
+        placement=arguments.text("meta placement", m.get("placement")),
+        created=arguments.number("meta created", m.get("created")),
+        copies=arguments.integer("meta copies", m.get("copies", 1), 1),
+        dtype=None if m.get("dtype") is None else arguments.dtype_name("meta dtype", m.get("dtype")),
+        shape=None if shape is None else tuple(arguments.integers("meta shape", shape)),
+        grid_chunks=None if m.get("grid_chunks") is None else tuple(
+            tuple(arguments.integers(f"meta grid_chunks[{k}]", axis, 1))
+            for k, axis in enumerate(arguments.sequence("meta grid_chunks", m.get("grid_chunks")))),
+    )
+    return checked.to_dict()
 
 
 def _pieces(pieces, with_data: bool) -> list:

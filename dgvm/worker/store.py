@@ -92,6 +92,66 @@ class ChunkStore:
         # Tasks run again here after their worker left: key -> the (alloc id, chunk index)
         # their first run wrote for good (copies hold it), or messages.ALL_WRITTEN.
         self.done_writing: dict[str, object] = {}
+        # What a scheduler that restarts needs besides the chunks (``report``): alloc id ->
+        # its AllocationMeta as a dict, and the highest id and address end ever given here.
+        self._meta: dict[int, dict] = {}
+        self.max_alloc_id = 0
+        self.max_vaddr_end = 0
+        self.scheduler = ""  # the GVAT that last gave this store an allocation or its report
+
+    # -- for a scheduler that restarts ---------------------------------------------------
+    def remember(self, alloc_id: int, meta: dict | None) -> None:
+        """Keep ``meta`` (an ``AllocationMeta`` dict) of an allocation held here. One dict
+        operation: the handlers call it on the loop, beside the store's thread."""
+        if meta is None:
+            return
+        self._meta[alloc_id] = meta
+        self.scheduler = meta.get("scheduler") or self.scheduler
+        self.max_alloc_id = max(self.max_alloc_id, alloc_id)
+        self.max_vaddr_end = max(self.max_vaddr_end, int(meta["vaddr"]) + int(meta["nbytes"]))
+
+    def _forget_if_empty(self, alloc_id: int) -> None:
+        if alloc_id not in self._allocs and alloc_id not in self._replicas:
+            self._meta.pop(alloc_id, None)
+            self._owners.pop(alloc_id, None)
+
+    @_locked
+    def scheduler_lost(self) -> None:
+        """The scheduler is gone; a new one knows only what ``report`` tells it. Read
+        replicas go (it will not know them, so no write would drop them); moves and
+        staged launches the old one started never end: their chunks are writable again
+        and their copies dropped; tasks run again are forgotten."""
+        for alloc_id in list(self._replicas):
+            self.drop_replicas(alloc_id, [i for i, c in self._replicas[alloc_id].items() if not c.durable])
+            self._forget_if_empty(alloc_id)
+        self._staged.clear()  # (arrays of the backend's kind: their memory goes with them)
+        self._leaving.clear()
+        self.done_writing.clear()
+        self.changed.notify_all()
+
+    @_locked
+    def report(self, scheduler: str) -> dict:
+        """What this store holds, for a new scheduler (``messages.STORE_REPORT``): per
+        allocation its owner, meta (None if never told), home chunks [index, bytes, write
+        count] and backups [index, bytes, source home, its write count then]; and the
+        highest allocation id and virtual address end ever given here. The GVAT
+        ``scheduler`` asks: what it is told of is its own from now on."""
+        allocs = []
+        for alloc_id in sorted({*self._allocs, *self._replicas}):
+            homes = self._allocs.get(alloc_id, {})
+            backups = {i: c for i, c in self._replicas.get(alloc_id, {}).items() if c.durable}
+            if not homes and not backups:
+                continue
+            allocs.append({
+                "alloc_id": alloc_id, "owner": self._owners.get(alloc_id), "meta": dict(self._meta.get(alloc_id) or {}) or None,
+                "homes": [[i, c.nbytes, self._writes.get((alloc_id, i), 0)] for i, c in sorted(homes.items())],
+                "backups": [[i, c.nbytes, *(c.source or (None, -1))] for i, c in sorted(backups.items())],
+            })
+        self.scheduler = scheduler
+        for meta in self._meta.values():  # (the answer holds copies: ``allocs`` above)
+            meta["scheduler"] = scheduler
+        return {"allocations": allocs, "max_alloc_id": self.max_alloc_id,
+                "max_vaddr_end": self.max_vaddr_end}
 
     # -- life cycle ----------------------------------------------------------------------
     @_locked
@@ -172,6 +232,7 @@ class ChunkStore:
         """Release every chunk and replica of ``alloc_id`` held here; return the bytes."""
         chunks = self._allocs.pop(alloc_id, None) or {}
         self._owners.pop(alloc_id, None)
+        self._meta.pop(alloc_id, None)
         replicas = self._replicas.pop(alloc_id, None) or {}
         for c in (*chunks.values(), *replicas.values()):
             self._release(c)
@@ -359,6 +420,8 @@ class ChunkStore:
         self.thaw(alloc_id, indices)
         if alloc_id not in self._allocs:
             self._owners.pop(alloc_id, None)
+            if alloc_id not in self._replicas:
+                self._meta.pop(alloc_id, None)
         return freed
 
     @_locked
@@ -450,6 +513,7 @@ class ChunkStore:
             "device_total": total,  # the whole device, whoever uses it (dashboard)
             "device_free": free,
             "allocations": len(self._allocs),
+            "scheduler": self.scheduler,  # (a GVAT that does not know it rebuilds from this store)
             "chunks": sum(len(c) for c in self._allocs.values()),
             "replicas": sum(len(c) for c in self._replicas.values()),
             # tasks that returned with their device work left running (queued_work)
