@@ -460,6 +460,10 @@ def scheduler_requests(buf, client, worker):
             dict(alloc_id=buf.alloc_id, replicas=1, owner=owner, __required__=("alloc_id", "replicas")),
             dict(alloc_id=wid(), replicas=bad_int(1, wire=True), owner=st.sampled_from([5, [owner], ""])),
         ),
+        messages.CONTEXT_LOST: (
+            dict(worker=worker, key="dgvm-no-such-task", error="a test", __required__=("worker", "key", "error")),
+            dict(worker=wstr, key=st.sampled_from([5, None, [1], b"x"]), error=st.sampled_from([5, None, [1]])),
+        ),
         messages.REPLICAS_DROPPED: (
             dict(worker=worker, dropped={}, __required__=("worker", "dropped")),
             dict(worker=wstr, dropped=st.sampled_from([[], "ab", 5, {"x": [0]}, {buf.alloc_id: 5},

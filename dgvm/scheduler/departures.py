@@ -63,7 +63,7 @@ class Departures:
     def context_lost(self, worker: WorkerAddress, key: str, error: str) -> None:
         """RPC handler (``messages.CONTEXT_LOST``): task ``key`` ended the device context
         of ``worker``, which exits now (``dgvm.worker.context_loss``). O(1)."""
-        key, error = arguments.text("key", key), arguments.text("error", error)
+        worker, key, error = arguments.text("worker", worker), arguments.text("key", key), arguments.text("error", error)
         logger.warning("dgvm: task %s ended the device context of worker %s", key, worker)
         self._ended[key] = error
         while len(self._ended) > REMEMBERED:
