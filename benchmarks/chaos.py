@@ -579,32 +579,25 @@ class Chaos:
         self.known = {a.alloc_id for a in after}
         if op is not None:
             if before is not None:
-                self.check_lost_is_what_died(before, after, gone[0], moved=op.name in ("migrate", "rebalance"),
-                                             read={i.alloc_id for i in op.touched})
+                self.check_lost_is_what_died(before, after, gone[0], moved=op.name in ("migrate", "rebalance"))
             self.finish_op(op, outcome, Expect.RIGHT if op.name == "free" else Expect.EITHER)
         for item in self.items:
             item.lost = set(self.lost.get(item.alloc_id, ()))
         self.probe_damaged()
 
-    def check_lost_is_what_died(self, before, after, victim: str, moved: bool, read=()) -> None:
+    def check_lost_is_what_died(self, before, after, victim: str, moved: bool) -> None:
         """The GVAT's lost chunks are those the victim held when it died with no copy
-        elsewhere (unless the operation racing the kill moved chunks). A read replica
-        elsewhere may take over (it is current) or be gone by then (evicted): such a chunk
-        may be lost or not; so may any of an allocation the racing operation read (its
-        reads make replicas)."""
-        def held(a, replicas: bool) -> set:
-            return {c.index for c in a.chunks if c.worker == victim
-                    and not [w for w in (*c.backups, *(c.replicas if replicas else ())) if w != victim]}
-        may = {a.alloc_id: held(a, False) for a in before}
-        must = {a.alloc_id: held(a, True) if a.alloc_id not in read else set() for a in before}
+        elsewhere (unless the operation racing the kill moved chunks)."""
+        held = {a.alloc_id: {c.index for c in a.chunks
+                             if c.worker == victim and not [w for w in c.backups if w != victim]}
+                for a in before}
         for a in after:
-            if a.alloc_id not in may or moved:
+            if a.alloc_id not in held or moved:
                 continue
             lost = {c.index for c in a.chunks if c.tier == "lost" and c.worker == victim}
-            if not must[a.alloc_id] <= lost <= may[a.alloc_id]:
+            if lost != held[a.alloc_id]:
                 self.counts.wrong.append(("lost set", f"allocation {a.alloc_id}: lost {sorted(lost)}, "
-                                                      f"on {victim} at the kill without copies {sorted(must[a.alloc_id])}, "
-                                                      f"without backups {sorted(may[a.alloc_id])}"))
+                                                      f"on {victim} at the kill {sorted(held[a.alloc_id])}"))
 
     def probe_damaged(self) -> None:
         """Every item with lost chunks answers ChunkLost where they are involved and right

@@ -335,48 +335,6 @@ def test_the_surviving_chunks_of_a_damaged_array_take_writes(client):
     assert bounded(x.free)[0] is None
 
 
-def _chunks(client, x) -> tuple:
-    info, = [a for a in dgvm.table(chunks=True, client=client) if a.alloc_id == x.alloc.alloc_id]
-    return info.chunks
-
-
-@pytest.mark.parametrize("written_since", [False, True])
-def test_a_current_read_replica_takes_over_the_chunk_of_a_home_that_died(client, written_since):
-    """Reads elsewhere left read replicas of a chunk; its home dies: a replica the GVAT
-    lists (current) becomes the home, and nothing is lost. A write since dropped them:
-    then the chunk is lost (a stale copy never takes over)."""
-    h = np.arange(4000.0)
-    x = spread(client)
-    victim = x.alloc.home(1)
-    r = dnp.zeros(4000, chunks=500, colocate=x)
-    r.migrate([1], next(w for w in workers(client) if w != victim))
-    dgvm.launch(add_one, x, out=r)  # chunk 1 of x read on another worker: a read replica there
-    r.wait()
-    chunks = _chunks(client, x)
-    assert chunks[1].replicas, chunks
-    on_victim = {c.index for c in chunks if c.worker == victim}
-    replicated = {c.index for c in chunks if c.worker == victim and c.replicas}
-    if written_since:
-        x += 1.0
-        x.wait()
-        h += 1
-        assert not any(c.replicas for c in _chunks(client, x))
-    kill(client, victim)
-    lost = on_victim if written_since else on_victim - replicated
-    for k in sorted(on_victim):
-        part, _ = bounded(lambda: dnp.asnumpy(x[500 * k: 500 * k + 500]))
-        if k in lost:
-            assert isinstance(part, dgvm.ChunkLost) and victim in str(part), part
-        else:
-            np.testing.assert_array_equal(part, h[500 * k: 500 * k + 500])
-            assert dgvm.table(chunks=True, client=client)  # (the GVAT answers)
-    assert {c.index for c in _chunks(client, x) if c.tier == "lost"} == lost
-    if not lost:
-        np.testing.assert_array_equal(bounded(lambda: dnp.asnumpy(x))[0], h)
-    r.free()
-    assert bounded(x.free)[0] is None
-
-
 def maps(client, worker: str) -> str:
     return client.run(lambda: open("/proc/self/maps").read(), workers=[worker])[worker]
 

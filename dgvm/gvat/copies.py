@@ -106,21 +106,18 @@ def live_holders(alloc, inventory, indices) -> dict[str, list[int]]:
 
 
 def promotions(allocations, inventory, dead_uid: int) -> dict[str, dict[int, list[int]]]:
-    """For the chunks homed on the worker ``dead_uid`` that have a live copy: {holder
-    address: {alloc id: [chunk indices]}}, the holder the one with most room. A backup
-    first; else a read replica, which the GVAT lists only while it is current (a write
-    drops them before it completes). The dead worker's backups come off the books."""
+    """For the chunks homed on the worker ``dead_uid`` that have a live backup: {holder
+    address: {alloc id: [chunk indices]}}, the holder the one with most room. The dead
+    worker's backups come off the books."""
     plan: dict[str, dict[int, list[int]]] = {}
     for alloc in allocations:
-        if not alloc.backups and not alloc.replicas:
+        if not alloc.backups:
             continue
         for i in [i for i, held in alloc.backups.items() if dead_uid in held]:
             book(alloc, inventory.by_uid[dead_uid], [i], -1)
         for i in np.flatnonzero(alloc.homes == dead_uid).tolist():
             held = [inventory.by_uid[u] for u in alloc.backups.get(i, ())
                     if inventory.by_uid[u].alive and (i, u) not in alloc.filling]
-            if not held:
-                held = [inventory.by_uid[u] for u in alloc.replicas.get(i, ()) if inventory.by_uid[u].alive]
             if held:
                 best = max(held, key=lambda r: r.free)
                 plan.setdefault(best.address, {}).setdefault(alloc.alloc_id, []).append(i)
@@ -133,12 +130,7 @@ def promoted(alloc, index: int, rec: WorkerRecord, inventory) -> None:
     old = inventory.by_uid[int(alloc.homes[index])]
     old.used -= alloc.size(index)
     old.chunks -= 1
-    if not forget(alloc, index, rec.uid):  # a read replica took over
-        held = alloc.replicas.get(index)
-        if held is not None:
-            held.discard(rec.uid)
-            if not held:
-                del alloc.replicas[index]
+    forget(alloc, index, rec.uid)
     alloc.homes[index] = rec.uid
     rec.chunks += 1
 

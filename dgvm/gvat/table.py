@@ -420,8 +420,6 @@ class GVAT:
                                          for u in alloc.backups.get(i, ())
                                          if self.inventory.by_uid[u].alive
                                          and (i, u) not in alloc.filling)),  # (not a copy yet)
-                    replicas=tuple(sorted(self.inventory.by_uid[u].address for u in alloc.replicas.get(i, ())
-                                          if self.inventory.by_uid[u].alive)),
                 )
                 for i, h in enumerate(m.home)
             )

@@ -75,7 +75,6 @@ class ChunkInfo(Record):
     tier: str
     version: int = 0
     backups: tuple = ()  # workers holding a durable copy (``replicas``), current as the home
-    replicas: tuple = ()  # workers holding a read replica, current (a write drops them)
 
 
 @dataclass(frozen=True)
@@ -174,8 +173,7 @@ class AllocationInfo(Record):
         d = dict(d)
         if d.get("shape") is not None:
             d["shape"] = tuple(d["shape"])
-        d["chunks"] = tuple(ChunkInfo.from_dict({**c, "backups": tuple(c.get("backups") or ()),
-                                                 "replicas": tuple(c.get("replicas") or ())})
+        d["chunks"] = tuple(ChunkInfo.from_dict({**c, "backups": tuple(c.get("backups") or ())})
                             for c in d.get("chunks") or ())
         return super().from_dict(d)
 

@@ -113,8 +113,7 @@ class Departures:
                 continue
             mode = dask_compat.annotation(self.scheduler, key, messages.RERUN_ANNOTATION, "")
             copied = self.durability is not None and self.durability.has_copies(
-                dask_compat.annotation(self.scheduler, key, messages.ALLOCATIONS_ANNOTATION, []),
-                [u for u in map(self._uids.get, pinned) if u is not None])
+                dask_compat.annotation(self.scheduler, key, messages.ALLOCATIONS_ANNOTATION, []))
             # (A task that read and had finished is not run again: later writers may have
             # changed what it read since.)
             if copied and (mode == "writes" or (mode == "reads" and key not in self._done)):

@@ -180,19 +180,10 @@ class Durability:
                 out.extend([alloc.alloc_id, i] for i, k in alloc.last_writer.items() if k == key)
         return out
 
-    def has_copies(self, named, uids=()) -> bool:
-        """Whether an allocation of ``named`` keeps copies, or has a read replica of a
-        chunk homed on the workers ``uids`` (which left) that a promotion may make its
-        home (a task naming none is never run again: its lost chunks have no copy to run
-        on)."""
-        for a in map(self.gvat.allocations.get, map(int, named)):
-            if a is None:
-                continue
-            if a.copies > 1 or any(a.alloc_id in self._took_over.get(u, {}) for u in uids):
-                return True  # (took over: promoted already)
-            if a.replicas and any(a.replicas.get(i) for u in uids for i in np.flatnonzero(a.homes == u).tolist()):
-                return True
-        return False
+    def has_copies(self, named) -> bool:
+        """Whether an allocation of ``named`` keeps copies (a task naming none is never run
+        again: its lost chunks have no copy to run on)."""
+        return any(a.copies > 1 for a in map(self.gvat.allocations.get, map(int, named)) if a is not None)
 
     def rerun_target(self, uids, named) -> str | None:
         """Where a task pinned to the workers ``uids`` (which left), naming allocations

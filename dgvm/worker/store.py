@@ -354,13 +354,13 @@ class ChunkStore:
         return r is not None and r.source == (home, writes)
 
     def promote_backup(self, alloc_id: int, owner: str, index: int) -> bool:
-        """Make the copy held here of chunk ``index`` (a backup, or a read replica the GVAT
-        knows to be current) its home (its home left); False if there is none. Without the store's lock: a task holding it may be waiting for this
+        """Make the backup held here of chunk ``index`` its home (its home left); False if
+        there is none. Without the store's lock: a task holding it may be waiting for this
         promotion (its miss of that chunk asks the GVAT, which waits for it). Each step is
         one dict operation, and the chunk is in one table or both throughout, so a reader
         always finds it."""
         c = self._replicas.get(alloc_id, {}).get(index)
-        if c is None or self.is_home(alloc_id, index):
+        if c is None or not c.durable or self.is_home(alloc_id, index):
             return False
         c.durable = False
         self._owners.setdefault(alloc_id, owner)
