@@ -309,8 +309,11 @@ class ArrayCore:
 
     @property
     def write_count(self) -> int:
-        """Writes begun on this array so far (and frees): an operation's input notes it."""
-        return self._writes
+        """Writes begun on this array so far (and frees), and on its allocation past the
+        array (``put``, ``map_chunks``): an operation's input notes it."""
+        root = self._alias.root if self._alias is not None else self
+        alloc = root._alloc
+        return self._writes + (alloc.writes if alloc is not None else 0)
 
     @property
     def fresh(self) -> bool:
