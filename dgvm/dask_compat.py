@@ -176,10 +176,14 @@ def ready_task_keys(worker):
 class SchedulerLossHooks:
     """What a worker that outlives its scheduler does (``outlive_scheduler``): ``lost()``
     when the scheduler's stream broke (its Dask task state is dropped after it),
+    ``drained()`` once the tasks running then ended,
     ``back()`` once it is registered with a scheduler at the same address again."""
 
     def lost(self) -> None:
         """The scheduler is gone."""
+
+    def drained(self) -> None:
+        """The tasks that were running when it went have ended."""
 
     def back(self) -> None:
         """Registered with the scheduler that came back."""
@@ -244,6 +248,10 @@ async def _rejoin(worker, wait: float, hooks: SchedulerLossHooks) -> bool:
         await asyncio.sleep(0.05)
         if worker.status not in (Status.running, Status.paused):
             return False
+    try:
+        hooks.drained()
+    except Exception:  # noqa: BLE001
+        logger.exception("dgvm: after the tasks of the lost scheduler ended")
     # (``BatchedSend.interval`` is in seconds; its argument a number of ms or a string)
     worker.batched_stream = BatchedSend(interval=f"{worker.batched_stream.interval * 1000}ms", loop=worker.loop)
     try:

@@ -76,6 +76,8 @@ class Departures:
         O(1)."""
         if self.scheduler is None or not isinstance(key, str) or not key.startswith(messages.TASK_PREFIX):
             return
+        if self._ended and finish in ("erred", "forgotten"):
+            self._ended.pop(key, None)  # its own failure report came: nothing to do for it
         if start == "memory":
             self._done.add(key)
         elif finish == "forgotten":

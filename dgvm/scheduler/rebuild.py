@@ -105,8 +105,11 @@ class Rebuild:
                 acts = restore.Actions()
                 merged = 0
                 for entry in report.get("allocations") or ():
-                    if (entry.get("meta") or {}).get("scheduler") == self.plugin.token:
-                        continue  # ours (given to it since it registered)
+                    if ((entry.get("meta") or {}).get("scheduler") == self.plugin.token
+                            and entry.get("alloc_id") in self.gvat.allocations
+                            and entry.get("alloc_id") not in self.restored.ids):
+                        continue  # ours (given to it since it registered; a report asked
+                        # again names this GVAT for what the first, lost, answer told)
                     for part in restore.parts(entry, STEP):
                         self.restored.merge_one(rec, part, acts)
                         merged += len(part["homes"]) + len(part["backups"]) + 1
@@ -159,13 +162,14 @@ class Rebuild:
             return
         r.retire()
         stale = r.stale_backups()
-        await asyncio.gather(*(
+        # Bounded: everything that reads the table waits for this (``settled``).
+        await asyncio.wait({asyncio.ensure_future(asyncio.gather(*(
             self.plugin._ask(addr, messages.DROP_REPLICAS, alloc_id=a, indices=idx)
             for addr, per in stale.items() for a, idx in per.items()
-        ), return_exceptions=True)
-        await asyncio.gather(*(
+        ), return_exceptions=True))}, timeout=REPORT_WAIT)
+        await asyncio.wait({asyncio.ensure_future(asyncio.gather(*(
             self.plugin._free_on(a, [addr]) for addr, ids in r.orphans_to_free().items() for a in ids
-        ))
+        ), return_exceptions=True))}, timeout=REPORT_WAIT)
         lost = r.lost()
         if any(self.gvat.allocations[a].backups for a in lost):
             self.plugin.durability.worker_left(r.missing.uid)  # their backups become homes

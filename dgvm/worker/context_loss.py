@@ -17,6 +17,8 @@ import asyncio
 import logging
 import os
 
+from distributed.core import Status
+
 from dgvm.protocol import messages
 
 logger = logging.getLogger("dgvm.worker")
@@ -65,6 +67,9 @@ class ContextWatch:
         if not lost or self.ended:
             return
         self.ended = True
+        # No task starts here any more: one queued is stranded when the worker exits, and
+        # runs again elsewhere where copies allow, rather than failing on a dead device.
+        self.worker.status = Status.paused
         ts = self.worker.state.tasks.get(key)
         error = str(getattr(ts, "exception_text", "") or f"dgvm task {key} failed")
         logger.error("dgvm: task %s ended the %s context of worker %s; the worker process exits",

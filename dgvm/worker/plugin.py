@@ -550,6 +550,12 @@ class _Outliving(dask_compat.SchedulerLossHooks):
         if p.store is not None:
             p._submit(p.store.scheduler_lost)  # (after the store operations queued before it)
 
+    def drained(self) -> None:
+        # What the tasks that ran on meanwhile kept (a replica) goes as well.
+        p = self.plugin
+        if p.store is not None:
+            p._submit(p.store.scheduler_lost)
+
     def back(self) -> None:
         streams.tune(self.plugin.worker.batched_stream)
 

@@ -148,7 +148,8 @@ class ChunkStore:
                 "backups": [[i, c.nbytes, *(c.source or (None, -1))] for i, c in sorted(backups.items())],
             })
         self.scheduler = scheduler
-        for meta in self._meta.values():  # (the answer holds copies: ``allocs`` above)
+        for meta in list(self._meta.values()):  # (copies in the answer, ``allocs`` above;
+            # a list: ``remember`` adds to it on the event loop meanwhile)
             meta["scheduler"] = scheduler
         return {"allocations": allocs, "max_alloc_id": self.max_alloc_id,
                 "max_vaddr_end": self.max_vaddr_end}
