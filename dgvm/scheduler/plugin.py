@@ -274,6 +274,12 @@ class GVATPlugin(SchedulerPlugin):
             alloc = self.gvat.allocations.get(kwargs.get("alloc_id"))
             if alloc is not None:
                 kwargs["meta"] = meta(alloc, self.token).to_dict()
+        if worker not in self.scheduler.workers:
+            # Removed already, so its departure will not stop the request: Dask would try
+            # to connect for its whole connect timeout (30 s), holding up whatever awaits
+            # this (a write's report holds its worker's stream). (Checked in the same step
+            # as ``peers.call`` notes the request: a removal after it stops it.)
+            raise ConnectionError(f"worker {worker} left the cluster")
         return await self.departures.peers.call(
             worker, messages.call(self.scheduler.rpc(worker), handler, required=True, **kwargs),
             lambda: ConnectionError(f"worker {worker} left the cluster"))
