@@ -111,6 +111,10 @@ def case(dgvm_cluster):
         call_scheduler(messages.FREE, dgvm_cluster.client, alloc_id=a.alloc_id)
     assert not leftover, f"test left allocations behind: {leftover}"
     assert set(dgvm_cluster.store_used().values()) == {0}
+    # No allocation of the test is left and its garbage was just collected: what it leaves
+    # alive (Dask's logs and caches) joins what ``dgvm_cluster`` froze, so that the next
+    # test's collection walks only what that test makes. Thawed with the rest at the end.
+    gc.freeze()
 
 
 class TaskSizes:
