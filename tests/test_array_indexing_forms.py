@@ -82,11 +82,16 @@ READ_KEYS = [
 def test_masks_of_some_axes_select_as_numpy(case, chunks):
     a = values(SHAPE, seed=3)
     x = dnp.from_numpy(a, chunks=chunks)
-    for m01, m12 in zip(M01, M12):
+    for j, (m01, m12) in enumerate(zip(M01, M12)):
         for i, make in enumerate(READ_KEYS):
             key = make(m01, m12)
-            same(x[key], a[key])
-            same(x[with_darrays(key, chunks=2 if i % 2 else (5, 3))], a[key])
+            # The all-false and all-true masks (j = 1, 2) are given as host arrays and as
+            # DArrays by turns: each key meets each form with one of them, each of them
+            # meets each form with five keys.
+            if j == 0 or (i + j) % 2:
+                same(x[key], a[key])
+            if j == 0 or not (i + j) % 2:
+                same(x[with_darrays(key, chunks=2 if i % 2 else (5, 3))], a[key])
 
 
 def test_a_mask_apart_from_an_integer_puts_its_axis_first(case):
@@ -127,7 +132,7 @@ def test_masks_of_arrays_with_no_elements(case):
 @pytest.mark.parametrize("chunks", CHUNKINGS)
 def test_masks_of_some_axes_assign_as_numpy(case, chunks):
     a = values(SHAPE, seed=9)
-    for m01, m12 in zip(M01, M12):
+    for j, (m01, m12) in enumerate(zip(M01, M12)):
         n01, n12 = int(m01.sum()), int(m12.sum())
         cases = [
             (m01, -1.0), (m01, np.arange(5.0)),  # a scalar, a row broadcast over the selection
@@ -140,11 +145,17 @@ def test_masks_of_some_axes_assign_as_numpy(case, chunks):
             ((slice(1, 5), m12), np.arange(n12 * 1.0)),
         ]
         for i, (key, value) in enumerate(cases):
-            got, want = assigned(a, chunks, key, value, darray_value=i % 2 and np.ndim(value) > 0)
-            same(got, want)
-            got, want = assigned(a, chunks, key, value, darray_key=with_darrays(key, (4, 2)),
-                                 darray_value=not i % 2 and np.ndim(value) > 0)
-            same(got, want)
+            # As in the reads, the all-false and all-true masks (j = 1, 2) take the host
+            # and the DArray forms of the key by turns; by pairs of cases, so that each
+            # form of the key meets host and DArray values with each of them.
+            turn = (i // 2 + j) % 2
+            if j == 0 or turn:
+                got, want = assigned(a, chunks, key, value, darray_value=i % 2 and np.ndim(value) > 0)
+                same(got, want)
+            if j == 0 or not turn:
+                got, want = assigned(a, chunks, key, value, darray_key=with_darrays(key, (4, 2)),
+                                     darray_value=not i % 2 and np.ndim(value) > 0)
+                same(got, want)
 
 
 def test_a_mask_apart_from_an_integer_takes_values_in_numpys_order(case):

@@ -71,8 +71,10 @@ def test_square_matrix_functions_match_numpy(case, stack):
 
 
 @SETTINGS
-@given(stack=stacks(square=False))
-def test_rectangular_matrix_functions_match_numpy(case, stack):
+@given(stack=stacks(square=False), full=st.booleans(), mode=st.sampled_from(["reduced", "complete"]))
+def test_rectangular_matrix_functions_match_numpy(case, stack, full, mode):
+    """``full_matrices`` of svd and ``mode`` of qr are drawn with the matrices: each example
+    runs one svd and one qr, and over the examples each form meets every kind of stack."""
     batch, m, n, chunks, dtype, seed = stack
     rng = np.random.default_rng(seed)
     a = rng.standard_normal(batch + (m, n))
@@ -81,19 +83,17 @@ def test_rectangular_matrix_functions_match_numpy(case, stack):
     a = a.astype(dtype)
     x = dnp.from_numpy(a, chunks=chunks)
     close(dnp.linalg.svdvals(x), np.linalg.svd(a, compute_uv=False), dtype)
-    for full in (True, False):
-        u, s, vh = (dnp.asnumpy(r) for r in dnp.linalg.svd(x, full_matrices=full))
-        want = np.linalg.svd(a, full_matrices=full)
-        assert (u.shape, s.shape, vh.shape) == (want.U.shape, want.S.shape, want.Vh.shape)
-        assert (u.dtype, s.dtype, vh.dtype) == (want.U.dtype, want.S.dtype, want.Vh.dtype)
-        k = min(m, n)
-        close(dnp.asarray((u[..., :k] * s[..., None, :]) @ vh[..., :k, :]), a, dtype)
-    for mode in ("reduced", "complete"):
-        q, r = (dnp.asnumpy(p) for p in dnp.linalg.qr(x, mode=mode))
-        want = np.linalg.qr(a, mode=mode)
-        assert (q.shape, r.shape) == (want.Q.shape, want.R.shape)
-        close(dnp.asarray(q @ r), a, dtype)
-        np.testing.assert_array_equal(np.tril(r, -1), 0)
+    u, s, vh = (dnp.asnumpy(r) for r in dnp.linalg.svd(x, full_matrices=full))
+    want = np.linalg.svd(a, full_matrices=full)
+    assert (u.shape, s.shape, vh.shape) == (want.U.shape, want.S.shape, want.Vh.shape)
+    assert (u.dtype, s.dtype, vh.dtype) == (want.U.dtype, want.S.dtype, want.Vh.dtype)
+    k = min(m, n)
+    close(dnp.asarray((u[..., :k] * s[..., None, :]) @ vh[..., :k, :]), a, dtype)
+    q, r = (dnp.asnumpy(p) for p in dnp.linalg.qr(x, mode=mode))
+    want = np.linalg.qr(a, mode=mode)
+    assert (q.shape, r.shape) == (want.Q.shape, want.R.shape)
+    close(dnp.asarray(q @ r), a, dtype)
+    np.testing.assert_array_equal(np.tril(r, -1), 0)
     close(dnp.linalg.pinv(x), np.linalg.pinv(a), dtype)
     same(dnp.linalg.matrix_rank(x), np.linalg.matrix_rank(a))
     for ord in (2, -2, "nuc"):

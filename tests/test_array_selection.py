@@ -231,15 +231,17 @@ def test_gather_errors(case):
 
 # -- what must not happen ----------------------------------------------------------------
 def test_index_arrays_never_pass_through_the_caller(case, on_workers):
-    """Indices of 40,000 entries (320 kB): no task's arguments and no result brought back
-    grow with them (each under 16 kB), and a DArray of indices is never read here."""
-    a = values((400, 250), seed=6)
-    x = dnp.from_numpy(a, chunks=(100, 100))
-    v = indices(400, 40_000)
+    """Indices of 20,000 entries (160 kB, two chunks of 80 kB): no task's arguments and no
+    result brought back grow with them (each under 16 kB), and a DArray of indices is never
+    read here. The gathered rows are few columns wide in chunks of many rows (a result has
+    the rows of x's chunks): the size under test is the indices', not the copies'."""
+    a = values((400, 12), seed=6)
+    x = dnp.from_numpy(a, chunks=(150, 6))
+    v = indices(400, 20_000)
     d = dnp.from_numpy(v, chunks=10_000)
     with on_workers():
-        got = [x[d], dnp.take(x, d, axis=0), dnp.take(x, v, axis=0), dnp.take(x, d[:250] % 250, axis=1)]
-    for g, w in zip(got, [a[v], a[v], a[v], np.take(a, v[:250] % 250, axis=1)]):
+        got = [x[d], dnp.take(x, d, axis=0), dnp.take(x, v, axis=0), dnp.take(x, d[:250] % 12, axis=1)]
+    for g, w in zip(got, [a[v], a[v], a[v], np.take(a, v[:250] % 12, axis=1)]):
         same(g, w)
 
 
