@@ -173,10 +173,7 @@ class GVATPlugin(SchedulerPlugin):
         # Dask makes the stream to a client after this hook, before it next yields to
         # the loop: tuned on the loop's next turn.
         scheduler.loop.add_callback(lambda: streams.tune(scheduler.client_comms.get(client)))
-        # A client that reconnects after the scheduler restarted does not subscribe again
-        # (Dask's Client subscribes once); one that is not dgvm's unsubscribes at its first event.
-        for topic in (messages.LEFT_TOPIC, messages.MOVED_TOPIC):
-            scheduler.subscribe_topic(topic, client)
+        self.rebuild.subscribe(client)  # (an owner of allocations a rebuild put back)
 
     def remove_worker(self, scheduler, worker: str, **kwargs):
         rec = self.gvat.inventory.remove(worker)

@@ -50,6 +50,16 @@ class Rebuild:
         # Reports are merged one at a time, and never while the end of a rebuild (its
         # promotions of backups above all) is in progress.
         self._lock = asyncio.Lock()
+        self.owners: set[str] = set()  # the clients whose allocations the reports named
+
+    def subscribe(self, client: str) -> None:
+        """Give ``client``, the owner of allocations put back, dgvm's events: a client that
+        reconnects does not subscribe again (Dask's ``Client`` subscribes once). Only
+        owners: a client without handlers for a topic logs an error at each event."""
+        scheduler = self.plugin.scheduler
+        if client in self.owners and client in scheduler.clients:
+            for topic in (messages.LEFT_TOPIC, messages.MOVED_TOPIC):
+                scheduler.subscribe_topic(topic, client)
 
     @property
     def active(self) -> bool:
@@ -182,6 +192,9 @@ class Rebuild:
                     "chunks and backups%s", len(r.ids), r.chunks,
                     f"; chunks no worker holds (lost): {dict(list(lost.items())[:8])}" if lost else "")
         owners = {self.gvat.allocations[a].owner for a in r.ids if a in self.gvat.allocations}
+        self.owners |= owners
+        for owner in owners:  # (those connected already; the others as they come: add_client)
+            self.subscribe(owner)
         self.plugin.spawn(self._free_if_owner_gone(owners))
 
     async def _act(self, address: str, acts: restore.Actions) -> None:
