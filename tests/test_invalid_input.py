@@ -506,7 +506,7 @@ def worker_requests(buf, client, worker):
         messages.STORE_FREE: (dict(alloc_id=nobody, __required__=("alloc_id",)), dict(alloc_id=wid())),
         messages.WRITE: (dict(alloc_id=buf.alloc_id, owner=owner, pieces=[[0, 0, b"x"]],
                               __required__=("alloc_id", "owner", "pieces")),
-                         dict(alloc_id=wid(), owner=wstr, pieces=pieces_bad)),
+                         dict(alloc_id=wid(), owner=wstr, pieces=pieces_bad, key=st.sampled_from([5, [1], b"x"]))),
         messages.READ: (dict(alloc_id=buf.alloc_id, owner=owner, pieces=[[0, 0, 1]],
                              __required__=("alloc_id", "owner", "pieces")),
                         dict(alloc_id=wid(), owner=wstr, pieces=read_bad)),

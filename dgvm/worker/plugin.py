@@ -284,8 +284,13 @@ class ChunkStorePlugin(WorkerPlugin):
         if self.retirement is not None:
             self.retirement.peer_left(worker)
 
-    async def write(self, alloc_id: AllocId, owner: ClientId, pieces: list) -> int:
+    async def write(self, alloc_id: AllocId, owner: ClientId, pieces: list, key: str | None = None) -> int:
+        """Write ``pieces`` of home chunks here, then tell the GVAT (which refreshes the
+        backups before this answers). ``key``: the task whose write this is (one forwarded
+        to a chunk's new home): the backups that got it remember it, and the task, run
+        again after its worker left, does not write those chunks twice."""
         alloc_id, owner = arguments.integer("alloc_id", alloc_id), arguments.text("owner", owner)
+        key = arguments.maybe_text("key", key)
         pieces = _pieces(pieces, with_data=True)
         loop = asyncio.get_running_loop()
         while True:
@@ -296,7 +301,7 @@ class ChunkStorePlugin(WorkerPlugin):
                 await loop.run_in_executor(None, self.store.wait_writable, e.alloc_id, e.index)
         # Readers never see a stale replica: drop them before the write is acknowledged.
         await messages.call(self.worker.scheduler, messages.LAUNCHED,
-                            alloc_id=alloc_id, wrote=sorted({p[0] for p in pieces}), reads={})
+                            alloc_id=alloc_id, wrote=sorted({p[0] for p in pieces}), reads={}, key=key)
         return n
 
     async def read(self, alloc_id: AllocId, owner: ClientId, pieces: list):
