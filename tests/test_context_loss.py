@@ -20,6 +20,7 @@ from numba import cuda
 import dgvm
 import dgvm.array as da
 from dgvm.protocol.errors import ChunkLost, KernelError
+from killing import process_cluster, until, workers
 
 BOUND = 60.0  # seconds for the restart: a new worker process imports dgvm and opens its device
 FAR = 10**11  # elements past the chunk: unmapped on any GPU
@@ -32,17 +33,6 @@ def write_far(trigger, x, out):
         out[i] = x[i] + 1.0
         if trigger[i] > 0:
             out[i + FAR] = 1.0
-
-
-def _workers(client) -> set:
-    return set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.workers)))
-
-
-def _until(condition, what: str, timeout: float = BOUND):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
-        time.sleep(0.05)
 
 
 def _context_ends_on_error(dask_worker):
@@ -60,12 +50,7 @@ def test_a_fault_that_ends_the_device_context_restarts_the_worker(backend):
 
         if gpu_count() < 2:
             pytest.skip("needs 2 GPUs")
-        cluster = dgvm.LocalCluster(backend="cuda", device_memory="1GiB", dashboard_address=None)
-    else:
-        cluster = dgvm.LocalCluster(n_workers=3, backend="cpu", processes=True, device_memory="64MiB",
-                                    dashboard_address=None)
-    client = dgvm.connect(cluster)
-    try:
+    with process_cluster(backend, n_workers=3) as client:
         n, chunk = 40_000, 5_000
         ref = np.arange(n, dtype=np.float64)
         x = da.from_numpy(ref, chunks=chunk, replicas=2, client=client)
@@ -89,8 +74,8 @@ def test_a_fault_that_ends_the_device_context_restarts_the_worker(backend):
 
         # The victim's process ends and its nanny's new one joins; the others never
         # ran the faulting task (they would have ended too).
-        _until(lambda: victim not in _workers(client), "the scheduler removing the victim")
-        _until(lambda: len(_workers(client)) == len(pids), "the new worker joining")
+        until(lambda: victim not in workers(client), BOUND, "the scheduler removing the victim")
+        until(lambda: len(workers(client)) == len(pids), BOUND, "the new worker joining")
         after = client.run(os.getpid)
         assert all(after.get(w) == pid for w, pid in pids.items() if w != victim), (pids, after)
 
@@ -116,6 +101,3 @@ def test_a_fault_that_ends_the_device_context_restarts_the_worker(backend):
         assert dgvm.table(client=client) == []
         used = client.run(lambda dask_worker: dask_worker.extensions["dgvm"].backend.used)
         assert set(used.values()) == {0}, used
-    finally:
-        client.close()
-        cluster.close()

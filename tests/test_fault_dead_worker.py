@@ -25,6 +25,7 @@ import dgvm.array as dnp
 from dgvm.array._engine.lifecycle import drain_releases
 from dgvm.protocol import messages
 from dgvm.transfer import LeftPeers
+from killing import process_cluster, until, workers
 
 BOUND = 30.0  # seconds any one call may take once the scheduler removed the worker
 
@@ -49,27 +50,8 @@ def spin(n, out):
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = dgvm.LocalCluster(n_workers=4, backend="cpu", processes=True, device_memory="64MiB",
-                                dashboard_address=None)
-    client = dgvm.connect(cluster)
-    try:
+    with process_cluster(n_workers=4) as client:
         yield client
-    finally:
-        client.close()
-        cluster.close()
-
-
-def until(condition, timeout: float = BOUND, what: str = "condition"):
-    """Wait for ``condition()`` to hold, at most ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.02)
-
-
-def workers(client) -> set:
-    return set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.workers)))
 
 
 def kill(client, address: str, racing=None):

@@ -10,7 +10,6 @@ the stores no bytes."""
 import os
 import re
 import signal
-import time
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ from dgvm.array._engine.lifecycle import drain_releases
 from dgvm.array._engine import lineage
 from dgvm.array._engine.lineage import departures_of
 from dgvm.client.apply import map_chunks
+from killing import process_cluster, until, workers
 
 BOUND = 30.0
 N, CHUNK = 4000, 500
@@ -36,14 +36,8 @@ def add_one(x, out):
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = dgvm.LocalCluster(n_workers=4, backend="cpu", processes=True, device_memory="64MiB",
-                                dashboard_address=None)
-    client = dgvm.connect(cluster)
-    try:
+    with process_cluster(n_workers=4) as client:
         yield client
-    finally:
-        client.close()
-        cluster.close()
 
 
 @pytest.fixture(autouse=True)
@@ -56,18 +50,6 @@ def nothing_left(client):
     dgvm.stats(client=client)  # (waits for the releases of moved chunks)
     used = client.run(lambda dask_worker: dask_worker.extensions["dgvm"].backend.used)
     assert set(used.values()) == {0}, used
-
-
-def until(condition, timeout: float = BOUND, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.02)
-
-
-def workers(client) -> set:
-    return set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.workers)))
 
 
 def kill(client, address: str, heard_by=None) -> None:
@@ -380,9 +362,7 @@ def test_a_result_on_a_gpu_that_died_is_made_again():
 
     if gpu_count() < 2:
         pytest.skip("needs 2 GPUs")
-    cluster = dgvm.LocalCluster(backend="cuda", device_memory="1GiB", dashboard_address=None)
-    client = dgvm.connect(cluster)
-    try:
+    with process_cluster("cuda") as client:
         h = np.arange(200_000.0)
         x = dnp.from_numpy(h, chunks=25_000, replicas=2, client=client)
         y = (x * 2 + 1).persist().wait()
@@ -398,6 +378,3 @@ def test_a_result_on_a_gpu_that_died_is_made_again():
         x.free()
         assert drain_releases(client, timeout=BOUND)
         assert dgvm.table(client=client) == []
-    finally:
-        client.close()
-        cluster.close()

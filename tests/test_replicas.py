@@ -22,6 +22,7 @@ import dgvm.array as da
 from dgvm.client.apply import map_chunks
 from dgvm.protocol.errors import ChunkLost, InvalidArgument, OutOfDeviceMemory
 from dgvm.worker.plugin import RELEASE_WAIT
+from killing import process_cluster
 
 
 def _copies(client, alloc_id: int) -> dict:
@@ -247,12 +248,7 @@ def test_a_killed_worker_loses_nothing_that_had_a_copy(backend):
 
         if gpu_count() < 2:
             pytest.skip("needs 2 GPUs")
-        cluster = dgvm.LocalCluster(backend="cuda", device_memory="1GiB", dashboard_address=None)
-    else:
-        cluster = dgvm.LocalCluster(n_workers=4, backend="cpu", processes=True, device_memory="128MiB",
-                                    dashboard_address=None)
-    client = dgvm.connect(cluster)
-    try:
+    with process_cluster(backend, 4, "128MiB") as client:
         n = 600_000
         ref = np.arange(n, dtype=np.float64)
         x = da.from_numpy(ref, chunks=n // 16, replicas=2, client=client)
@@ -310,9 +306,6 @@ def test_a_killed_worker_loses_nothing_that_had_a_copy(backend):
         assert dgvm.table(client=client) == []
         used = client.run(lambda dask_worker: dask_worker.extensions["dgvm"].backend.used)
         assert set(used.values()) == {0}, used
-    finally:
-        client.close()
-        cluster.close()
 
 
 def _hold_refreshes_from(dask_worker, home):
@@ -346,10 +339,7 @@ def test_a_write_whose_home_dies_while_its_copies_take_it_is_not_lost():
     """A task wrote chunks at their home and reported it; the home dies while the copies
     refresh, so the copy that becomes the home lacks the write: the task runs again on it
     for those chunks (the other chunks' copies hold its write, and are not written twice)."""
-    cluster = dgvm.LocalCluster(n_workers=3, backend="cpu", processes=True, device_memory="64MiB",
-                                dashboard_address=None)
-    client = dgvm.connect(cluster)
-    try:
+    with process_cluster(n_workers=3) as client:
         n = 60_000
         ref = np.arange(n, dtype=np.float64)
         x = da.from_numpy(ref, chunks=n // 6, replicas=2, placement="round_robin", client=client)
@@ -370,6 +360,3 @@ def test_a_write_whose_home_dies_while_its_copies_take_it_is_not_lost():
         np.testing.assert_array_equal(da.asnumpy(x), (ref + 1) * 2)
         x.free()
         assert dgvm.table(client=client) == []
-    finally:
-        client.close()
-        cluster.close()

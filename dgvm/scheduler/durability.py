@@ -79,7 +79,7 @@ class Durability:
             # their holders before them (allocation ids are never reused).
             for h, r in zip(holders, results):
                 if not isinstance(r, BaseException):
-                    self.plugin.spawn(self._free_late(h, alloc.alloc_id))
+                    self.plugin.spawn(self._tell(h, messages.STORE_FREE, alloc_id=alloc.alloc_id))
             return
         if key is not None and alloc.alloc_id in self.gvat.allocations:
             alloc.last_writer.update(dict.fromkeys(landed, key))
@@ -95,22 +95,18 @@ class Durability:
             logger.warning("dgvm: backups of chunks %s of allocation %s on %s were not refreshed "
                            "(%s); they are dropped and made again", stale, alloc.alloc_id, h, r)
             copies.book(alloc, rec, stale, -1)
-            self.plugin.spawn(self._drop(h, alloc.alloc_id, stale))
+            self.plugin.spawn(self._tell(h, messages.DROP_REPLICAS, alloc_id=alloc.alloc_id, indices=stale))
             dropped = True
         if dropped:
             self.plugin.spawn(self.replenish([alloc.alloc_id]))
 
-    async def _free_late(self, holder, alloc_id):
+    async def _tell(self, holder, handler: str, **kwargs):
+        """``handler`` on ``holder``, which frees memory there: best effort (a holder
+        that left took its memory with it)."""
         try:
-            await self.plugin._ask(holder, messages.STORE_FREE, alloc_id=alloc_id)
-        except Exception as e:  # noqa: BLE001  (gone: its memory went with it)
-            logger.info("freeing new backups of allocation %s on %s: %s", alloc_id, holder, e)
-
-    async def _drop(self, holder, alloc_id, indices):
-        try:
-            await self.plugin._ask(holder, messages.DROP_REPLICAS, alloc_id=alloc_id, indices=indices)
-        except Exception as e:  # noqa: BLE001  (gone: its memory went with it)
-            logger.info("dropping backups %s of allocation %s on %s: %s", indices, alloc_id, holder, e)
+            await self.plugin._ask(holder, handler, **kwargs)
+        except Exception as e:  # noqa: BLE001
+            logger.info("dgvm: %s%s on %s: %s", handler, kwargs, holder, e)
 
     # -- a worker left ---------------------------------------------------------------------
     def worker_left(self, uid: int) -> None:
@@ -286,4 +282,5 @@ class Durability:
                 copies.book(alloc, rec, [i], -1)
                 if rec.alive:
                     drop.setdefault(rec.address, []).append(i)
-        await asyncio.gather(*(self._drop(a, alloc.alloc_id, idx) for a, idx in drop.items()))
+        await asyncio.gather(*(self._tell(a, messages.DROP_REPLICAS, alloc_id=alloc.alloc_id, indices=idx)
+                               for a, idx in drop.items()))
