@@ -33,6 +33,7 @@ from dgvm.transfer.fetch import request_exports
 from dgvm.transfer.ipc_mappings import BufferGone
 from dgvm.transfer.ipc_retire import IpcRetirement
 from dgvm.worker.context_loss import ContextWatch
+from dgvm.worker.direct import DirectTasks
 from dgvm.worker.store import ChunkLeaving, ChunkStore, StoredChunk
 
 logger = logging.getLogger("dgvm.worker")
@@ -94,6 +95,9 @@ class ChunkStorePlugin(WorkerPlugin):
         self.context = ContextWatch(worker, backend)  # a fault that ends the device context
         # Refusals (an allocation gone, a device full, ...) are answered as data.
         worker.handlers.update(messages.serve(self.handlers()))
+        # Clients' operations, straight from them (its own connection: not a served call).
+        self.direct = DirectTasks(worker, self)
+        worker.handlers[messages.DIRECT] = self.direct.serve
         worker.metrics[messages.HEARTBEAT] = lambda w: self.metrics()
         worker.extensions[messages.EXTENSION] = self.store
         exports = getattr(backend, "exports", None)
@@ -120,7 +124,7 @@ class ChunkStorePlugin(WorkerPlugin):
     KEPT_AFTER_TEARDOWN = (messages.STORE_FREE, messages.IPC_FORGET)
 
     async def teardown(self, worker):
-        for op in self.handlers():
+        for op in [*self.handlers(), messages.DIRECT]:
             if op not in self.KEPT_AFTER_TEARDOWN:
                 worker.handlers.pop(op, None)
         # An unknown stream message would close the worker: these may still come.
