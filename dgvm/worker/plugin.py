@@ -83,7 +83,7 @@ class ChunkStorePlugin(WorkerPlugin):
         backend = backends.create(self.backend_name, self.device_memory, self.device_speed)
         self.store = ChunkStore(backend, worker.address)
         self.transfers = transfer.Transfers()
-        self.profile = backend.profile(config.get_bytes("profile-bytes"), host=worker.ip)
+        self.profile = backend.profile(config.get_bytes("profile-bytes"), host=transfer.host_id(worker.ip))
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="dgvm-store")
         # Exports take no store lock and must never queue behind an operation that waits
         # for one: a task holding this store's lock may be waiting on a peer whose own task
