@@ -368,6 +368,24 @@ def wait_first(futures) -> list:
     return [f for f in direct if not f.done()]
 
 
+async def ended(client, futures) -> None:
+    """(On the client's loop.) Wait for every one of ``futures`` to end, failed or not."""
+    direct, dask = _split(futures)
+    if dask:
+        from dgvm import dask_compat
+
+        await dask_compat.gather_skipping_errors(client, dask)
+    loop = asyncio.get_running_loop()
+    waits = []
+    for f in direct:
+        if not f.done():
+            w = loop.create_future()
+            f._then(lambda _, w=w: w.done() or w.set_result(None))
+            waits.append(w)
+    if waits:
+        await asyncio.wait(waits)
+
+
 def gather(client, futures, direct: bool = False) -> list:
     """The results of ``futures`` in order; the first error raised."""
     if not any(isinstance(f, DirectTask) for f in futures):

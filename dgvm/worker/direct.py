@@ -8,10 +8,13 @@ The worker runs each on its thread pool once those it follows ended, in the orde
 came where they depend on each other, and answers on the same connection: the result, or
 the error with the worker's traceback.
 
-Before it answers, the task's report of what it wrote and read is in the GVAT (a request,
-awaited: ``_reports``), as on Dask's task path, where the report precedes the task's
-completion on the worker's stream: no later task, on any worker, can read a replica the
-write made stale.
+Before it answers, the GVAT has the task's report of the chunks it wrote that other
+workers may hold copies of (a request, awaited: ``_reports``), as on Dask's task path,
+where every report precedes the task's completion on the worker's stream: no later task,
+on any worker, can read a replica the write made stale, and backups hold the write. The
+report of a write to chunks of which no copy exists goes on the worker's stream, off the
+operation's path: a copy made later is made of the new values, and the GVAT learns the
+new version before it counts that copy or soon after (then it drops it).
 
 A task that follows a failed one fails with its error without running (Dask's rule for a
 task whose dependency failed, ``dgvm.client.failures``).
@@ -156,13 +159,21 @@ class DirectTasks:
             _running.task = None
 
     async def _reports(self, reports) -> None:
-        """Hand the task's reports to the GVAT and wait for them to be done there."""
-        for r in reports:
+        """Hand the task's reports ((message, urgent) each) to the GVAT. An urgent one (it
+        wrote chunks other workers may hold copies of) is a request, answered once those
+        copies were dropped or refreshed; the others go on the worker's stream, in order,
+        and the task is answered without waiting for them: no copy of what they wrote
+        exists elsewhere, and a copy made from now on is made of the new values."""
+        for message, urgent in reports:
+            if not urgent:
+                self.worker.batched_stream.send(message)
+                continue
+            message = {k: v for k, v in message.items() if k != "op"}
             try:
-                await messages.call(self.worker.scheduler, messages.LAUNCHED, worker=self.worker.address, **r)
+                await messages.call(self.worker.scheduler, messages.LAUNCHED, worker=self.worker.address, **message)
             except Exception:  # noqa: BLE001  (the scheduler went: a new one rebuilds the table)
                 logger.warning("dgvm: the report of a task on %s (allocation %s) was not taken",
-                               self.worker.address, r.get("alloc_id"), exc_info=True)
+                               self.worker.address, message.get("alloc_id"), exc_info=True)
 
     def ready(self) -> bool:
         """Is a direct task ready here, waiting only for a thread?"""

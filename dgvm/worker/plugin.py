@@ -342,6 +342,7 @@ class ChunkStorePlugin(WorkerPlugin):
         # write count, taken first, is at most that of the data copied (a replica's source).
         p = self.transfers[path]
         out = []
+        self.store.shared(alloc_id, indices)  # (before the copy: a write after it waits for the GVAT)
         for i in indices:
             try:
                 if self.store.is_home(alloc_id, i):

@@ -64,9 +64,8 @@ def send_report(access: Access, alloc_id: int, wrote: list, reads: dict) -> None
     worker = access.worker
     message = messages.report(alloc_id, wrote, reads, access.store.stats.to_dict(), current_key(access))
     task = direct.running()
-    if task is not None:
-        del message["op"]
-        task[2].append(message)
+    if task is not None:  # the plane waits for it only if copies elsewhere must hear first
+        task[2].append((message, bool(wrote) and access.store.may_have_copies(alloc_id, wrote)))
         return
     worker.loop.add_callback(worker.batched_stream.send, message)
 
