@@ -106,6 +106,9 @@ HEARTBEAT = "dgvm"  # worker.metrics: the chunk store's figures in each heartbea
 MOVED_TOPIC = "dgvm-moved"
 # A worker left the cluster, its chunks with it: scheduler -> clients (Dask event topic).
 LEFT_TOPIC = "dgvm-worker-left"
+# A task of the direct plane ended on a worker: {"key", "worker", "start", "stop",
+# "status", "chunks"} (worker -> scheduler, Dask event topic; the dashboard's operations).
+OPERATIONS_TOPIC = "dgvm-operations"
 # A task's report to the GVAT of what it wrote and read: worker -> scheduler.
 REPORT = "dgvm-launched"
 # An old home's release of moved chunks (dgvm.scheduler.releases): scheduler -> worker.

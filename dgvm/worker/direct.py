@@ -26,6 +26,7 @@ import asyncio
 import collections
 import logging
 import threading
+import time
 
 from distributed.core import Status, error_message
 from distributed.protocol import to_serialize
@@ -100,6 +101,7 @@ class DirectTasks:
         asyncio.ensure_future(self._run(key, msg, answer, ended))
 
     async def _run(self, key: str, msg: dict, answer, ended: asyncio.Future) -> None:
+        start, status, chunks = time.time(), "error", 0
         try:
             for dep in msg.get("after", ()):
                 f = self.ended.get(dep)
@@ -128,6 +130,7 @@ class DirectTasks:
                 answer({"key": key, **failed})
                 return
             await self._reports(reports)
+            status, chunks = "finished", len(indices)
             answer({"key": key, "result": to_serialize(result)})
         except Exception as e:  # noqa: BLE001  (never leave a task unanswered)
             logger.exception("dgvm: direct task %s", key)
@@ -138,6 +141,11 @@ class DirectTasks:
         finally:
             self.ended.pop(key, None)
             ended.set_result(None)
+            # For the dashboard (one small message on the worker's stream; the scheduler
+            # keeps the last ``distributed.admin.low-level-log-length`` of them).
+            self.worker.log_event(messages.OPERATIONS_TOPIC, {
+                "key": key, "worker": self.worker.address, "start": start, "stop": time.time(),
+                "status": status, "chunks": chunks})
 
     def _failed(self, key: str, failed: dict) -> None:
         self.failed[key] = failed
