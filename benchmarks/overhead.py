@@ -1,20 +1,24 @@
-"""Where the fixed time of one dgvm.array operation goes, beside a bare Dask round trip.
+"""The fixed time of one dgvm.array operation, on both dispatch planes, beside Dask.
 
     python benchmarks/overhead.py [--backend auto|cuda|cpu] [--n 4000] [--reps 20]
 
-For each operation it prints the median wall time on the client, split by the task
-stream into: before the first task starts on a worker (client work, GVAT allocation,
-dispatch), the tasks' run time on the workers (first start to last stop), and after the
-last task stops until the caller has its answer (completion messages, the gather). A
-bare Dask round trip (one no-op task per worker, submitted and gathered) is the floor.
-Then the requests an operation makes, alone: a GVAT request, a request to each worker,
-an allocation like x's and a free.
+For each operation it prints the median wall time on the client with the direct plane
+(``dgvm.dispatch.plane: direct``: the caller sends each worker its task and the worker
+answers) and with Dask's task path (``tasks``), split for the latter by the task stream
+into: before the first task starts on a worker (client work, GVAT allocation, dispatch),
+the tasks' run time on the workers (first start to last stop), and after the last task
+stops until the caller has its answer (completion messages, the gather). A bare Dask
+round trip (one no-op task per worker, submitted and gathered) and the device floor of
+the operation's passes over x are printed beside them. Then the requests an operation
+makes, alone: a GVAT request, a request to each worker, an allocation like x's and a free.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+
+import dask
 import statistics
 import time
 
@@ -83,10 +87,23 @@ def main(argv=None) -> int:
               f"median of {args.reps} runs, ms")
         print(f"hardware floor: one pass over x (read or write) takes {1e3 * 8 * args.n ** 2 / bw:.2f} ms "
               f"at the {bw / 1e9:.0f} GB/s the workers measured ((x + 1) moves two passes)")
-        print(f"{'operation':45s} {'wall':>8s} {'before':>8s} {'tasks':>8s} {'after':>8s}")
+        passes = {"(x + 1).wait()": 2, "((2x + 1) x - 3) / (x + 2), .wait()": 2, "float(x.sum())": 1,
+                  "float((x + x.T).sum())": 2, "x.mean(axis=0).wait()": 1}
+        floor_ms = 1e3 * 8 * args.n ** 2 / bw
+        print(f"{'operation':45s} {'direct':>8s} {'floor':>6s} {'tasks':>8s} {'before':>8s} {'run':>8s} "
+              f"{'after':>8s} {'tasks/direct':>12s}")
         for name, fn in ops.items():
-            wall, before, run, after = split(client, fn, args.reps)
-            print(f"{name:45s} {wall:8.2f} {before:8.2f} {run:8.2f} {after:8.2f}")
+            if name.startswith("dask"):
+                wall, before, run, after = split(client, fn, args.reps)
+                print(f"{name:45s} {'-':>8s} {'-':>6s} {wall:8.2f} {before:8.2f} {run:8.2f} {after:8.2f}")
+                continue
+            with dask.config.set({"dgvm.dispatch.plane": "direct"}):
+                direct = median_time(fn, args.reps) * 1e3
+            with dask.config.set({"dgvm.dispatch.plane": "tasks"}):
+                wall, before, run, after = split(client, fn, args.reps)
+            floor = f"{passes[name] * floor_ms:6.2f}" if name in passes else f"{'-':>6s}"
+            print(f"{name:45s} {direct:8.2f} {floor} {wall:8.2f} {before:8.2f} {run:8.2f} {after:8.2f} "
+                  f"{wall / direct:11.1f}x")
         # The requests an operation makes, alone (no task).
         from dgvm.array._engine.allocation import allocate
         from dgvm.client.session import call_scheduler, call_workers
@@ -104,7 +121,7 @@ def main(argv=None) -> int:
         # first allocations would take them over instead of asking the GVAT.
         from dgvm.array._engine.lifecycle import releases_of
 
-        releases_of(client).settle()  # gc, kept allocations freed, releases done
+        releases_of(client).drain()  # gc, kept allocations freed, releases done
         allocs, frees = [], []
         for _ in range(args.reps):
             t0 = time.perf_counter()

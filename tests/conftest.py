@@ -141,6 +141,23 @@ class TaskSizes:
 
 
 @pytest.fixture
+def direct_tasks(monkeypatch):
+    """The keys of the tasks the direct plane sends (``dgvm.client.direct``), in order."""
+    from dgvm.client import direct
+
+    keys: list = []
+    real = direct.DirectPlane.submit
+
+    def submit(self, *args, **kwargs):
+        tasks = real(self, *args, **kwargs)
+        keys.extend(t.key for t in tasks)
+        return tasks
+
+    monkeypatch.setattr(direct.DirectPlane, "submit", submit)
+    return keys
+
+
+@pytest.fixture
 def task_sizes(monkeypatch):
     """A ``TaskSizes`` that spies on ``dispatch.submit`` and blockwise's ``gather``."""
     import cloudpickle

@@ -37,3 +37,14 @@ def until(condition, timeout: float = 30.0, what: str = "condition"):
 def workers(client) -> set:
     """The addresses of the workers the scheduler has now."""
     return set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.workers)))
+
+
+def running_on(client, worker: str) -> list:
+    """The keys of the dgvm tasks the worker at ``worker`` has received and not ended:
+    those of the direct plane (``dgvm.worker.direct``) and Dask's processing ones."""
+    def direct(dask_worker):
+        plugin = dask_worker.plugins.get("dgvm-store")
+        return list(plugin.direct.ended) if plugin is not None else []
+
+    keys = list(client.run(direct, workers=[worker]).get(worker, []))
+    return keys + [str(k) for k in client.processing(workers=[worker]).get(worker, ())]

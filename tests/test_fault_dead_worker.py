@@ -25,7 +25,7 @@ import dgvm.array as dnp
 from dgvm.array._engine.lifecycle import drain_releases
 from dgvm.protocol import messages
 from dgvm.transfer import LeftPeers
-from killing import process_cluster, until, workers
+from killing import process_cluster, running_on, until, workers
 
 BOUND = 30.0  # seconds any one call may take once the scheduler removed the worker
 
@@ -156,7 +156,7 @@ def test_work_in_flight_when_a_worker_dies_answers_with_chunklost(client):
     total = {}
     reader = threading.Thread(target=lambda: total.update(r=bounded(lambda: float(out.sum()))), daemon=True)
     reader.start()  # a reduction waiting for the launch
-    until(lambda: any("spin" in str(k) for k in client.processing(workers=[victim])[victim]),
+    until(lambda: any("spin" in k for k in running_on(client, victim)),
           what="the launch running on the victim")
     kill(client, victim)
     reader.join(BOUND)
@@ -210,7 +210,15 @@ def test_an_array_written_on_the_worker_that_left_and_moved_off_it_lost_nothing(
         assert bounded(a.free)[0] is None
 
 
-def test_a_task_that_followed_one_failed_since_is_not_waited_for_for_ever(client):
+@pytest.fixture
+def tasks_plane():
+    """Dask's task path (``dgvm.dispatch.plane: tasks``): the tests of what Dask does with
+    the results of tasks whose worker left (the direct plane keeps none on workers)."""
+    with dask.config.set({"dgvm.dispatch.plane": "tasks"}):
+        yield
+
+
+def test_a_task_that_followed_one_failed_since_is_not_waited_for_for_ever(client, tasks_plane):
     x = spread(client)
     steps = dnp.from_numpy(np.full(4000, 20000), chunks=500, colocate=x)
     y = dnp.zeros(4000, chunks=500, colocate=x)
@@ -251,7 +259,7 @@ def _pinned(dask_scheduler, keys) -> dict:
     return {k: next(iter(dask_scheduler.tasks[k].worker_restrictions)) for k in keys}
 
 
-def test_a_released_array_is_freed_when_the_worker_holding_a_copy_of_its_writers_result_dies(client):
+def test_a_released_array_is_freed_when_the_worker_holding_a_copy_of_its_writers_result_dies(client, tasks_plane):
     """A task's result is copied to the workers of the tasks that follow it, and Dask's
     memory manager keeps one copy: the one where the task ran. Were it the other, that
     worker's death would lose the result of a task whose worker lives: with a task it

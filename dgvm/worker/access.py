@@ -107,6 +107,12 @@ class Access:
         self.current.add(key)
         store = self.store
         held = store.local(spec.alloc_id, index)
+        if held is not None and store.leaving(spec.alloc_id, index):
+            # A move is taking this home copy away: once it ends the chunk is read from
+            # its new home (a write there may already have followed; its release here
+            # need not have come before this task) or, the move undone, here.
+            store.wait_writable(spec.alloc_id, index)
+            held = store.local(spec.alloc_id, index)
         if held is not None or key in self.transient:
             count["hits"] += 1
             store.stats.hits += 1

@@ -331,6 +331,10 @@ class ChunkStore:
             self._leaving.discard((alloc_id, int(i)))
         self.changed.notify_all()
 
+    def leaving(self, alloc_id: int, index: int) -> bool:
+        """Is a move copying home chunk ``index`` away (until its release or thaw)?"""
+        return (alloc_id, index) in self._leaving
+
     def wait_writable(self, alloc_id: int, index: int, timeout: float = MOVE_WAIT) -> None:
         """Wait until no move is copying home chunk ``index`` away. Called with the lock
         held (a task's output chunk) or not; the lock is let go while waiting. Then the

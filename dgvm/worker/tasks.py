@@ -64,8 +64,14 @@ def send_report(access: Access, alloc_id: int, wrote: list, reads: dict) -> None
     worker = access.worker
     message = messages.report(alloc_id, wrote, reads, access.store.stats.to_dict(), current_key(access))
     task = direct.running()
-    if task is not None:  # the plane waits for it only if copies elsewhere must hear first
-        task[2].append((message, bool(wrote) and access.store.may_have_copies(alloc_id, wrote)))
+    if task is not None:
+        # The plane waits for it only where that counts: copies elsewhere must drop or
+        # take the write first; chunks read from other workers may move here (re-homing),
+        # and the caller sees those moves and misses once the operation is done, as the
+        # cost of a remote read anyway is a round trip.
+        urgent = (bool(wrote) and access.store.may_have_copies(alloc_id, wrote)) or any(
+            r["remote"] for r in reads.values())
+        task[2].append((message, urgent))
         return
     worker.loop.add_callback(worker.batched_stream.send, message)
 
@@ -201,7 +207,7 @@ def device_task(access: Access, what: str, out: ArraySpec, indices, may_leave: b
 def next_task_waits(worker) -> bool:
     """Is another dgvm task ready to run on ``worker``, waiting only for a thread? It
     finishes its own device work after this task's (``finish_on_device``)."""
-    plugin = worker.plugins.get(messages.STORE_PLUGIN)
+    plugin = getattr(worker, "plugins", {}).get(messages.STORE_PLUGIN)
     if plugin is not None and plugin.direct.ready():
         return True
     try:
