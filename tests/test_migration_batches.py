@@ -241,3 +241,29 @@ def test_a_home_that_leaves_in_the_middle_of_a_many_chunk_move():
         got = np.concatenate([dnp.asnumpy(x[j * 65_536:(j + 1) * 65_536]) for j in stayed])
         np.testing.assert_array_equal(got, np.concatenate([a[j * 65_536:(j + 1) * 65_536] for j in stayed]))
         x.free()
+
+
+def test_a_migrate_answer_makes_its_own_moved_event_old_news(case):
+    from dgvm.client.allocation import LiveAllocations
+    from dgvm.client.session import session_of
+
+    buf = dgvm.malloc(2 * MiB, chunk_bytes=MiB, placement="packed")
+    try:
+        dst = next(w.address for w in dgvm.workers() if w.address != buf.home(0))
+        assert buf.migrate([0], dst) == [0]
+        event, = [m for _, m in case.client.get_events(messages.MOVED_TOPIC)
+                  if m["alloc_id"] == buf.alloc_id]
+        assert event["moves"] == buf.moves_known > 0
+        live = session_of(case.client).part(LiveAllocations)
+        live._on_moved((time.time(), event))  # the event of the move the answer told of
+        assert not buf.stale
+        live._on_moved((time.time(), {**event, "moves": event["moves"] + 1}))  # a later move
+        assert buf.stale
+        buf.refresh()
+        live._on_moved((time.time(), {k: v for k, v in event.items() if k != "moves"}))  # (a promotion's)
+        assert buf.stale
+        assert buf.migrate([1], dst) == [1]
+        assert buf.moves_known > event["moves"]  # numbers grow
+        assert buf.homes() == [dst, dst]
+    finally:
+        buf.free()
