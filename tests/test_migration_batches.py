@@ -32,16 +32,14 @@ def _homes(x) -> list[str]:
     return [loc.worker for loc in dgvm.translate_many([c.vaddr for c in x.chunk_info()])]
 
 
-_CALLS: dict = {}  # requests each worker served while counted: {address: [(handler, kwargs)]}
-
-
 def _count(handler: str, dask_worker=None):
-    """Count ``handler``'s requests to this worker (in-process cluster: one dict)."""
-    served, address = dask_worker.handlers[handler], dask_worker.address
+    """Count ``handler``'s requests to this worker, kept on the worker (``_counted``)."""
+    served = dask_worker.handlers[handler]
+    calls = dask_worker.__dict__.setdefault("dgvm_test_calls", [])
 
     @functools.wraps(served)
     async def counted(*args, **kwargs):
-        _CALLS.setdefault(address, []).append((handler, kwargs))
+        calls.append((handler, kwargs))
         return await served(*args, **kwargs)
 
     counted.original = served
@@ -50,6 +48,17 @@ def _count(handler: str, dask_worker=None):
 
 def _uncount(handler: str, dask_worker=None):
     dask_worker.handlers[handler] = getattr(dask_worker.handlers[handler], "original", dask_worker.handlers[handler])
+
+
+def _counted(case) -> dict:
+    """{worker: [(handler, kwargs)]} counted since the last call, and forgotten."""
+    def take(dask_worker=None):
+        calls = dask_worker.__dict__.setdefault("dgvm_test_calls", [])
+        out = list(calls)
+        calls.clear()
+        return out
+
+    return case.client.run(take)
 
 
 def test_many_chunks_move_in_one_pull_and_one_export_per_home(case, monkeypatch):
@@ -68,7 +77,7 @@ def test_many_chunks_move_in_one_pull_and_one_export_per_home(case, monkeypatch)
         assert len(set(before)) == len(case.capacities)  # on every worker
         case.client.run(_count, messages.PULL)
         case.client.run(_count, messages.EXPORT)
-        _CALLS.clear()
+        _counted(case)
         try:
             moved = x.migrate(list(range(len(before))), dst)
         finally:
@@ -76,7 +85,7 @@ def test_many_chunks_move_in_one_pull_and_one_export_per_home(case, monkeypatch)
             case.client.run(_uncount, messages.EXPORT)
         assert moved == [i for i, w in enumerate(before) if w != dst]
         assert _homes(x) == [dst] * len(before)
-        calls = _CALLS
+        calls = _counted(case)
         assert [h for h, _ in calls.get(dst, [])] == [messages.PULL]  # one request to the new home
         for w in set(before) - {dst}:  # one export request to each old home, for all its chunks
             (handler, kwargs), = calls[w]
@@ -98,15 +107,16 @@ def test_a_rebalance_moves_the_chunks_of_an_allocation_to_a_worker_in_one_pull(c
     x = dnp.from_numpy(np.arange(2 * MiB, dtype=np.float64), chunks=MiB // 8, placement="packed")
     try:
         case.client.run(_count, messages.PULL)
-        _CALLS.clear()
+        _counted(case)
         try:
             moved = dgvm.rebalance()
         finally:
             case.client.run(_uncount, messages.PULL)
+        calls = _counted(case)
         assert moved["chunks"] > 1
-        pulls = {w: len(c) for w, c in _CALLS.items() if c}
+        pulls = {w: len(c) for w, c in calls.items() if c}
         assert pulls and all(n == 1 for n in pulls.values()), pulls
-        assert sum(len(kw["chunks"]) for c in _CALLS.values() for _, kw in c) == moved["chunks"]
+        assert sum(len(kw["chunks"]) for c in calls.values() for _, kw in c) == moved["chunks"]
         np.testing.assert_array_equal(dnp.asnumpy(x), np.arange(2 * MiB, dtype=np.float64))
     finally:
         x.free()

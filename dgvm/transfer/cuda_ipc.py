@@ -113,12 +113,14 @@ class CudaIpcPath(TransferPath):
                 except BaseException:
                     maps.release(desc["holder"], desc["ipc"])
                     raise
-                if not made:  # the link's time: from the first copy on (a gap after it counts)
-                    start.record(stream)
+                first = not made
                 made.append((k, handle))
                 free -= backend.footprint(n)
+                dst = backend.view(handle, n).data.ptr
+                if first:  # the link's time: from the first copy on (a gap after it counts)
+                    start.record(stream)
                 # Unified addressing: a plain device-to-device copy reaches the peer's memory.
-                rt.memcpyAsync(backend.view(handle, n).data.ptr, src, n, rt.memcpyDeviceToDevice, stream.ptr)
+                rt.memcpyAsync(dst, src, n, rt.memcpyDeviceToDevice, stream.ptr)
             if not made:
                 return out
             stop.record(stream)
