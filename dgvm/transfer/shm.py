@@ -15,9 +15,10 @@ import numpy as np
 
 from dgvm.transfer.base import TransferPath, release_fetched, shares
 
-#: threads that copy the chunks of one move (NumPy's copy lets the GIL go), and the
-#: pieces they copy: a move of less than ``PARALLEL_BYTES`` is copied in one pass
-COPY_THREADS = min(4, os.cpu_count() or 1)
+#: threads that copy the chunks of one move (NumPy's copy lets the GIL go; half the
+#: cores at most: the workers' other threads and processes run meanwhile), and the pieces
+#: they copy: a move of less than ``PARALLEL_BYTES``, or on fewer than 4 cores, in one pass
+COPY_THREADS = min(4, (os.cpu_count() or 1) // 2)
 PIECE_BYTES = 8 << 20
 PARALLEL_BYTES = 32 << 20
 
