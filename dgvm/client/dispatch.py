@@ -13,12 +13,11 @@ from __future__ import annotations
 import uuid
 
 import dask
-from distributed import wait as dask_wait
-
+from dgvm.client import direct as plane
 from dgvm.client import failures
 from dgvm.client.ordering import TaskChunks
 from dgvm.client.pending import unfinished
-from dgvm.client.session import ensure_open
+from dgvm.client.session import ensure_open, session_of
 from dgvm.protocol.errors import detached_task_errors
 from dgvm.protocol.messages import ALLOCATIONS_ANNOTATION, RERUN_ANNOTATION, TASK_PREFIX
 from dgvm.protocol.records import ArraySpec
@@ -29,18 +28,28 @@ ENDED_WAIT = 30.0
 
 
 def submit(client, fn, args: tuple, homes: dict[str, list[int]], deps, name: str,
-           rerun: str | None = None) -> list:
-    """One task ``fn(*args, indices, deps)`` per worker of ``homes`` (worker -> chunk
-    indices), pinned there; ``deps`` is one list for all or a dict per worker. Returns
-    the futures in ``homes``' order. ``rerun``: a task whose worker leaves may run again
-    where copies of its chunks took over (``RERUN_ANNOTATION``): ``"writes"`` (it writes
-    only its own chunks and passes over those its first run wrote; also when it had
-    finished), ``"reads"`` (only before it finished: later writers may have changed
-    what it read since)."""
+           rerun: str | None = None, results: bool = False) -> list:
+    """One task ``fn(*args, indices, after)`` per worker of ``homes`` (worker -> chunk
+    indices), pinned there, following the tasks ``deps`` (one list for all or a dict per
+    worker); ``after`` is the list of their results when ``results`` (else anything).
+    Returns the futures in ``homes``' order. ``rerun``: a task whose worker leaves may
+    run again where copies of its chunks took over (``RERUN_ANNOTATION``): ``"writes"``
+    (it writes only its own chunks and passes over those its first run wrote; also when
+    it had finished), ``"reads"`` (only before it finished: later writers may have
+    changed what it read since).
+
+    The tasks go straight to the workers (``dgvm.client.direct``) or, with
+    ``dgvm.dispatch.plane: tasks``, through Dask's scheduler as Dask tasks."""
     ensure_open(client)
     afters = [deps[w] if isinstance(deps, dict) else deps for w in homes]
     # The allocations it names: a task stranded on a worker that left says which it lost.
-    with dask.annotate(**{ALLOCATIONS_ANNOTATION: sorted(_allocations_in(args)), RERUN_ANNOTATION: rerun or ""}):
+    allocations = sorted(_allocations_in(args))
+    if plane.enabled():
+        futures = session_of(client).part(plane.DirectPlane).submit(
+            fn, args, homes, afters, name, rerun or "", allocations, results)
+        failures.submitted(futures, afters)
+        return futures
+    with dask.annotate(**{ALLOCATIONS_ANNOTATION: allocations, RERUN_ANNOTATION: rerun or ""}):
         futures = [
             client.submit(
                 fn, *args, idx, after, workers=[w], allow_other_workers=False, pure=False,
@@ -99,7 +108,8 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
     readers = futures  # the first tasks read the inputs; the second ones only write out
     if then is not None:
         fn2, *args2 = then
-        futures = submit(client, fn2, tuple(args2), homes, futures, f"{name}-commit", rerun="writes")
+        futures = submit(client, fn2, tuple(args2), homes, futures, f"{name}-commit", rerun="writes",
+                         results=True)
         touched.record(futures, homes.values(), aligned)
     if getattr(out.alloc, "unfilled", False):
         # The first write of a result not zero-filled: if it fails the result has no
@@ -123,7 +133,7 @@ def gather(client, futures, direct: bool = False) -> list:
     ensure_open(client)
     try:
         with detached_task_errors():
-            return client.gather(futures, direct=direct)
+            return plane.gather(client, futures, direct=direct)
     except Exception:
         _ended([f for f in futures if f.status == "error"], futures)
         failures.tell(futures)  # raised here: once
@@ -140,7 +150,7 @@ def _ended(failed, futures) -> None:
     rest = [f for f in futures if not f.done() and failures.operation(f) in ops]
     if rest:
         try:
-            dask_wait(rest, timeout=ENDED_WAIT)
+            plane.wait(rest, timeout=ENDED_WAIT)
         except Exception:  # noqa: BLE001  (a timeout: the error is raised all the same)
             pass
 
@@ -158,7 +168,7 @@ def wait_raising(futures) -> None:
     running = futures
     while running and not untold_failures():
         # Until the first failure (a lost worker's comes at once), not the last task.
-        running = list(dask_wait(running, return_when="FIRST_COMPLETED").not_done)
+        running = plane.wait_first(running)
     failed = untold_failures()
     if failed:
         _ended(failed, futures)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from distributed import Client
-from distributed import wait as dask_wait
+from dgvm.client.direct import wait as wait_tasks
 
 from dgvm.client.allocation import LiveAllocations, live_allocations
 from dgvm.client.session import call_scheduler, client_or_current, session_of
@@ -17,7 +17,7 @@ def rebalance(client: Client | None = None) -> dict:
     Returns ``{"chunks": moved, "bytes": moved}``."""
     client = client_or_current(client)
     mine = live_allocations(client)
-    dask_wait([f for a in mine for f in a.pending.all()])  # their errors are their callers'
+    wait_tasks([f for a in mine for f in a.pending.all()])  # their errors are their callers'
     moved = call_scheduler(messages.REBALANCE, client, owner=client.id)
     session_of(client).part(LiveAllocations).all_stale()
     return moved

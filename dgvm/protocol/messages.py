@@ -62,11 +62,14 @@ REPLICAS_DROPPED = "dgvm_replicas_dropped"  # a worker evicted replicas
 RELEASES_SENT = "dgvm_releases_sent"  # the last release ticket sent to a worker -> int or None
 SET_REPLICAS = "dgvm_set_replicas"  # keep k copies of each chunk of an allocation -> ChunkMap
 CONTEXT_LOST = "dgvm_context_lost"  # a worker's device context ended in a task, which fails
+# A client's tasks a worker did not answer (its connection broke: dgvm.client.direct): what
+# becomes of each -> {key: {"rerun": address, "written": ...} | {"lost" | "failed" | "broke": text}}
+STRANDED = "dgvm_stranded"
 
 SCHEDULER_HANDLERS = frozenset({
     ALLOCATE, FREE, FREE_ALL, TRANSLATE, TABLE, WORKERS, CHUNK_MAP, LOCATE, REPLICA_ADDED,
     LAUNCHED, STATS, MIGRATE, REBALANCE, REPLICAS_DROPPED, RELEASES_SENT, SET_REPLICAS,
-    CONTEXT_LOST,
+    CONTEXT_LOST, STRANDED,
 })
 
 # -- RPC handlers of each worker (ChunkStorePlugin) -----------------------------------------
@@ -84,6 +87,9 @@ IPC_FORGET = "dgvm_ipc_forget"  # close mappings of a peer's buffers -> count
 REFRESH = "dgvm_refresh"  # copy chunks written at their homes into the backups here -> count
 PROMOTE = "dgvm_promote"  # backups here become homes (their home left) -> [indices]
 STORE_REPORT = "dgvm_store_report"  # what the store holds, for a new scheduler -> StoreReport
+# A client's connection for its operations (``dgvm.client.direct``); not a served call: the
+# handler reads tasks from the connection and answers on it until it closes.
+DIRECT = "dgvm_direct"
 
 WORKER_HANDLERS = frozenset({
     STORE_ALLOCATE, STORE_FREE, WRITE, READ, STORE_INFO, EXPORT, DROP_REPLICAS, PULL, IPC_FORGET,
@@ -100,6 +106,9 @@ HEARTBEAT = "dgvm"  # worker.metrics: the chunk store's figures in each heartbea
 MOVED_TOPIC = "dgvm-moved"
 # A worker left the cluster, its chunks with it: scheduler -> clients (Dask event topic).
 LEFT_TOPIC = "dgvm-worker-left"
+# A task of the direct plane ended on a worker: {"key", "worker", "start", "stop",
+# "status", "chunks"} (worker -> scheduler, Dask event topic; the dashboard's operations).
+OPERATIONS_TOPIC = "dgvm-operations"
 # A task's report to the GVAT of what it wrote and read: worker -> scheduler.
 REPORT = "dgvm-launched"
 # An old home's release of moved chunks (dgvm.scheduler.releases): scheduler -> worker.

@@ -39,6 +39,7 @@ from dgvm.transfer import LeftPeers
 logger = logging.getLogger("dgvm.scheduler")
 
 REMEMBERED = 256  # departed workers whose lost chunks a late task may still need named
+STRANDED_WAIT = 60.0  # seconds a client's stranded tasks wait for their worker's removal
 NAMED = 4  # allocations a ChunkLost message names chunks of
 
 
@@ -157,11 +158,50 @@ class Departures:
         the worker at ``address`` took with it, and, where copies kept them all, why it
         fails all the same."""
         named = dask_compat.annotation(self.scheduler, key, messages.ALLOCATIONS_ANNOTATION, [])
-        text = f"dgvm task {key} {'ran' if key in self._done else 'was to run'} on {self.describe(address, named)}"
+        return self._lost_text(key, address, named, key in self._done)
+
+    def _lost_text(self, key, address: WorkerAddress, named, done: bool) -> str:
+        text = f"dgvm task {key} {'ran' if done else 'was to run'} on {self.describe(address, named)}"
         if named and not self._still_lost(address, named):
-            text += ("; its result was lost with it" if key in self._done else
+            text += ("; its result was lost with it" if done else
                      "; a task that may do anything (map_chunks) is not run again elsewhere")
         return text
+
+    async def stranded(self, worker: WorkerAddress, tasks: list) -> dict:
+        """RPC handler (``messages.STRANDED``): a client's connection to ``worker`` broke
+        with ``tasks`` ({key, allocations, rerun} each, ``messages.RERUN_ANNOTATION``'s
+        modes) unanswered there (``dgvm.client.direct``). Once the scheduler removed that
+        worker (at most ``STRANDED_WAIT``) and copies took over its chunks, each runs again
+        where they did (``{"rerun": address, "written": chunks its first run wrote for
+        good}``), or fails (``{"lost": ChunkLost's text}``, ``{"failed": the KernelError of
+        a task that ended its worker's device context}``). A worker still there then:
+        ``{"broke": text}``."""
+        worker = arguments.text("worker", worker)
+        tasks = [arguments.mapping("tasks[]", t) for t in arguments.sequence("tasks", tasks)]
+        deadline = time.monotonic() + STRANDED_WAIT
+        while worker in self.scheduler.workers and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if worker in self.scheduler.workers:
+            text = (f"the connection to worker {worker} broke while it ran the task, and the "
+                    f"worker is still in the cluster {STRANDED_WAIT:g} s later")
+            return {t["key"]: {"broke": f"dgvm task {t['key']}: {text}"} for t in tasks}
+        uid = self._uids.get(worker)
+        if uid is not None and self.durability is not None:
+            await self.durability.settled_worker(uid)
+        answers = {}
+        for t in tasks:
+            key, named, mode = str(t["key"]), [int(a) for a in t.get("allocations") or ()], t.get("rerun") or ""
+            ended = self._ended.pop(key, None)
+            if ended is not None:
+                answers[key] = {"failed": ended}
+                continue
+            if mode and self.durability is not None and self.durability.has_copies(named):
+                target = self.durability.rerun_target([uid], named) if uid is not None else None
+                if target is not None:
+                    answers[key] = {"rerun": target, "written": self.durability.written_by(key, named)}
+                    continue
+            answers[key] = {"lost": self._lost_text(key, worker, named, False)}
+        return answers
 
     async def rerun(self, stranded: list) -> None:
         """Once copies took over the chunks of the workers the tasks ``stranded`` ((key,

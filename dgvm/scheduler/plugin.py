@@ -118,6 +118,7 @@ class GVATPlugin(SchedulerPlugin):
             messages.RELEASES_SENT: self.releases_sent,
             messages.SET_REPLICAS: self.set_replicas,
             messages.CONTEXT_LOST: self.departures.context_lost,
+            messages.STRANDED: self.departures.stranded,
         }
         return {name: self._after_rebuild(fn) if name in AFTER_REBUILD else fn for name, fn in table.items()}
 
@@ -463,11 +464,14 @@ class GVATPlugin(SchedulerPlugin):
         return self.gvat.add_replica(alloc_id, index, worker, nbytes, path, seconds, source, version)
 
     async def launched(self, alloc_id: AllocId, wrote: list, reads: dict, worker: WorkerAddress | None = None,
-                       key: str | None = None):
+                       key: str | None = None, stats: dict | None = None):
         """A launch on ``worker`` wrote ``wrote`` chunks of ``alloc_id`` and read others
         (``reads``: alloc id -> hits, misses, chunks used at home, chunks read remotely):
         count, bump versions, drop every stale replica before answering (no later reader
-        can see one), and move the home of chunks read remotely often enough here."""
+        can see one), and move the home of chunks read remotely often enough here.
+        ``stats``: the worker's store counters as of then (``reported_stats``)."""
+        if stats is not None and worker is not None:
+            self._report_stats(arguments.text("worker", worker), arguments.mapping("stats", stats))
         alloc_id = arguments.integer("alloc_id", alloc_id)
         wrote = self._check_indices("wrote", alloc_id, arguments.integers("wrote", wrote))
         reads = self._check_reads(arguments.mapping("reads", reads))
@@ -498,10 +502,8 @@ class GVATPlugin(SchedulerPlugin):
         report carries (``stats``: ``reported_stats``). It must not raise: an error in a
         stream handler ends the worker's stream."""
         try:
-            if stats is not None:
-                self._report_stats(worker, stats)
             await self.rebuild.settled()  # (its backups' copies then)
-            await self.launched(alloc_id, wrote, reads, worker=worker, key=key)
+            await self.launched(alloc_id, wrote, reads, worker=worker, key=key, stats=stats)
         except Exception:  # noqa: BLE001
             logger.exception("dgvm: the report of a task on %s (allocation %s) failed", worker, alloc_id)
 

@@ -7,6 +7,7 @@ from dgvm import config
 from dgvm.protocol.records import DeviceProfile
 from dgvm.transfer.base import TransferPath
 from dgvm.transfer.comm import CommPath
+from dgvm.transfer.host import host_id
 from dgvm.transfer.cuda_ipc import CudaIpcPath, peer_mappings
 from dgvm.transfer.ipc_mappings import ImportedMappings
 from dgvm.transfer.left_peers import LeftPeers
@@ -54,4 +55,4 @@ class Transfers:
             p.close()
 
 
-__all__ = ["KINDS", "NAMES", "LeftPeers", "TransferPath", "Transfers", "choose"]
+__all__ = ["KINDS", "NAMES", "LeftPeers", "TransferPath", "Transfers", "choose", "host_id"]

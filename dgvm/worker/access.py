@@ -26,6 +26,7 @@ from dgvm.protocol.records import AllocId, ArraySpec  # tasks name their arrays 
 from dgvm.transfer import Transfers
 from dgvm.transfer.fetch import request_exports
 from dgvm.transfer.ipc_mappings import BufferGone
+from dgvm.worker import direct
 
 
 @dataclass
@@ -51,7 +52,8 @@ class Access:
     @classmethod
     def here(cls) -> "Access":
         """The access of a task running on this worker."""
-        w = get_worker()
+        task = direct.running()  # a task of the direct plane, or Dask's
+        w = task[0] if task is not None else get_worker()
         plugin = w.plugins.get(messages.STORE_PLUGIN)
         if plugin is None:
             raise DgvmError(f"worker {w.address} has no dgvm chunk store (start it with "

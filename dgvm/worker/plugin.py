@@ -33,6 +33,7 @@ from dgvm.transfer.fetch import request_exports
 from dgvm.transfer.ipc_mappings import BufferGone
 from dgvm.transfer.ipc_retire import IpcRetirement
 from dgvm.worker.context_loss import ContextWatch
+from dgvm.worker.direct import DirectTasks
 from dgvm.worker.store import ChunkLeaving, ChunkStore, StoredChunk
 
 logger = logging.getLogger("dgvm.worker")
@@ -82,7 +83,7 @@ class ChunkStorePlugin(WorkerPlugin):
         backend = backends.create(self.backend_name, self.device_memory, self.device_speed)
         self.store = ChunkStore(backend, worker.address)
         self.transfers = transfer.Transfers()
-        self.profile = backend.profile(config.get_bytes("profile-bytes"), host=worker.ip)
+        self.profile = backend.profile(config.get_bytes("profile-bytes"), host=transfer.host_id(worker.ip))
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="dgvm-store")
         # Exports take no store lock and must never queue behind an operation that waits
         # for one: a task holding this store's lock may be waiting on a peer whose own task
@@ -94,6 +95,9 @@ class ChunkStorePlugin(WorkerPlugin):
         self.context = ContextWatch(worker, backend)  # a fault that ends the device context
         # Refusals (an allocation gone, a device full, ...) are answered as data.
         worker.handlers.update(messages.serve(self.handlers()))
+        # Clients' operations, straight from them (its own connection: not a served call).
+        self.direct = DirectTasks(worker, self)
+        worker.handlers[messages.DIRECT] = self.direct.serve
         worker.metrics[messages.HEARTBEAT] = lambda w: self.metrics()
         worker.extensions[messages.EXTENSION] = self.store
         exports = getattr(backend, "exports", None)
@@ -120,7 +124,7 @@ class ChunkStorePlugin(WorkerPlugin):
     KEPT_AFTER_TEARDOWN = (messages.STORE_FREE, messages.IPC_FORGET)
 
     async def teardown(self, worker):
-        for op in self.handlers():
+        for op in [*self.handlers(), messages.DIRECT]:
             if op not in self.KEPT_AFTER_TEARDOWN:
                 worker.handlers.pop(op, None)
         # An unknown stream message would close the worker: these may still come.
@@ -337,6 +341,7 @@ class ChunkStorePlugin(WorkerPlugin):
         # write count, taken first, is at most that of the data copied (a replica's source).
         p = self.transfers[path]
         out = []
+        self.store.shared(alloc_id, indices)  # (before the copy: a write after it waits for the GVAT)
         for i in indices:
             try:
                 if self.store.is_home(alloc_id, i):

@@ -89,6 +89,11 @@ class ChunkStore:
         self.changed = threading.Condition(self.lock)
         self._leaving: set[tuple[int, int]] = set()
         self._writes: dict[tuple[int, int], int] = {}
+        # Home chunks other workers may hold copies of (alloc id -> chunk indices): exported
+        # (a replica, a backup, a move), or homes here since a move or promotion. A write
+        # to one of them is answered only once the GVAT dropped or refreshed those copies
+        # (``dgvm.worker.direct``); a write to any other chunk need not wait for that.
+        self._shared: dict[int, set[int]] = {}
         # Tasks run again here after their worker left: key -> the (alloc id, chunk index)
         # their first run wrote for good (copies hold it), or messages.ALL_WRITTEN.
         self.done_writing: dict[str, object] = {}
@@ -249,6 +254,7 @@ class ChunkStore:
             del self._staged[launch]
         self._leaving = {key for key in self._leaving if key[0] != alloc_id}
         self._writes = {key: n for key, n in self._writes.items() if key[0] != alloc_id}
+        self._shared.pop(alloc_id, None)
         self.changed.notify_all()  # writes waiting for a move find the chunk gone
         return sum(c.nbytes for c in (*chunks.values(), *replicas.values()))
 
@@ -353,6 +359,19 @@ class ChunkStore:
         key = (alloc_id, index)
         self._writes[key] = self._writes.get(key, 0) + 1
 
+    def shared(self, alloc_id: int, indices) -> None:
+        """Other workers may hold copies of these home chunks from now on (one set
+        operation: exports mark them outside the store's lock)."""
+        self._shared.setdefault(alloc_id, set()).update(indices)
+
+    def may_have_copies(self, alloc_id: int, indices) -> bool:
+        """Whether another worker may hold a copy of one of these home chunks: they were
+        shared (``shared``), or the allocation keeps backups."""
+        held = self._shared.get(alloc_id)
+        if held is not None and not held.isdisjoint(indices):
+            return True
+        return int((self._meta.get(alloc_id) or {}).get("copies", 1)) > 1
+
     def write_count(self, alloc_id: int, index: int) -> int:
         return self._writes.get((alloc_id, index), 0)
 
@@ -374,6 +393,7 @@ class ChunkStore:
         self._owners.setdefault(alloc_id, owner)
         self._allocs.setdefault(alloc_id, {})[index] = c
         self._replicas.get(alloc_id, {}).pop(index, None)
+        self.shared(alloc_id, [index])  # (other backups may remain)
         self.wrote(alloc_id, index)  # new data here: replicas of an older stay are stale
         self.stats.rehomes += 1
         return True
@@ -403,6 +423,7 @@ class ChunkStore:
         chunk.durable = False  # (a backup that became the home)
         self._allocs[alloc_id][index] = chunk
         self._owners.setdefault(alloc_id, owner)
+        self.shared(alloc_id, [index])  # replicas made from its old home may remain
         self.wrote(alloc_id, index)  # new data here: replicas of an older stay here are stale
         self.stats.rehomes += 1
         return True

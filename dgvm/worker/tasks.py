@@ -20,6 +20,7 @@ from dgvm.protocol.errors import ChunkLost, DgvmError, InvalidAddress, KernelErr
 from dgvm.protocol.messages import TASK_PREFIX
 from dgvm.protocol.records import ArraySpec
 from dgvm.worker.access import Access
+from dgvm.worker import direct
 from dgvm.worker.context_loss import ended_note
 
 FORWARD_RETRIES = 8  # homes a forwarded chunk follows (moves keep coming while it travels)
@@ -48,6 +49,9 @@ def apply_here(alloc_id: int, owner: str, fn, args, indices: list[int], deps):
 
 def current_key(access: Access) -> str | None:
     """The key of the task running in this thread (None outside one)."""
+    task = direct.running()
+    if task is not None:
+        return task[1]
     try:
         return access.worker.get_current_task()
     except (KeyError, AttributeError):
@@ -55,9 +59,14 @@ def current_key(access: Access) -> str | None:
 
 
 def send_report(access: Access, alloc_id: int, wrote: list, reads: dict) -> None:
-    """Hand the REPORT of a task's writes and reads to the worker's stream (see ``report``)."""
+    """Hand the REPORT of a task's writes and reads to the worker's stream (see ``report``),
+    or, for a task of the direct plane, to the plane, which sends it before answering."""
     worker = access.worker
     message = messages.report(alloc_id, wrote, reads, access.store.stats.to_dict(), current_key(access))
+    task = direct.running()
+    if task is not None:  # the plane waits for it only if copies elsewhere must hear first
+        task[2].append((message, bool(wrote) and access.store.may_have_copies(alloc_id, wrote)))
+        return
     worker.loop.add_callback(worker.batched_stream.send, message)
 
 
@@ -192,6 +201,9 @@ def device_task(access: Access, what: str, out: ArraySpec, indices, may_leave: b
 def next_task_waits(worker) -> bool:
     """Is another dgvm task ready to run on ``worker``, waiting only for a thread? It
     finishes its own device work after this task's (``finish_on_device``)."""
+    plugin = worker.plugins.get(messages.STORE_PLUGIN)
+    if plugin is not None and plugin.direct.ready():
+        return True
     try:
         return any(str(key).startswith(TASK_PREFIX) for key in dask_compat.ready_task_keys(worker))
     except RuntimeError:  # the event loop, which owns them, changed one meanwhile: wait

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from distributed import default_client
-from distributed import wait as dask_wait
+from dgvm.client.direct import wait as wait_tasks
 
 from dgvm import config, dask_compat
 from dgvm.backends.cuda import gpu_count
@@ -62,7 +62,7 @@ def _close_quietly(client) -> None:
     cluster = client.cluster
     pending = [f for a in live_allocations(client) for f in a.pending.all()]
     try:
-        dask_wait(pending, timeout=EXIT_WAIT)  # their errors were the program's to see
+        wait_tasks(pending, timeout=EXIT_WAIT)  # their errors were the program's to see
     except Exception:  # noqa: BLE001  (timed out, or the cluster is going: close it anyway)
         pass
     # Dask may still log a heartbeat cut short by the closing scheduler: the program is

@@ -22,7 +22,7 @@ import math
 import weakref
 
 import numpy as np
-from distributed import wait as dask_wait
+from dgvm.client.direct import wait as wait_tasks
 
 from dgvm.array._engine import blockwise, lineage
 from dgvm.array._engine.allocation import NoElements, allocate
@@ -442,7 +442,7 @@ class ArrayCore:
             return  # held on the caller: nothing runs on it
         pending = self.pending.all()
         if pending:
-            dask_wait(pending)
+            wait_tasks(pending)
 
     def persist(self, replicas: int | None = None):
         """Start computing the array now and return at once (``wait`` also waits).
@@ -537,7 +537,7 @@ class ArrayCore:
         """Copy a host array of this shape into the blocks, one request per worker."""
         self.before_write()
         wait_raising(self.pending.writes)
-        dask_wait(self.pending.readers())  # their errors are theirs
+        wait_tasks(self.pending.readers())  # their errors are theirs
         pieces = []
         for k, sl in enumerate(chunk_grid.block_slices(self.chunks)):
             block = np.ascontiguousarray(source[sl], dtype=self.dtype)

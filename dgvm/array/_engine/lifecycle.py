@@ -26,7 +26,7 @@ import threading
 import time
 import weakref
 
-from dgvm import dask_compat
+from dgvm.client import direct
 from dgvm.array._engine.recycle import KeptAllocations, client_running
 from dgvm.client.session import session_of
 from dgvm.protocol import messages
@@ -70,7 +70,7 @@ class Releases:
         try:
             if futures:
                 # Wait for the tasks that use the memory; their errors belong to their callers.
-                await dask_compat.gather_skipping_errors(client, futures)
+                await direct.ended(client, futures)
             await messages.call(client.scheduler, messages.FREE, alloc_id=alloc_id, owner=owner)
         except Exception:  # noqa: BLE001  (the client or cluster is closing: nothing to free)
             pass

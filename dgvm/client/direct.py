@@ -1,0 +1,394 @@
+"""The direct plane: an operation goes from the caller straight to its home workers.
+
+dgvm pins every task to the worker that holds its chunks and orders tasks itself
+(``dgvm.client.ordering``), so Dask's task path (client to scheduler to worker and back,
+each hop through the scheduler's task state) is only a messenger, and a slow one. Here
+the client keeps one connection per worker (``Channel``) and sends each operation's task
+for that worker on it, one message per worker per operation (batched with whatever else
+is ready); the worker runs it and answers on the same connection (``dgvm.worker.direct``).
+
+Order. A task follows the earlier tasks ``dispatch`` names. Those of its own worker that
+were sent on the same connection travel as keys, and the worker runs it after them; it
+waits here, before it is sent, for any other one (of another worker, not yet sent, or a
+Dask future) to end. A task that follows a failed one fails with its error, as on Dask's
+path (``dgvm.client.failures``).
+
+Coherence. The worker answers only once the GVAT has the task's report (versions bumped,
+stale replicas dropped, backups refreshed): no later task anywhere sees a stale copy.
+
+A worker that leaves. Its connection breaks (or the GVAT says it left first). The tasks
+it had not answered are *stranded*: the GVAT, once it removed the worker and copies took
+over its chunks (``replicas=k``), says for each whether it runs again where the copies
+are (what Dask's path does through ``scheduler.departures``) or fails with ``ChunkLost``
+naming the chunks lost. Every wait ends: the GVAT's answer is bounded, and a task that
+cannot get one fails saying so.
+
+``DirectTask`` is the plane's future; it answers what dgvm asks of Dask's futures
+(``key``, ``status``, ``done``, ``result``, ``exception``), and ``wait``, ``wait_first``
+and ``gather`` wait for either kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+
+from distributed import wait as dask_wait
+from distributed.comm import connect
+from distributed.core import clean_exception
+from distributed.protocol import to_serialize
+
+from dgvm import config
+from dgvm.client.left_workers import LeftWorkers
+from dgvm.protocol import messages
+from dgvm.protocol.errors import ChunkLost, ConnectionBroke, KernelError
+
+logger = logging.getLogger("dgvm.client")
+
+STRANDED_WAIT = 90.0  # seconds the GVAT's answer on stranded tasks may take (it waits 60 at most)
+
+_news = threading.Condition()  # notified whenever a direct task ends
+
+
+def enabled() -> bool:
+    """Whether operations take the direct plane (``dgvm.dispatch.plane``)."""
+    return config.get("dispatch.plane") == "direct"
+
+
+class DirectTask:
+    """One worker's task of one operation on the direct plane: a future."""
+
+    __slots__ = ("key", "worker", "status", "_value", "_tb", "_event", "_callbacks",
+                 "call", "deps", "channel", "written", "__weakref__")
+
+    def __init__(self, key: str, worker: str, call: tuple, deps: list):
+        self.key = key
+        self.worker = worker  # where it runs (another worker when it runs again)
+        self.status = "pending"  # then "finished" or "error"
+        self._value = None  # its result, or its exception
+        self._tb = None
+        self._event = threading.Event()
+        self._callbacks: list = []  # called on the client's event loop when it ends
+        # (fn, args, indices, allocations, rerun, results): kept until it ends, to run again
+        self.call = call
+        self.deps = deps  # the tasks it follows, until it ends
+        self.channel = None  # the connection it was sent on
+        self.written = None  # run again: what its first run wrote for good
+
+    def __repr__(self):
+        return f"<DirectTask {self.key} on {self.worker}: {self.status}>"
+
+    def done(self) -> bool:
+        return self.status != "pending"
+
+    def result(self, timeout=None):
+        """The task's result; its error raised, with the worker's traceback."""
+        if not self._event.wait(timeout):
+            raise TimeoutError(f"dgvm task {self.key} did not end within {timeout} s")
+        if self.status == "error":
+            raise self._value.with_traceback(self._tb)
+        return self._value
+
+    def exception(self, timeout=None):
+        if not self._event.wait(timeout):
+            raise TimeoutError(f"dgvm task {self.key} did not end within {timeout} s")
+        return self._value if self.status == "error" else None
+
+    def traceback(self):
+        return self._tb if self.status == "error" else None
+
+    def _end(self, status: str, value, tb=None) -> None:
+        """(On the client's event loop.)"""
+        if self.status != "pending":
+            return
+        self._value, self._tb, self.status = value, tb, status
+        self.call = self.deps = self.channel = None
+        self._event.set()
+        with _news:
+            _news.notify_all()
+        callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            try:
+                fn(self)
+            except Exception:  # noqa: BLE001
+                logger.exception("dgvm: a callback of task %s", self.key)
+
+    def _fail(self, error: Exception, tb=None) -> None:
+        self._end("error", error, tb)
+
+    def _then(self, fn) -> None:
+        """Call ``fn(self)`` on the loop when the task ends (now, if it has)."""
+        if self.done():
+            fn(self)
+        else:
+            self._callbacks.append(fn)
+
+
+class Channel:
+    """The client's connection to one worker: tasks out, answers back, in order."""
+
+    def __init__(self, plane: "DirectPlane", address: str):
+        self.plane = plane
+        self.address = address
+        self.comm = None
+        self.queue: list = []  # messages not written yet
+        self.tasks: dict = {}  # key -> task sent here and not answered
+        self.broken = False
+        self._flushing = False
+
+    def send(self, task: DirectTask, msg: dict) -> None:
+        """(On the loop.) Send ``task``'s message after those sent before it."""
+        task.channel = self
+        self.tasks[task.key] = task
+        self.queue.append(msg)
+        if not self._flushing:
+            self._flushing = True
+            asyncio.ensure_future(self._flush())
+
+    async def _flush(self) -> None:
+        try:
+            if self.comm is None:
+                await self._connect()
+            while self.queue and not self.broken:
+                batch, self.queue = self.queue, []
+                await self.comm.write(batch)
+        except Exception as e:  # noqa: BLE001  (its worker went, or the connection broke)
+            self.close(e)
+        finally:
+            self._flushing = False
+
+    async def _connect(self) -> None:
+        client = self.plane.client
+        timeout = config.get_seconds("connect-timeout")
+        peers = self.plane.session.part(LeftWorkers).peers
+        self.comm = await peers.call(
+            self.address,
+            connect(self.address, timeout=timeout, **client.connection_args),
+            lambda: ConnectionError(f"worker {self.address} left the cluster"))
+        await self.comm.write({"op": messages.DIRECT, "client": client.id, "reply": False})
+        asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        comm = self.comm
+        try:
+            while True:
+                for answer in await comm.read():
+                    task = self.tasks.pop(answer["key"], None)
+                    if task is None:
+                        continue
+                    if "result" in answer:
+                        task._end("finished", answer["result"])
+                    else:
+                        _, exc, tb = clean_exception(**answer)
+                        task._fail(exc, tb)
+        except Exception as e:  # noqa: BLE001
+            self.close(e)
+
+    def close(self, why: Exception | None = None) -> None:
+        """(On the loop.) The connection is done: its unanswered tasks are stranded
+        (``why`` given: it broke) or fail (the session closes)."""
+        if self.broken:
+            return
+        self.broken = True
+        if self.plane.channels.get(self.address) is self:
+            del self.plane.channels[self.address]
+        stranded = list(self.tasks.values())
+        self.tasks.clear()
+        self.queue.clear()
+        if self.comm is not None:
+            self.comm.abort()
+        if stranded:
+            asyncio.ensure_future(self.plane.stranded(self.address, stranded, why))
+
+
+class DirectPlane:
+    """A session part: the session's connections to workers and its tasks in flight."""
+
+    def __init__(self, session):
+        self.session = session
+        self.client = session.client
+        self.channels: dict[str, Channel] = {}
+        self.left: set[str] = set()  # workers the GVAT said left (no new connection there)
+        session.part(LeftWorkers).on_left(self._left)
+
+    def submit(self, fn, args: tuple, homes: dict, deps: list, name: str, rerun: str,
+               allocations: list, results: bool = False) -> list[DirectTask]:
+        """One task ``fn(*args, indices, after)`` per worker of ``homes`` (worker ->
+        chunk indices), each following ``deps[i]``; ``after`` is the list of their
+        results if ``results``, else None. Returns the tasks (futures) at once."""
+        tasks = []
+        for (worker, idx), after in zip(homes.items(), deps):
+            key = f"{messages.TASK_PREFIX}{name}-{uuid.uuid4().hex[:10]}"
+            tasks.append(DirectTask(key, worker, (fn, args, list(idx), allocations, rerun, results), list(after)))
+        self.client.loop.add_callback(self._place_all, list(tasks))
+        return tasks
+
+    def _place_all(self, tasks) -> None:
+        for t in tasks:
+            self._place(t)
+
+    def _place(self, task: DirectTask) -> None:
+        """(On the loop.) Send ``task`` once the tasks it follows allow: those of its
+        worker sent on its live connection go with it as keys; any other it waits for
+        (every one, when it takes their results)."""
+        try:
+            self._try_place(task)
+        except Exception as e:  # noqa: BLE001  (never a task that does not end)
+            logger.exception("dgvm: sending task %s", task.key)
+            task._fail(e)
+
+    def _try_place(self, task: DirectTask) -> None:
+        if task.done():
+            return
+        channel = self.channels.get(task.worker)
+        results = task.call[5]
+        waiting = [d for d in task.deps if not d.done() and (results or not (
+            isinstance(d, DirectTask) and channel is not None and d.channel is channel))]
+        if waiting:
+            left = [len(waiting)]
+
+            def one_ended(_):
+                left[0] -= 1
+                if left[0] == 0:
+                    self._place(task)
+
+            for d in waiting:
+                self._when_done(d, one_ended)
+            return
+        failed = next((d for d in task.deps if d.status in ("error", "cancelled", "lost")), None)
+        if failed is not None:  # it fails with the error of the task it follows
+            try:
+                error, tb = failed.exception(timeout=0), failed.traceback()
+            except Exception as e:  # noqa: BLE001  (cancelled, lost)
+                error, tb = e, None
+            task._fail(error, tb)
+            return
+        fn, args, idx = task.call[:3]
+        msg = {
+            "key": task.key,
+            "after": [d.key for d in task.deps if not d.done()],
+            # (pickled once on the way; NumPy buffers travel out of band)
+            "task": to_serialize((fn, args, idx, [d.result(timeout=0) for d in task.deps] if results else None)),
+            "written": task.written,
+        }
+        if channel is None:
+            if task.worker in self.left:
+                asyncio.ensure_future(self.stranded(task.worker, [task], None))
+                return
+            channel = self.channels[task.worker] = Channel(self, task.worker)
+        channel.send(task, msg)
+
+    def _when_done(self, dep, fn) -> None:
+        if isinstance(dep, DirectTask):
+            dep._then(fn)
+        else:  # a Dask future: its callbacks run in a thread of their own
+            loop = self.client.loop
+            dep.add_done_callback(lambda f: loop.add_callback(fn, f))
+
+    def _left(self, address: str) -> None:
+        """(On the loop.) The GVAT says the worker at ``address`` left."""
+        self.left.add(address)
+        channel = self.channels.get(address)
+        if channel is not None:
+            channel.close(ConnectionError(f"worker {address} left the cluster"))
+
+    async def stranded(self, address: str, tasks: list, why) -> None:
+        """``tasks`` were sent to the worker at ``address`` (or were to be) and it did not
+        answer: ask the GVAT what becomes of each (``messages.STRANDED``), then send it
+        again where it says, or fail it."""
+        client = self.client
+        asked = [{"key": t.key, "allocations": t.call[3], "rerun": t.call[4]} for t in tasks if not t.done()]
+        try:
+            answers = await asyncio.wait_for(
+                messages.call(client.scheduler, messages.STRANDED, worker=address, tasks=asked), STRANDED_WAIT)
+        except Exception as e:  # noqa: BLE001  (the scheduler went too, or is slow)
+            for t in tasks:
+                t._fail(ConnectionBroke(
+                    f"dgvm task {t.key}: the connection to worker {address} broke ({why}) and the "
+                    f"GVAT did not say what became of it ({type(e).__name__}: {e})"))
+            return
+        for t in tasks:
+            answer = answers.get(t.key)
+            if t.done() or answer is None:
+                continue
+            if "rerun" in answer:
+                logger.info("dgvm: task %s runs again on %s (%s left)", t.key, answer["rerun"], address)
+                t.worker, t.channel, t.written = answer["rerun"], None, answer["written"]
+                self._place(t)
+            elif "failed" in answer:
+                t._fail(KernelError(answer["failed"]))
+            elif "lost" in answer:
+                t._fail(ChunkLost(answer["lost"]))
+            else:
+                t._fail(ConnectionBroke(answer["broke"]))
+
+    def close(self) -> None:
+        """(On the loop.) Close every connection; tasks in flight fail."""
+        for channel in list(self.channels.values()):
+            tasks = list(channel.tasks.values())
+            channel.tasks.clear()
+            channel.close()
+            for t in tasks:
+                t._fail(ConnectionBroke(f"dgvm task {t.key}: the client closed while it ran on {t.worker}"))
+
+
+# -- waiting for tasks of either plane -------------------------------------------------------
+
+def _split(futures):
+    direct = [f for f in futures if isinstance(f, DirectTask)]
+    dask = [f for f in futures if not isinstance(f, DirectTask)]
+    return direct, dask
+
+
+def wait(futures, timeout: float | None = None) -> None:
+    """Wait for every one of ``futures`` to end (``TimeoutError`` past ``timeout``)."""
+    direct, dask = _split(futures)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    if dask:
+        dask_wait(dask, timeout=timeout)
+    for f in direct:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not f._event.wait(left):
+            raise TimeoutError(f"dgvm task {f.key} did not end within {timeout} s")
+
+
+def wait_first(futures) -> list:
+    """Wait until one of ``futures`` ends; return those still running."""
+    direct, dask = _split(futures)
+    if not direct:
+        return list(dask_wait(dask, return_when="FIRST_COMPLETED").not_done)
+    if dask:  # (mixed: rare) one kind after the other
+        running = list(dask_wait(dask, return_when="FIRST_COMPLETED").not_done)
+        return running + [f for f in direct if not f.done()]
+    with _news:
+        _news.wait_for(lambda: any(f.done() for f in direct))
+    return [f for f in direct if not f.done()]
+
+
+async def ended(client, futures) -> None:
+    """(On the client's loop.) Wait for every one of ``futures`` to end, failed or not."""
+    direct, dask = _split(futures)
+    if dask:
+        from dgvm import dask_compat
+
+        await dask_compat.gather_skipping_errors(client, dask)
+    loop = asyncio.get_running_loop()
+    waits = []
+    for f in direct:
+        if not f.done():
+            w = loop.create_future()
+            f._then(lambda _, w=w: w.done() or w.set_result(None))
+            waits.append(w)
+    if waits:
+        await asyncio.wait(waits)
+
+
+def gather(client, futures, direct: bool = False) -> list:
+    """The results of ``futures`` in order; the first error raised."""
+    if not any(isinstance(f, DirectTask) for f in futures):
+        return client.gather(futures, direct=direct)
+    wait(futures)
+    return [f.result() for f in futures]

@@ -1,0 +1,188 @@
+"""The worker's end of the direct plane: operations sent straight from a client.
+
+A client keeps one connection to each worker (``dgvm.client.direct``) and sends on it the
+worker's task of each operation: the task body (``dgvm.worker.tasks`` and the engine's
+task functions), its chunk indices, and the keys of the earlier tasks *of this worker* it
+must follow (tasks of other workers it follows were finished before the client sent it).
+The worker runs each on its thread pool once those it follows ended, in the order they
+came where they depend on each other, and answers on the same connection: the result, or
+the error with the worker's traceback.
+
+Before it answers, the GVAT has the task's report of the chunks it wrote that other
+workers may hold copies of (a request, awaited: ``_reports``), as on Dask's task path,
+where every report precedes the task's completion on the worker's stream: no later task,
+on any worker, can read a replica the write made stale, and backups hold the write. The
+report of a write to chunks of which no copy exists goes on the worker's stream, off the
+operation's path: a copy made later is made of the new values, and the GVAT learns the
+new version before it counts that copy or soon after (then it drops it).
+
+A task that follows a failed one fails with its error without running (Dask's rule for a
+task whose dependency failed, ``dgvm.client.failures``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+
+from distributed.core import Status, error_message
+from distributed.protocol import to_serialize
+
+from dgvm.protocol import messages
+
+logger = logging.getLogger("dgvm.worker")
+
+FAILED_REMEMBERED = 4096  # failed tasks a later task of the same client may follow
+
+_running = threading.local()  # the direct task this thread runs: worker, key, reports
+
+
+def running():
+    """(worker, key, reports) of the direct task this thread runs, or None."""
+    return getattr(_running, "task", None)
+
+
+class DirectTasks:
+    """The direct plane's tasks on one worker (a part of the chunk-store plugin)."""
+
+    def __init__(self, worker, plugin):
+        self.worker = worker
+        self.plugin = plugin  # the chunk store's: what a rerun wrote before, context checks
+        self.ended: dict[str, asyncio.Future] = {}  # key -> done when the task ends
+        self.failed: "collections.OrderedDict[str, dict]" = collections.OrderedDict()
+        self.waiting = 0  # tasks ready to run, waiting for a thread
+
+    async def serve(self, comm, client: str | None = None):
+        """RPC handler (``messages.DIRECT``): the client's connection, read until it closes.
+        Each message is a list of tasks; answers go back in batches on the same comm."""
+        answers: list = []
+        flushing = asyncio.Event()
+        done = False
+
+        async def flush():
+            while not done or answers:
+                await flushing.wait()
+                flushing.clear()
+                while answers:
+                    batch = answers[:]
+                    answers.clear()
+                    try:
+                        await comm.write(batch)
+                    except Exception:  # noqa: BLE001  (the client went: its tasks' answers with it)
+                        answers.clear()
+                        return
+
+        def answer(msg):
+            answers.append(msg)
+            flushing.set()
+
+        sender = asyncio.ensure_future(flush())
+        try:
+            while True:
+                try:
+                    batch = await comm.read()
+                except Exception:  # noqa: BLE001  (closed: the client left or closed)
+                    break
+                for msg in batch:
+                    self._start(msg, answer)
+        finally:
+            done = True
+            flushing.set()
+            await asyncio.wait([sender], timeout=5)
+        return Status.dont_reply
+
+    def _start(self, msg: dict, answer) -> None:
+        key = msg["key"]
+        ended = asyncio.get_running_loop().create_future()
+        self.ended[key] = ended
+        asyncio.ensure_future(self._run(key, msg, answer, ended))
+
+    async def _run(self, key: str, msg: dict, answer, ended: asyncio.Future) -> None:
+        start, status, chunks = time.time(), "error", 0
+        try:
+            for dep in msg.get("after", ()):
+                f = self.ended.get(dep)
+                if f is not None:
+                    await asyncio.shield(f)
+                failed = self.failed.get(dep)
+                if failed is not None:  # it fails with the error of the task it follows
+                    self._failed(key, failed)
+                    answer({"key": key, **failed})
+                    return
+            if msg.get("written") is not None:  # run again: what its first run wrote for good
+                self.plugin.written({key: msg["written"]})
+            fn, args, indices, results = msg["task"]
+            self.waiting += 1
+            loop = asyncio.get_running_loop()
+            try:
+                result, reports = await loop.run_in_executor(
+                    self.worker.executor, self._call, key, fn, args, indices, results)
+            except Exception as e:  # noqa: BLE001  (the task's own error: the caller's)
+                failed = error_message(e)
+                failed.pop("status", None)
+                reports = getattr(e, "_dgvm_reports", ())
+                await self._reports(reports)
+                self._failed(key, failed)
+                self.plugin.context.task_failed(key)
+                answer({"key": key, **failed})
+                return
+            await self._reports(reports)
+            status, chunks = "finished", len(indices)
+            answer({"key": key, "result": to_serialize(result)})
+        except Exception as e:  # noqa: BLE001  (never leave a task unanswered)
+            logger.exception("dgvm: direct task %s", key)
+            failed = error_message(e)
+            failed.pop("status", None)
+            self._failed(key, failed)
+            answer({"key": key, **failed})
+        finally:
+            self.ended.pop(key, None)
+            ended.set_result(None)
+            # For the dashboard (one small message on the worker's stream; the scheduler
+            # keeps the last ``distributed.admin.low-level-log-length`` of them).
+            self.worker.log_event(messages.OPERATIONS_TOPIC, {
+                "key": key, "worker": self.worker.address, "start": start, "stop": time.time(),
+                "status": status, "chunks": chunks})
+
+    def _failed(self, key: str, failed: dict) -> None:
+        self.failed[key] = failed
+        while len(self.failed) > FAILED_REMEMBERED:
+            self.failed.popitem(last=False)
+
+    def _call(self, key, fn, args, indices, results):
+        """The task body in a thread of the worker's pool, with its reports kept for the
+        event loop to send (``_reports``)."""
+        self.waiting -= 1
+        reports: list = []
+        _running.task = (self.worker, key, reports)
+        try:
+            return fn(*args, indices, results), reports
+        except BaseException as e:
+            e._dgvm_reports = reports
+            raise
+        finally:
+            _running.task = None
+
+    async def _reports(self, reports) -> None:
+        """Hand the task's reports ((message, urgent) each) to the GVAT. An urgent one (it
+        wrote chunks other workers may hold copies of) is a request, answered once those
+        copies were dropped or refreshed; the others go on the worker's stream, in order,
+        and the task is answered without waiting for them: no copy of what they wrote
+        exists elsewhere, and a copy made from now on is made of the new values."""
+        for message, urgent in reports:
+            if not urgent:
+                self.worker.batched_stream.send(message)
+                continue
+            message = {k: v for k, v in message.items() if k != "op"}
+            try:
+                await messages.call(self.worker.scheduler, messages.LAUNCHED, worker=self.worker.address, **message)
+            except Exception:  # noqa: BLE001  (the scheduler went: a new one rebuilds the table)
+                logger.warning("dgvm: the report of a task on %s (allocation %s) was not taken",
+                               self.worker.address, message.get("alloc_id"), exc_info=True)
+
+    def ready(self) -> bool:
+        """Is a direct task ready here, waiting only for a thread?"""
+        return self.waiting > 0

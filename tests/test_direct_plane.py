@@ -1,0 +1,162 @@
+"""The direct plane: operations go from the caller straight to their workers.
+
+Every answer is compared with NumPy; the scheduler is checked to hold no task of dgvm's
+(its memory stays flat), errors to come with the worker's traceback, writes to wait for
+the copies other workers hold, and tasks in flight on a killed worker to run again where
+copies took over, once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import traceback
+
+import dask
+import numpy as np
+import pytest
+from numba import cuda
+
+import dgvm
+import dgvm.array as dnp
+from dgvm.client import direct
+from dgvm.client.apply import map_chunks
+from dgvm.protocol.errors import ChunkLost
+from killing import process_cluster
+
+
+def _dgvm_tasks(dask_scheduler):
+    """What the scheduler keeps of dgvm's tasks: tasks, task groups, task prefixes."""
+    return [sum(1 for k in table if str(k).startswith("dgvm-"))
+            for table in (dask_scheduler.tasks, dask_scheduler.task_groups, dask_scheduler.task_prefixes)]
+
+
+@dgvm.kernel
+def _add_one(x, out):
+    i, j = cuda.grid(2)
+    if i < out.shape[0] and j < out.shape[1]:
+        out[i, j] = x[i, j] + 1.0
+
+
+def _program(a):
+    """Operations of every kind that reaches the workers: elementwise (in place and not),
+    reductions, a view write, a matmul (tasks reading other workers' chunks), a launch,
+    map_chunks; returns the host results."""
+    x = dnp.from_numpy(a, chunks=(8, 8), placement="round_robin")
+    y = (x + 1) * 2 - x.T
+    x += 1
+    x[::3, 1:5] = -2.0
+    z = x @ y
+    out = dnp.empty_like(x)
+    dgvm.launch(_add_one, x, out=out)
+    total = float(z.sum())
+    means = dnp.asnumpy(y.mean(axis=0))
+    sums = map_chunks(x.alloc, lambda xp, c, i: float(c.view(np.float64).sum()))
+    return {"x": dnp.asnumpy(x), "y": dnp.asnumpy(y), "z": dnp.asnumpy(z), "out": dnp.asnumpy(out),
+            "total": total, "means": means, "sums": sum(sums)}
+
+
+def _numpy(a):
+    y = (a + 1) * 2 - a.T
+    x = a + 1
+    x[::3, 1:5] = -2.0
+    z = x @ y
+    return {"x": x, "y": y, "z": z, "out": x + 1, "total": z.sum(), "means": y.mean(axis=0), "sums": x.sum()}
+
+
+@pytest.mark.parametrize("plane", ["direct", "tasks"])
+def test_both_planes_give_numpys_answers_and_direct_leaves_no_task_on_the_scheduler(case, plane):
+    client = case.client
+    a = np.random.default_rng(3).standard_normal((24, 24))
+    before = client.run_on_scheduler(_dgvm_tasks)
+    with dask.config.set({"dgvm.dispatch.plane": plane}):
+        assert direct.enabled() == (plane == "direct")
+        got = _program(a)
+    want = _numpy(a)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-12, err_msg=name)
+    after = client.run_on_scheduler(_dgvm_tasks)
+    if plane == "direct":  # nothing of dgvm's in Dask's task state: the scheduler stays flat
+        assert after == before == [0, 0, 0], (before, after)
+    else:  # (the check sees tasks when there are some)
+        assert after[2] > 0, after
+
+
+def _explode(xp, chunk, index):
+    raise ValueError(f"chunk {index} is not to my liking")
+
+
+def test_an_error_comes_with_the_workers_traceback_and_the_next_operation_works(case):
+    x = dnp.from_numpy(np.arange(40.0), chunks=10)
+    with pytest.raises(ValueError, match="is not to my liking") as err:
+        map_chunks(x.alloc, _explode)
+    frames = [f.name for f in traceback.extract_tb(err.tb)]
+    assert "_explode" in frames, frames  # the worker's frames came with it
+    np.testing.assert_array_equal(dnp.asnumpy(x + 1), np.arange(40.0) + 1)
+
+
+def test_many_operations_in_flight_keep_their_order(case):
+    """200 operations sent without a wait, tasks of one worker following each other and
+    tasks of others (transposes, shifted views), then one read."""
+    a = np.arange(36.0).reshape(6, 6)
+    x = dnp.from_numpy(a, chunks=(2, 3), placement="round_robin")
+    want = a.copy()
+    for i in range(50):
+        x += 1
+        x *= 1.5
+        x = x - x.T * 0.25
+        x[1:, :] = x[:-1, :] + i
+        want += 1
+        want *= 1.5
+        want = want - want.T * 0.25
+        want[1:, :] = want[:-1, :].copy() + i
+    np.testing.assert_allclose(dnp.asnumpy(x), want, rtol=1e-12)
+
+
+def test_a_write_is_answered_once_other_workers_copies_are_gone(case):
+    """A matmul's tasks read chunks of other workers and keep read replicas of them; a
+    write to those chunks is answered only once the replicas were dropped, and the next
+    matmul sees the new values."""
+    client = case.client
+    a = np.arange(64.0).reshape(8, 8)
+    x = dnp.from_numpy(a, chunks=4, placement="round_robin")
+
+    def replicas():
+        return client.run(lambda dask_worker, i=x.alloc_id: dask_worker.extensions["dgvm"].replicas(i))
+
+    for step in range(5):
+        np.testing.assert_array_equal(dnp.asnumpy(x @ x), a @ a)
+        assert any(replicas().values())  # (else nothing here is tested)
+        x += 1
+        x.wait()  # answered: no replica of the written chunks may remain
+        assert not any(replicas().values()), step
+        a = a + 1
+    np.testing.assert_array_equal(dnp.asnumpy(x @ x), a @ a)
+
+
+@pytest.mark.slow
+def test_writes_in_flight_on_a_killed_worker_are_done_once_where_copies_took_over():
+    """In-place writes to an array with a copy of each chunk are in flight when the home
+    of some of its chunks is killed: each runs again where the copies took over, and none
+    is applied twice (``x += 1`` run twice would give one more). An array without copies
+    says ChunkLost naming the worker."""
+    with process_cluster("cpu", 4, "64MiB") as client:
+        pids = client.run(os.getpid)
+        for round_ in range(2):
+            ref = np.arange(80_000, dtype=np.float64)
+            x = dnp.from_numpy(ref, chunks=5_000, replicas=2, client=client)
+            plain = dnp.from_numpy(ref, chunks=5_000, client=client)
+            info, = [t for t in dgvm.table(chunks=True, client=client) if t.alloc_id == x.alloc_id]
+            victim = info.chunks[0].worker
+            for _ in range(6):
+                x += 1
+                plain += 1
+            os.kill(pids[victim], signal.SIGKILL)
+            np.testing.assert_array_equal(dnp.asnumpy(x), ref + 6)
+            with pytest.raises(ChunkLost, match=victim):
+                dnp.asnumpy(plain)
+            x.free()
+            plain.free()
+            # The nanny's new worker joins; the next round kills another.
+            pids = {w: p for w, p in client.run(os.getpid).items()}
+        assert dgvm.table(client=client) == []
