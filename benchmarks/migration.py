@@ -1,6 +1,7 @@
 """How fast a chunk migrates between two workers: dgvm beside Dask's own transfer.
 
     python benchmarks/migration.py [--backend auto|cuda|cpu] [--max-mib 1024] [--reps 5]
+                                   [--many 16x64,8x512]
 
 On a local cluster of 2 workers (one per GPU on ``cuda``; 2 processes on ``cpu``), for
 chunks of 1 MiB to 1 GiB, prints in one run:
@@ -17,6 +18,10 @@ chunks of 1 MiB to 1 GiB, prints in one run:
   task on the other worker (TCP comm, or UCX where dask-cuda set it up);
 - **hardware**: the measured device-to-device copy between the two GPUs in this process
   (``cudaMemcpyPeer``), or a host memory copy on ``cpu``.
+
+Then, for an allocation of several chunks (``--many``: COUNTxMIB each), the same dgvm
+figures for moving all its chunks in one ``buf.migrate`` call (one request to the new
+home, one to the old, the copies in flight together).
 
 Each figure is the median of ``--reps`` moves, alternating directions. Targets (from the
 kernels-and-migration issue): on cuda, chunks of 64 MiB and more move at >= 90 % of the
@@ -105,9 +110,9 @@ def dask_transfer(client, a: str, b: str, nbytes: int, backend: str, reps: int) 
     return statistics.median(times)
 
 
-def dgvm_migrate(buf, a: str, b: str, reps: int) -> tuple[float, float, float]:
+def dgvm_migrate(buf, a: str, b: str, reps: int, count: int = 1) -> tuple[float, float, float]:
     """Median seconds of the copy, of the receiving worker's fetch, and of ``buf.migrate``
-    end to end."""
+    end to end (chunks ``0..count-1`` in one call)."""
     import dgvm
 
     def totals(dst):
@@ -119,7 +124,7 @@ def dgvm_migrate(buf, a: str, b: str, reps: int) -> tuple[float, float, float]:
         dst = b if buf.home(0) == a else a
         c0, f0 = totals(dst)
         t0 = time.perf_counter()
-        assert buf.migrate([0], dst) == [0]
+        assert buf.migrate(list(range(count)), dst) == list(range(count))
         ends.append(time.perf_counter() - t0)
         c1, f1 = totals(dst)
         copies.append(c1 - c0)
@@ -132,6 +137,8 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="auto")
     p.add_argument("--max-mib", type=int, default=1024)
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--many", default="16x64,8x512",
+                   help="allocations of several chunks moved in one call: COUNTxMIB,... ('' for none)")
     args = p.parse_args(argv)
     logging.getLogger("distributed").setLevel(logging.WARNING)
 
@@ -140,7 +147,9 @@ def main(argv=None) -> int:
 
     backend = backends.resolve(args.backend)
     sizes = [s for s in (1, 4, 16, 64, 256, 1024) if s <= args.max_mib]
-    memory = f"{3 * max(sizes) + 256}MiB"
+    many = [tuple(int(v) for v in m.split("x")) for m in args.many.split(",") if m]
+    many = [(k, s) for k, s in many if s <= args.max_mib]
+    memory = f"{max([3 * max(sizes)] + [2 * k * s for k, s in many]) + 256}MiB"
     client = dgvm.connect(n_workers=2, backend=backend, device_memory=memory, dashboard_address=None)
     try:
         a, b = sorted(w.address for w in dgvm.workers())
@@ -168,6 +177,20 @@ def main(argv=None) -> int:
                 + "".join(f"{dask_s / t:>13.1f}x" for t in times),
                 flush=True,
             )
+        if many:
+            print(f"{'chunks':>13}" + "".join(f"{c:>13}" for c in cols[:3]) + "   (MB/s)"
+                  + "".join(f"{c + '/hw':>12}" for c in cols[:3]) + "   (all chunks in one call)")
+        for k, s in many:
+            n = s * MiB
+            buf = dgvm.malloc(k * n, chunk_bytes=n)
+            try:
+                if set(buf.homes()) != {a}:
+                    buf.migrate(list(range(k)), a)
+                times = dgvm_migrate(buf, a, b, args.reps, k)
+            finally:
+                buf.free()
+            print(f"{f'{k}x{s} MiB':>13}" + "".join(f"{k * n / t / 1e6:>13.0f}" for t in times) + " " * 9
+                  + "".join(f"{k * n / t / hw:>12.0%}" for t in times), flush=True)
     finally:
         client.close()
     return 0

@@ -51,7 +51,10 @@ class LiveAllocations:
     def _on_moved(self, event) -> None:
         _, msg = event
         handle = self._handles.get(msg["alloc_id"])
-        if handle is not None:
+        # A move whose chunk map the handle has already (its own ``migrate``'s answer, which
+        # may come before the event) leaves it fresh: no extra request at its next use.
+        moves = msg.get("moves", 0)  # (0: an event that does not say, a promotion's)
+        if handle is not None and (not moves or moves > handle.moves_known):
             handle.stale = True
 
     def live(self) -> list:
@@ -89,6 +92,7 @@ class AllocationHandle:
         # True once the GVAT said a chunk moved: the next use fetches a fresh chunk map.
         # (A use that races with the news still lands: workers forward or say "moved".)
         self.stale = False
+        self.moves_known = 0  # the allocation's moves its chunk map holds (``Migrated.moves``)
         # The tasks that write and read the memory: new ones follow them
         # (dgvm.client.dispatch); a reused allocation's new array follows the old one's.
         self.pending = Pending()
@@ -145,6 +149,7 @@ class AllocationHandle:
             indices=indices, worker=worker, owner=self.owner,
         )
         self.stale = False
+        self.moves_known = max(self.moves_known, migrated.moves)
         self._set_map(migrated.map)
         return list(migrated.moved)
 

@@ -49,6 +49,7 @@ class Allocation:
     # chunk index -> {WorkerUid: launches that read it there since its home last used it}
     remote_reads: dict = field(default_factory=dict)
     moving: set = field(default_factory=set)  # chunk indices whose home is being moved
+    moves: int = 0  # the number of its last move told to its owner (``messages.MOVED_TOPIC``)
     copies: int = 1  # copies of each chunk kept: the home and copies - 1 backups
     # chunk index -> WorkerUids holding a durable copy (``gvat.copies``), refreshed by writes
     backups: dict = field(default_factory=dict)

@@ -234,17 +234,20 @@ class Pulled(FlatRecord):
 
 @dataclass(frozen=True)
 class Migrated(Record):
-    """The answer of MIGRATE: the chunks moved and the new chunk map."""
+    """The answer of MIGRATE: the chunks moved and the new chunk map, which holds the
+    allocation's moves up to the one numbered ``moves`` (the events ``MOVED_TOPIC`` of
+    those are old news to the client; numbers only grow)."""
 
     moved: list
     map: ChunkMap
+    moves: int = 0
 
     def to_dict(self) -> dict:
-        return {"moved": self.moved, "map": self.map.to_dict()}
+        return {"moved": self.moved, "map": self.map.to_dict(), "moves": self.moves}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Migrated":
-        return cls(list(d["moved"]), ChunkMap.from_dict(d["map"]))
+        return cls(list(d["moved"]), ChunkMap.from_dict(d["map"]), int(d.get("moves", 0)))
 
 
 # -- the codec ---------------------------------------------------------------------------

@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import itertools
 import logging
 import math
+import time
 import uuid
 
 import numpy as np
@@ -89,6 +91,9 @@ class GVATPlugin(SchedulerPlugin):
         self.departures.durability = self.durability
         self.rebuild = Rebuild(self)  # the GVAT from the workers' reports, after a restart
         self.token = uuid.uuid4().hex  # names this GVAT in what workers keep (AllocationMeta)
+        # Moves are numbered for the clients (``Migrated.moves``), increasing also past a
+        # restart of the scheduler, whose new GVAT starts later.
+        self._move_numbers = itertools.count(time.time_ns())
         # address -> (uid, its store's counters as its launch reports told them, the
         # largest of each): newer than its last heartbeat's once a task reported since
         self._reported: dict[str, tuple[int, dict]] = {}
@@ -581,9 +586,10 @@ class GVATPlugin(SchedulerPlugin):
         if moved and alloc.copies > 1:  # a backup that became the home is made again
             self.spawn(self.durability.replenish([alloc.alloc_id]))
         if moved:
+            alloc.moves = next(self._move_numbers)  # (a client whose map holds it skips the event)
             self.scheduler.log_event(messages.MOVED_TOPIC, {
                 "alloc_id": alloc.alloc_id, "owner": alloc.owner, "indices": moved,
-                "worker": target.address, "reason": reason,
+                "worker": target.address, "reason": reason, "moves": alloc.moves,
             })
         return moved
 
@@ -617,7 +623,7 @@ class GVATPlugin(SchedulerPlugin):
             )
         moved = await self.move(alloc, indices, self._live_record(arguments.text("worker", worker)),
                                 reason="migrate")
-        return Migrated(moved, self.gvat.chunk_map(alloc))
+        return Migrated(moved, self.gvat.chunk_map(alloc), alloc.moves)
 
     async def rebalance(self, owner: ClientId | None = None):
         """Even out device memory by moving homes of ``owner``'s chunks (all chunks when

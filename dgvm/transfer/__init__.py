@@ -48,9 +48,11 @@ class Transfers:
         return self.paths[name]
 
     def close(self) -> None:
-        """The worker closes: unmap the peers' arenas. (Mappings of peers' CUDA buffers
-        stay until the peers ask to forget them: they may still ask.)"""
+        """The worker closes: unmap the peers' arenas, end the paths' threads. (Mappings
+        of peers' CUDA buffers stay until the peers ask to forget them: they may still ask.)"""
         self.arenas.close()
+        for p in self.paths.values():
+            p.close()
 
 
 __all__ = ["KINDS", "NAMES", "LeftPeers", "TransferPath", "Transfers", "choose", "host_id"]

@@ -324,9 +324,8 @@ class ChunkStorePlugin(WorkerPlugin):
             if any(len(pair) != 2 for pair in have):
                 raise InvalidArgument("have must list [chunk index, write count] pairs")
         loop = asyncio.get_running_loop()
-        if move:  # freezing takes the store's lock: never on the event loop
-            return await loop.run_in_executor(self._export_executor, self._export_moving,
-                                              alloc_id, indices, path, to, dict(have or []))
+        if move:
+            return await self._export_moving(alloc_id, indices, path, to, dict(have or []))
         if not self.transfers[path].export_reads:  # a descriptor: no thread hop
             # The peer copies from this device outside its stream: after the work tasks
             # left running (a read here is on that stream, after it anyway). Waited for
@@ -354,22 +353,43 @@ class ChunkStorePlugin(WorkerPlugin):
                 out.append(messages.moved())
         return out
 
-    def _export_moving(self, alloc_id, indices, path, to, have: dict):
+    async def _export_moving(self, alloc_id, indices, path, to, have: dict):
         """Export chunks that move to ``to``: each is frozen here first (its writes wait
         until the scheduler says the move ended: ``release`` or ``thaw``), so the copy is
         the chunk's last value here. A chunk of which ``to`` holds a copy as of its
-        current write count (``have``) is not copied again."""
-        p = self.transfers[path]
+        current write count (``have``) is not copied again. A peer that copies from this
+        device outside its stream (CUDA IPC) does so after the work tasks left running.
+        Freezing takes the store's lock, never awaited on the event loop: when nothing
+        holds it and no work is left running, all is done here at once (the usual case:
+        no thread hop); otherwise on an export thread. (Freezing twice is harmless.)"""
+        store, p = self._open_store(), self.transfers[path]
+        if not p.export_reads and store.lock.acquire(blocking=False):  # (comm's export reads)
+            try:
+                writes = [store.freeze(alloc_id, i) for i in indices]
+                if store.backend.queued.done():  # (else waited for on the thread: frozen again there)
+                    return self._describe_moving(alloc_id, indices, writes, p, to, have)
+            finally:
+                store.lock.release()
+        return await asyncio.get_running_loop().run_in_executor(
+            self._export_executor, self._export_moving_waiting, alloc_id, indices, p, to, have)
+
+    def _export_moving_waiting(self, alloc_id, indices, p, to, have: dict):
+        # On an export thread: the freezes may wait for a task's write in progress.
+        writes = [self.store.freeze(alloc_id, i) for i in indices]
+        if not p.export_reads:  # (a read of the comm path comes after it on the stream)
+            self.store.backend.queued.wait()
+        return self._describe_moving(alloc_id, indices, writes, p, to, have)
+
+    def _describe_moving(self, alloc_id, indices, writes, p, to, have: dict) -> list:
         out = []
-        for i in indices:
-            writes = self.store.freeze(alloc_id, i)
-            if writes is None:
+        for i, w in zip(indices, writes):
+            if w is None:
                 out.append(messages.moved())
-            elif have.get(i) == writes:
-                out.append({"current": True, "writes": writes})
+            elif have.get(i) == w:
+                out.append({"current": True, "writes": w})
             else:
                 try:
-                    out.append({**p.export(self.store, alloc_id, i, to), "writes": writes})
+                    out.append({**p.export(self.store, alloc_id, i, to), "writes": w})
                 except (InvalidAddress, RuntimeError):
                     out.append(messages.moved())
         return out
@@ -423,23 +443,31 @@ class ChunkStorePlugin(WorkerPlugin):
 
     def _fetch_and_promote(self, alloc_id, owner, chunks, groups, descs, local, t0) -> Pulled:
         # In the store's thread. Nothing half-made: a failure gives back what was fetched.
+        # The chunks of each home come in batches whose copies are in flight together
+        # (``ChunkStore.fetch_many``); the store's lock is let go between two batches.
         fetched: dict[int, tuple] = {}
         current = set()
         try:
             for ((_, path), group), group_descs in zip(groups, descs):
+                wanted = []
                 for c, desc in zip(group, group_descs):
                     if desc is messages.MOVED:
                         continue  # moved meanwhile: the GVAT keeps the chunk where it is
                     if desc.get("current"):
                         current.add(c.index)  # the replica here is the chunk as it is
                         continue
-                    try:
-                        handle, copy_s = self.store.fetch(self.transfers[path], desc)
-                    except BufferGone:  # freed or moved after the export: same as above
-                        continue
-                    fetched[c.index] = (handle, desc["nbytes"], c.version)
+                    wanted.append((c, desc))
+                for batch in _batches(wanted, self.transfers[path].batch_bytes):
+                    got = self.store.fetch_many(self.transfers[path], [desc for _, desc in batch])
                     now = time.perf_counter()
-                    self.store.stats.moved(path, desc["nbytes"], now - t0, copy_s)
+                    total = sum(desc["nbytes"] for _, desc in batch) or 1
+                    for (c, desc), g in zip(batch, got):
+                        if g is None:  # freed or moved after the export: same as MOVED
+                            continue
+                        handle, copy_s = g
+                        fetched[c.index] = (handle, desc["nbytes"], c.version)
+                        # (the first batch's time includes the request)
+                        self.store.stats.moved(path, desc["nbytes"], (now - t0) * desc["nbytes"] / total, copy_s)
                     t0 = now
         except BaseException as e:
             for handle, n, _ in fetched.values():
@@ -607,6 +635,20 @@ def _pieces(pieces, with_data: bool) -> list:
         else:
             last = arguments.integer(f"pieces[{k}] length", last)
         out.append((index, offset, last))
+    return out
+
+
+def _batches(wanted: list, most: int) -> list:
+    """``wanted`` ([(PullChunk, descriptor)]) in runs of at most ``most`` bytes (a larger
+    chunk alone): the chunks a move copies in one hold of the store's lock."""
+    out, size = [], 0
+    for item in wanted:
+        n = item[1]["nbytes"]
+        if not out or size + n > most:
+            out.append([])
+            size = 0
+        out[-1].append(item)
+        size += n
     return out
 
 

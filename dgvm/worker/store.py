@@ -229,6 +229,13 @@ class ChunkStore:
         return path.fetch(desc, self.backend)
 
     @_locked
+    def fetch_many(self, path, descs: list) -> list:
+        """New buffers holding peers' chunks, their copies in flight together
+        (``path.fetch_many``): per descriptor (handle, copy seconds), or None for a buffer
+        its holder freed after the export. Under the store lock, as ``fetch``."""
+        return path.fetch_many(descs, self.backend)
+
+    @_locked
     def discard(self, handle, nbytes: int) -> None:
         """Give back a buffer ``fetch`` made that was not kept."""
         self.backend.release(handle, nbytes)
