@@ -1,10 +1,12 @@
 """The dashboard on live clusters: its JSON API agrees with dgvm.table/workers/stats, its
 Prometheus metrics with the GVAT (counters only grow), its pages render with data (in
 Bokeh's own client, and in a real headless Chromium), on a cluster that had dgvm from the
-start and on one that got it late. A gpu test checks both GPUs' memory in the JSON."""
+start and on one that got it late; the operations the workers ran appear in the JSON, the
+operations panel and /metrics. A gpu test checks both GPUs' memory in the JSON."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -26,9 +28,11 @@ import dgvm
 import dgvm.array as dnp
 from dgvm.backends.cuda import gpu_count
 from dgvm.dashboard import mount, pages
+from dgvm.dashboard.operations import MAXLEN, Operations, operation_name
 from dgvm.dashboard.panels.common import short
+from dgvm.protocol import messages
 
-from test_kernels import axpy, copy2d, spread_and_gather
+from test_kernels import axpy, copy2d, fails, spread_and_gather
 
 MiB = 2**20
 API = "dgvm/api/v1/"
@@ -149,7 +153,9 @@ def test_scheduler_preload_serves_pages_and_json(tmp_path):
         body = wait_for(up, 30, "the scheduler's HTTP server")
         assert body["version"] == 1 and body["workers"] == []
         listed = get_json(base, "individual-plots.json")
-        assert {"/individual-dgvm", "/individual-dgvm-memory", "/individual-dgvm-migration"} <= set(listed.values())
+        assert {"/individual-dgvm", "/individual-dgvm-memory", "/individual-dgvm-migration",
+                "/individual-dgvm-operations"} <= set(listed.values())
+        assert get_json(base, API + "operations")["operations"] == []
         assert 'href="individual-dgvm"' in get(base, "status")
         assert "dgvm_allocations 0.0" in get(base, "metrics")
     finally:
@@ -582,10 +588,16 @@ def test_dashboard_in_a_browser(dashboard, arrays, tmp_path):
     homes = {short(c.worker) for c in dgvm.table(x.alloc_id, chunks=True)[0].chunks}
     driver, profile = _browser()
     try:
+        with client.as_current():  # operations on every worker, for the operations page
+            y = x + 1
+            y.wait()
+            float(y.sum())
+            y.free()
         page = render(
             driver, base + f"individual-dgvm?alloc={x.alloc_id}",
-            ["dgvm-chunks", "dgvm-replicas", "dgvm-memory", "dgvm-gvat", "dgvm-migration"],
+            ["dgvm-chunks", "dgvm-replicas", "dgvm-memory", "dgvm-gvat", "dgvm-migration", "dgvm-operations"],
             lambda s: s["dgvm-chunks"] and s["dgvm-chunks"]["index"] and s["dgvm-memory"]["key"]
+            and s["dgvm-operations"]["key"]
             and len(s["dgvm-gvat"]["alloc_id"]) == 3
             and len(s["dgvm-migration"]["time"]) >= 3,  # a few refreshes: rates to draw
         )
@@ -632,9 +644,202 @@ def test_dashboard_in_a_browser(dashboard, arrays, tmp_path):
                lambda s: len(s["dgvm-chunks"]["index"]) == 24)
         assert driver.execute_script(CUT) == []
         screenshot(driver, tmp_path, "dashboard-chunks.png", height=640)
+
+        # the workers' tasks of the launch that made out, the addition and the sum (and of
+        # earlier tests on this cluster)
+        render(driver, base + "individual-dgvm-operations", ["dgvm-operations"],
+               lambda s: {"launch-copy2d", "sum"} <= set(s["dgvm-operations"]["name"]))
+        heights = driver.execute_script(HEIGHTS)
+        assert all(h > 0.6 * heights["window"] for h in heights["plots"].values()), heights  # fills it
+        assert driver.execute_script(CUT) == []
+        screenshot(driver, tmp_path, "dashboard-operations.png", height=360)
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+# -- operations ------------------------------------------------------------------------
+class EventLog:
+    """A scheduler's log of the operations topic, as ``Scheduler.get_events`` answers it."""
+
+    def __init__(self, maxlen: int):
+        self.events: collections.deque = collections.deque(maxlen=maxlen)
+
+    def log(self, key: str, worker: str = "tcp://127.0.0.1:1", status: str = "finished",
+            start: float = 10.0, stop: float = 10.5, chunks: int = 2) -> None:
+        self.events.append((time.time(), {"key": key, "worker": worker, "start": start, "stop": stop,
+                                          "status": status, "chunks": chunks}))
+
+    def get_events(self, topic: str) -> tuple:
+        assert topic == messages.OPERATIONS_TOPIC
+        return tuple(self.events)
+
+
+def test_operation_names_drop_the_prefix_and_the_random_suffix():
+    assert operation_name("dgvm-add-1a2b3c4d5e") == "add"
+    assert operation_name("dgvm-fused3-add-1a2b3c4d5e") == "fused3-add"
+    assert operation_name("dgvm-launch-axpy-commit-1a2b3c4d5e") == "launch-axpy-commit"
+
+
+def test_operations_are_read_once_newest_last_and_bounded():
+    log = EventLog(maxlen=5)
+    ops = Operations(log, maxlen=4)
+    ops.sync()
+    assert ops.added == 0 and ops.since(0) == []
+    keys = [f"dgvm-add-{i:010x}" for i in range(10)]
+    for i in range(3):
+        log.log(keys[i], status="error" if i == 1 else "finished", start=i, stop=i + 0.25)
+    ops.sync()
+    ops.sync()  # nothing new: nothing read twice
+    assert [r["key"] for r in ops.since(0)] == keys[:3] and ops.since(3) == []
+    assert ops.statuses == {"finished": 2, "error": 1}
+    assert ops.rows[0] == {"key": keys[0], "name": "add", "worker": "tcp://127.0.0.1:1", "start": 0.0,
+                           "stop": 0.25, "duration": 0.25, "status": "finished", "chunks": 2}
+    # 7 between two reads, more than the log keeps (5): its 5 are read, the last 4 kept
+    for i in range(3, 10):
+        log.log(keys[i])
+    ops.sync()
+    assert ops.added == 8 and [r["key"] for r in ops.rows] == keys[6:]
+    assert [r["key"] for r in ops.since(6)] == keys[8:]
+    assert ops.statuses == {"finished": 7, "error": 1}
+
+
+def test_operations_panel_streams_only_new_tasks_a_row_per_worker_and_clears_after_a_pause():
+    from dgvm.dashboard.panels import OperationsPanel
+    from dgvm.dashboard.panels.operations import CLEAR_AFTER_MS, ERROR_FILL, ERROR_LINE, operation_color
+
+    log = EventLog(maxlen=3 * MAXLEN)
+    panel = OperationsPanel(Operations(log))
+    a, b = "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"
+    log.log("dgvm-add-0000000001", worker=a, start=1.0, stop=1.5, chunks=3)
+    log.log("dgvm-sum-0000000002", worker=b, status="error", start=2.0, stop=2.25)
+    panel.update()
+    data = panel.source.data
+    assert list(data["key"]) == ["dgvm-add-0000000001", "dgvm-sum-0000000002"]
+    assert list(data["worker"]) == [short(a), short(b)] and list(data["address"]) == [a, b]
+    assert list(data["left"]) == [1000.0, 2000.0] and list(data["right"]) == [1500.0, 2250.0]
+    assert list(data["color"]) == [operation_color("add"), ERROR_FILL]
+    assert list(data["line"]) == [operation_color("add"), ERROR_LINE]
+    assert list(data["status"]) == ["finished", "error"] and list(data["chunks"]) == [3, 2]
+    assert list(data["label"]) == ["add", "error"]  # the legend's entries
+    assert operation_color("add") not in (ERROR_FILL, ERROR_LINE)
+    assert list(panel.figure.y_range.factors) == [short(b), short(a)]  # the first worker at the top
+    assert "<b>operations</b> 2 · <b>errors</b> 1" in panel.summary.text
+
+    panel.update()  # nothing new
+    assert len(panel.source.data["key"]) == 2
+    # a row per worker: the plot grows with them (not on the small page, which fills its window)
+    workers = [f"tcp://127.0.0.1:{100 + i}" for i in range(12)]
+    for i in range(MAXLEN + 500):
+        log.log(f"dgvm-add-{i:010x}", worker=workers[i % 12], start=3.0 + i / 100, stop=3.5 + i / 100)
+    panel.update()
+    keys = panel.source.data["key"]
+    assert len(keys) == MAXLEN and keys[-1] == f"dgvm-add-{MAXLEN + 499:010x}"  # the last ones, bounded
+    assert len(panel.figure.y_range.factors) == 14 and panel.figure.height > 240
+    assert f"drawn: {MAXLEN} tasks" in panel.summary.text
+    # tasks after a pause (as Dask's task stream): drawn alone, the plot spans them
+    later = 3.5 + (MAXLEN + 499) / 100 + CLEAR_AFTER_MS / 1000 + 1
+    log.log("dgvm-sum-0000000003", worker=b, start=later, stop=later + 0.5)
+    panel.update()
+    assert list(panel.source.data["key"]) == ["dgvm-sum-0000000003"]
+    assert list(panel.figure.y_range.factors) == [short(b)] and "drawn: 1 task" in panel.summary.text
+    log.log("dgvm-sum-0000000004", worker=a, start=later + 1, stop=later + 2)
+    panel.update()  # soon after: added to them
+    assert list(panel.source.data["key"]) == ["dgvm-sum-0000000003", "dgvm-sum-0000000004"]
+
+
+def _operation_metrics(dask_scheduler) -> dict:
+    """On the scheduler: the ``dgvm_operations`` counter of its dashboard, per status."""
+    from dgvm.dashboard.metrics import families
+    from dgvm.dashboard.source import DashboardSource
+
+    for fam in families(DashboardSource.of(dask_scheduler)):
+        if fam.name == "dgvm_operations":
+            return {s.labels["status"]: s.value for s in fam.samples}
+    return {}
+
+
+def test_operations_in_the_json_the_pages_and_metrics(dashboard):
+    """x + 1, x.sum() and a launch that fails, on the dashboard's cluster: the workers' tasks
+    of each appear in /operations (on the workers that hold the chunks, with their chunks
+    and statuses), on the operations pages and in the dgvm_operations counter. Only the
+    operations since this test began are looked at: other tests ran on this cluster too."""
+    client, base = dashboard
+    counted = client.run_on_scheduler(_operation_metrics)
+    t0 = time.time()
+    with client.as_current():
+        x = dnp.from_numpy(np.arange(60.0), chunks=10, placement="round_robin", client=client)
+        xi = dnp.from_numpy(np.arange(10, dtype=np.int64), chunks=5, placement="packed", client=client)
+        out = dnp.zeros(10, dtype=np.int64, chunks=5, colocate=xi, client=client)
+        y = x + 1
+        try:
+            y.wait()
+            assert float(x.sum()) == np.arange(60.0).sum()
+            dgvm.launch(fails, xi, out=out)
+            with pytest.raises(dgvm.KernelError):
+                out.wait()
+            out.pending.writes = []  # forget the failed launch
+            homes = {a.alloc_id: sorted({c.worker for c in dgvm.table(a.alloc_id, chunks=True)[0].chunks})
+                     for a in (x, y, xi)}
+        finally:
+            for a in (x, y, xi, out):
+                a.free()
+    assert len(homes[x.alloc_id]) == 3 and len(homes[xi.alloc_id]) == 1
+
+    def by_op(rows: list[dict]) -> dict:
+        """The rows of x + 1 (a fused add), x.sum() and the launch, apart."""
+        ops: dict = {"add": [], "sum": [], "launch": []}
+        for r in rows:
+            n = r["name"]
+            op = "add" if n.split("-")[-1] == "add" else "launch" if n.startswith("launch-fails") else n
+            ops.get(op, []).append(r)
+        return ops
+
+    def logged():  # the workers log a task once it answered: the events come a little later
+        body = get_json(base, API + f"operations?since={t0}")
+        ops = by_op(body["operations"])
+        done = (len(ops["add"]) == len(homes[y.alloc_id]) and len(ops["sum"]) == 3
+                and any(r["status"] == "error" for r in ops["launch"]))
+        return done and (body, ops)
+
+    body, ops = wait_for(logged, what="the operations in /operations")
+    assert body["version"] == 1 and body["time"] >= t0
+    workers = set(client.scheduler_info()["workers"])
+    for r in body["operations"]:
+        assert r["stop"] > t0 and r["start"] <= r["stop"] and r["duration"] == r["stop"] - r["start"]
+        assert r["worker"] in workers and r["status"] in ("finished", "error")
+        assert r["key"].startswith("dgvm-") and r["name"] == operation_name(r["key"])
+    # each operation ran where its chunks live, all its chunks, and finished (but the launch)
+    assert sorted(r["worker"] for r in ops["add"]) == homes[y.alloc_id]
+    assert sorted(r["worker"] for r in ops["sum"]) == homes[x.alloc_id]
+    assert sum(r["chunks"] for r in ops["add"]) == sum(r["chunks"] for r in ops["sum"]) == 6
+    assert all(r["status"] == "finished" for r in ops["add"] + ops["sum"])
+    assert {r["worker"] for r in ops["launch"]} == set(homes[xi.alloc_id])
+    assert body["statuses"]["error"] >= 1
+
+    mine = {r["key"]: r for r in body["operations"]}
+    everything = get_json(base, API + "operations")["operations"]  # newest last
+    assert get_json(base, API + "operations?limit=2")["operations"] == everything[-2:]
+    assert get_json(base, API + "operations?limit=0")["operations"] == []
+    assert len(everything) <= MAXLEN and set(mine) <= {r["key"] for r in everything}
+    for bad in ("limit=x", "since=soon", "limit=-1"):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            get(base, API + "operations?" + bad)
+        assert e.value.code == 400 and bad.split("=")[0] in e.value.read().decode()
+
+    for page in ("individual-dgvm-operations", "individual-dgvm"):
+        with pull_document(base, page) as session:
+            doc = session.document
+            drawn = doc.get_model_by_name("dgvm-operations").data
+            rows = {k: (w, s) for k, w, s in zip(drawn["key"], drawn["address"], drawn["status"])}
+            assert {k: rows.get(k) for k in mine} == {k: (r["worker"], r["status"]) for k, r in mine.items()}
+            factors = doc.get_model_by_name("dgvm-operations-plot").y_range.factors
+            assert {short(r["worker"]) for r in mine.values()} <= set(factors)  # a row per worker
+            assert "<b>errors</b>" in doc.get_model_by_name("dgvm-operations-summary").text
+
+    now = client.run_on_scheduler(_operation_metrics)  # counters: they only grow, by these at least
+    assert now["finished"] - counted.get("finished", 0) >= sum(r["status"] == "finished" for r in mine.values())
+    assert now["error"] - counted.get("error", 0) >= sum(r["status"] == "error" for r in mine.values()) >= 1
 
 
 # -- gpu -------------------------------------------------------------------------------

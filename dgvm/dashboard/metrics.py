@@ -3,9 +3,10 @@
 distributed's ``/metrics`` handler writes out ``prometheus_client``'s global registry;
 ``register`` adds one collector to it (once per process: the registry is the process's,
 and so is what every ``/metrics`` of the process serves). Each scrape takes a fresh
-snapshot of the newest running scheduler's GVAT. Labels stay bounded: worker addresses, device
-names, four memory states and the transfer paths. Counters are cluster totals that never
-go down, also when workers leave (``counters.Totals``).
+snapshot of the newest running scheduler's GVAT, and reads the operations the workers
+logged since the last read. Labels stay bounded: worker addresses, device names, four
+memory states, the transfer paths and the statuses of operations. Counters are cluster
+totals that never go down, also when workers leave (``counters.Totals``).
 """
 
 from __future__ import annotations
@@ -76,6 +77,15 @@ def families(source: DashboardSource):
         nbytes.add_metric([path], p["bytes"])
     yield moved
     yield nbytes
+    ops = source.operations
+    ops.sync()
+    done = CounterMetricFamily(
+        "dgvm_operations", "dgvm tasks that ended on the workers, per status (finished, error)",
+        labels=["status"],
+    )
+    for status, n in ops.statuses.items():
+        done.add_metric([status], n)
+    yield done
 
 
 class DgvmCollector:

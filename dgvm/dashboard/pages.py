@@ -1,8 +1,8 @@
 """The dashboard's Bokeh pages, in the style of distributed's own.
 
 ``/individual-dgvm`` shows every panel inside the dashboard's navigation bar; the small
-pages ``/individual-dgvm-memory``, ``-migration`` and ``-chunks`` hold one panel each, for
-docking in JupyterLab's Dask extension. Every session refreshes once per
+pages ``/individual-dgvm-memory``, ``-migration``, ``-chunks`` and ``-operations`` hold one
+panel each, for docking in JupyterLab's Dask extension. Every session refreshes once per
 ``dgvm.dashboard.refresh``; sessions share one snapshot per half period.
 """
 
@@ -15,7 +15,9 @@ from bokeh.layouts import column
 from bokeh.models import Div
 
 from dgvm.dashboard import urls
-from dgvm.dashboard.panels import ChunkMapPanel, DevicesPanel, GVATPanel, MemoryPanel, MigrationPanel
+from dgvm.dashboard.panels import (
+    ChunkMapPanel, DevicesPanel, GVATPanel, MemoryPanel, MigrationPanel, OperationsPanel,
+)
 from dgvm.dashboard.source import DashboardSource
 
 logger = logging.getLogger("dgvm.dashboard")
@@ -99,10 +101,12 @@ def dgvm_doc(scheduler, extra, doc):
     gvat = GVATPanel(**stretch)
     migration = MigrationPanel(source.rates, source.refresh, **stretch)
     devices = DevicesPanel(**stretch)
+    operations = OperationsPanel(source.operations, **stretch)
     # the tables take the page's width: their columns are as wide as their text
     doc.add_root(column(
-        Div(text="<h2>dgvm: device memory, the GVAT and data movement</h2>"),
+        Div(text="<h2>dgvm: device memory, operations, the GVAT and data movement</h2>"),
         memory.root,
+        operations.root,
         Div(text="<b>GVAT</b>: one row per allocation"),
         gvat.root,
         chunks.root,
@@ -111,7 +115,7 @@ def dgvm_doc(scheduler, extra, doc):
         devices.root,
         name="dgvm-dashboard", **stretch,
     ))
-    _start(doc, Page(source, [memory, chunks, gvat, migration, devices]))
+    _start(doc, Page(source, [memory, operations, chunks, gvat, migration, devices]))
 
 
 def one_panel_doc(title: str, make):
@@ -141,6 +145,10 @@ APPLICATIONS = {
     urls.CHUNKS_PAGE: one_panel_doc(
         "dgvm chunks",
         lambda source, doc: ChunkMapPanel(source.plugin.gvat, _alloc_arg(doc), sizing_mode="stretch_both")),
+    # a task stream fills its window, as Dask's
+    urls.OPERATIONS_PAGE: one_panel_doc(
+        "dgvm operations",
+        lambda source, doc: OperationsPanel(source.operations, sizing_mode="stretch_both")),
 }
 
 

@@ -2,7 +2,8 @@
 transfer rates.
 
 ``install`` makes one ``DashboardSource`` per scheduler (``scheduler.extensions
-["dgvm-dashboard"]``). Pages, the JSON API and the Prometheus collector all read from it.
+["dgvm-dashboard"]``). Pages, the JSON API and the Prometheus collector all read from it:
+snapshots of the GVAT, rates, and the operations the workers logged (``operations``).
 Many open pages share one snapshot per refresh period; nobody watching costs nothing.
 """
 
@@ -12,6 +13,7 @@ import time
 
 from dgvm import config
 from dgvm.dashboard.counters import Rates, Totals
+from dgvm.dashboard.operations import Operations
 from dgvm.dashboard.snapshot import Snapshot, Spread, build
 
 EXTENSION = "dgvm-dashboard"
@@ -34,6 +36,8 @@ class DashboardSource:
         self._last: Snapshot | None = None
         # rates between the totals of snapshots at least half a refresh period apart
         self.rates = Rates(HISTORY, every=self.refresh / 2)
+        # the operations the workers logged, read when a page, the API or /metrics asks
+        self.operations = Operations(scheduler)
 
     def snapshot(self, max_age: float = 0.0) -> Snapshot:
         """A snapshot no older than ``max_age`` seconds (0: a fresh one)."""
