@@ -35,6 +35,23 @@ def close_cluster_with_client(client: Client) -> None:
     client._start_arg = None
 
 
+def on_client_close(client: Client, fn) -> None:
+    """Call ``fn()`` on the client's event loop when ``client`` starts closing (Dask has no
+    client-side close hook: its ``_close`` is replaced on this instance, every way of
+    closing goes through it)."""
+    close = client._close
+
+    @functools.wraps(close)
+    async def _close(*args, **kwargs):
+        try:
+            fn()
+        except Exception:  # noqa: BLE001  (the client closes all the same)
+            logger.exception("dgvm: closing with client %s", client.id)
+        return await close(*args, **kwargs)
+
+    client._close = _close
+
+
 async def gather_skipping_errors(client: Client, futures) -> list:
     """Wait for ``futures`` on the client's event loop and return the results of those
     that succeeded; failed ones are left out without raising (``Client._gather``,

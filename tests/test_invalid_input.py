@@ -464,6 +464,13 @@ def scheduler_requests(buf, client, worker):
             dict(worker=worker, key="dgvm-no-such-task", error="a test", __required__=("worker", "key", "error")),
             dict(worker=wstr, key=st.sampled_from([5, None, [1], b"x"]), error=st.sampled_from([5, None, [1]])),
         ),
+        messages.STRANDED: (  # (a worker that is not there: answered at once)
+            dict(worker="tcp://127.0.0.1:1", tasks=[{"key": "dgvm-x", "allocations": [], "rerun": ""}],
+                 __required__=("worker", "tasks")),
+            dict(worker=st.sampled_from([5, None, [1], b"x"]),
+                 tasks=st.sampled_from([5, "ab", [5], [{"key": 5}], [{"key": "k", "allocations": "x"}],
+                                        [{"key": "k", "rerun": "sometimes"}], [{}]])),
+        ),
         messages.REPLICAS_DROPPED: (
             dict(worker=worker, dropped={}, __required__=("worker", "dropped")),
             dict(worker=wstr, dropped=st.sampled_from([[], "ab", 5, {"x": [0]}, {buf.alloc_id: 5},

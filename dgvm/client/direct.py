@@ -35,20 +35,23 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 
 from distributed import wait as dask_wait
 from distributed.comm import connect
 from distributed.core import clean_exception
 from distributed.protocol import to_serialize
 
-from dgvm import config
+from dgvm import config, dask_compat
 from dgvm.client.left_workers import LeftWorkers
 from dgvm.protocol import messages
-from dgvm.protocol.errors import ChunkLost, ConnectionBroke, KernelError
+from dgvm.protocol.errors import ChunkLost, ConnectionBroke, KernelError, NotConnected
 
 logger = logging.getLogger("dgvm.client")
 
-STRANDED_WAIT = 90.0  # seconds the GVAT's answer on stranded tasks may take (it waits 60 at most)
+# Seconds the GVAT's answer on stranded tasks may take: it waits for the worker's removal
+# and for copies to take over its chunks (``Departures.STRANDED_WAIT`` + ``PROMOTE_WAIT``).
+STRANDED_WAIT = 120.0
 
 _news = threading.Condition()  # notified whenever a direct task ends
 
@@ -168,6 +171,9 @@ class Channel:
             self.address,
             connect(self.address, timeout=timeout, **client.connection_args),
             lambda: ConnectionError(f"worker {self.address} left the cluster"))
+        if self.broken:  # closed while it connected
+            self.comm.abort()
+            return
         await self.comm.write({"op": messages.DIRECT, "client": client.id, "reply": False})
         asyncio.ensure_future(self._read())
 
@@ -211,8 +217,10 @@ class DirectPlane:
         self.session = session
         self.client = session.client
         self.channels: dict[str, Channel] = {}
-        self.left: set[str] = set()  # workers the GVAT said left (no new connection there)
+        self.tasks: "weakref.WeakSet[DirectTask]" = weakref.WeakSet()  # not all ended
+        self.closed = False
         session.part(LeftWorkers).on_left(self._left)
+        dask_compat.on_client_close(self.client, self.close)
 
     def submit(self, fn, args: tuple, homes: dict, deps: list, name: str, rerun: str,
                allocations: list, results: bool = False) -> list[DirectTask]:
@@ -223,6 +231,7 @@ class DirectPlane:
         for (worker, idx), after in zip(homes.items(), deps):
             key = f"{messages.TASK_PREFIX}{name}-{uuid.uuid4().hex[:10]}"
             tasks.append(DirectTask(key, worker, (fn, args, list(idx), allocations, rerun, results), list(after)))
+        self.tasks.update(tasks)
         self.client.loop.add_callback(self._place_all, list(tasks))
         return tasks
 
@@ -242,6 +251,9 @@ class DirectPlane:
 
     def _try_place(self, task: DirectTask) -> None:
         if task.done():
+            return
+        if self.closed:
+            task._fail(NotConnected(f"dgvm task {task.key}: its client closed"))
             return
         channel = self.channels.get(task.worker)
         results = task.call[5]
@@ -274,10 +286,7 @@ class DirectPlane:
             "task": to_serialize((fn, args, idx, [d.result(timeout=0) for d in task.deps] if results else None)),
             "written": task.written,
         }
-        if channel is None:
-            if task.worker in self.left:
-                asyncio.ensure_future(self.stranded(task.worker, [task], None))
-                return
+        if channel is None:  # (to a worker that left, the connection fails: stranded)
             channel = self.channels[task.worker] = Channel(self, task.worker)
         channel.send(task, msg)
 
@@ -290,7 +299,6 @@ class DirectPlane:
 
     def _left(self, address: str) -> None:
         """(On the loop.) The GVAT says the worker at ``address`` left."""
-        self.left.add(address)
         channel = self.channels.get(address)
         if channel is not None:
             channel.close(ConnectionError(f"worker {address} left the cluster"))
@@ -326,13 +334,20 @@ class DirectPlane:
                 t._fail(ConnectionBroke(answer["broke"]))
 
     def close(self) -> None:
-        """(On the loop.) Close every connection; tasks in flight fail."""
+        """(On the loop, as the client closes.) Close every connection; every task not
+        ended fails (those in flight and those waiting here to be sent)."""
+        self.closed = True
         for channel in list(self.channels.values()):
-            tasks = list(channel.tasks.values())
             channel.tasks.clear()
             channel.close()
-            for t in tasks:
-                t._fail(ConnectionBroke(f"dgvm task {t.key}: the client closed while it ran on {t.worker}"))
+        while True:
+            try:
+                tasks = list(self.tasks)
+                break
+            except RuntimeError:  # (the program's thread added one meanwhile)
+                continue
+        for t in tasks:
+            t._fail(NotConnected(f"dgvm task {t.key}: its client closed before it ended on {t.worker}"))
 
 
 # -- waiting for tasks of either plane -------------------------------------------------------

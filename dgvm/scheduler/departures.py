@@ -177,11 +177,11 @@ class Departures:
         a task that ended its worker's device context}``). A worker still there then:
         ``{"broke": text}``."""
         worker = arguments.text("worker", worker)
-        tasks = [arguments.mapping("tasks[]", t) for t in arguments.sequence("tasks", tasks)]
+        tasks = [self._stranded_task(k, t) for k, t in enumerate(arguments.sequence("tasks", tasks))]
         deadline = time.monotonic() + STRANDED_WAIT
-        while worker in self.scheduler.workers and time.monotonic() < deadline:
+        while self._still_there(worker) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        if worker in self.scheduler.workers:
+        if self._still_there(worker):
             text = (f"the connection to worker {worker} broke while it ran the task, and the "
                     f"worker is still in the cluster {STRANDED_WAIT:g} s later")
             return {t["key"]: {"broke": f"dgvm task {t['key']}: {text}"} for t in tasks}
@@ -190,7 +190,7 @@ class Departures:
             await self.durability.settled_worker(uid)
         answers = {}
         for t in tasks:
-            key, named, mode = str(t["key"]), [int(a) for a in t.get("allocations") or ()], t.get("rerun") or ""
+            key, named, mode = t["key"], t["allocations"], t["rerun"]
             ended = self._ended.pop(key, None)
             if ended is not None:
                 answers[key] = {"failed": ended}
@@ -226,6 +226,19 @@ class Departures:
             except Exception:  # noqa: BLE001
                 logger.exception("dgvm: running task %s again on %s", key, target)
             self._fail(key, pinned, stimulus)
+
+    @staticmethod
+    def _stranded_task(k: int, task) -> dict:
+        task = arguments.mapping(f"tasks[{k}]", task)
+        return {"key": arguments.text(f"tasks[{k}]['key']", task.get("key")),
+                "allocations": arguments.integers(f"tasks[{k}]['allocations']", task.get("allocations", [])),
+                "rerun": "" if task.get("rerun", "") == "" else
+                arguments.text(f"tasks[{k}]['rerun']", task.get("rerun"), ("writes", "reads"))}
+
+    def _still_there(self, address: WorkerAddress) -> bool:
+        """Is a worker at ``address`` that never left there? Not once it was removed, nor
+        when one registered again at that address since (its departure is recorded)."""
+        return address in self.scheduler.workers and address not in self._uids
 
     def left(self, address: WorkerAddress, uid: WorkerUid | None) -> None:
         """The scheduler removed the worker at ``address`` (the plugin's remove_worker

@@ -107,12 +107,8 @@ class Access:
         self.current.add(key)
         store = self.store
         held = store.local(spec.alloc_id, index)
-        if held is not None and store.leaving(spec.alloc_id, index):
-            # A move is taking this home copy away: once it ends the chunk is read from
-            # its new home (a write there may already have followed; its release here
-            # need not have come before this task) or, the move undone, here.
-            store.wait_writable(spec.alloc_id, index)
-            held = store.local(spec.alloc_id, index)
+        if held is not None and store.leaving(spec.alloc_id, index) and self._moved_away(spec.alloc_id, index):
+            held = None  # read from its new home for this output chunk (``transient``)
         if held is not None or key in self.transient:
             count["hits"] += 1
             store.stats.hits += 1
@@ -136,6 +132,36 @@ class Access:
         (ChunkLost if its home left, InvalidAddress if the allocation is gone)."""
         return self.ask_scheduler(messages.LOCATE, alloc_id=alloc_id, index=index,
                                   worker=self.worker.address)
+
+    def _moved_away(self, alloc_id: int, index: int) -> bool:
+        """A move is taking home chunk ``index`` away from here (frozen until its release
+        or thaw). While the GVAT names this worker its home, the copy here holds what the
+        move copies; once it names the new home, a write may have followed there, and the
+        release here need not have come before this task (a task of the direct plane
+        does not follow the scheduler's stream): read the new home's copy, for the
+        current output chunk only. True if it was read so. (No wait for the move: the
+        store's lock stays held, so no move freezes the output chunk meanwhile.)"""
+        w = self.worker
+        for _ in range(8):
+            where = self.locate(alloc_id, index)
+            if where.home == w.address:
+                return False
+            path = self.transfers[where.path]
+            try:
+                desc, = sync(w.loop, self.transfers.left_peers.call, where.home,
+                             request_exports(w, where.home, alloc_id, [index], path.name),
+                             lambda home=where.home: ChunkLost(
+                                 f"chunk {index} of allocation {alloc_id} was on worker {home}, "
+                                 f"which left the cluster while {w.address} read it"))
+                if desc is messages.MOVED:
+                    continue
+                self._fetch_transient(alloc_id, index, path, desc)
+            except (ChunkLost, BufferGone):
+                continue
+            if self._same(where, self.locate(alloc_id, index)):
+                return True
+            self.transient.pop((alloc_id, index), None)
+        raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while {w.address} read it")
 
     def _fetch(self, alloc_id: int, index: int) -> None:
         """A miss: copy the chunk here from its home, as a replica registered in the GVAT;

@@ -31,7 +31,9 @@ import time
 from distributed.core import Status, error_message
 from distributed.protocol import to_serialize
 
+from dgvm import config
 from dgvm.protocol import messages
+from dgvm.protocol.errors import DgvmError
 
 logger = logging.getLogger("dgvm.worker")
 
@@ -54,6 +56,7 @@ class DirectTasks:
         self.ended: dict[str, asyncio.Future] = {}  # key -> done when the task ends
         self.failed: "collections.OrderedDict[str, dict]" = collections.OrderedDict()
         self.waiting = 0  # tasks ready to run, waiting for a thread
+        self._waiting_lock = threading.Lock()  # (counted up on the loop, down in a thread)
 
     async def serve(self, comm, client: str | None = None):
         """RPC handler (``messages.DIRECT``): the client's connection, read until it closes.
@@ -115,12 +118,17 @@ class DirectTasks:
             if msg.get("written") is not None:  # run again: what its first run wrote for good
                 self.plugin.written({key: msg["written"]})
             fn, args, indices, results = msg["task"]
-            self.waiting += 1
             loop = asyncio.get_running_loop()
+            started = [False]
+            with self._waiting_lock:
+                self.waiting += 1
             try:
                 result, reports = await loop.run_in_executor(
-                    self.worker.executor, self._call, key, fn, args, indices, results)
+                    self.worker.executor, self._call, key, fn, args, indices, results, started)
             except Exception as e:  # noqa: BLE001  (the task's own error: the caller's)
+                if not started[0]:  # (the pool refused it: the worker is closing)
+                    with self._waiting_lock:
+                        self.waiting -= 1
                 failed = error_message(e)
                 failed.pop("status", None)
                 reports = getattr(e, "_dgvm_reports", ())
@@ -152,10 +160,12 @@ class DirectTasks:
         while len(self.failed) > FAILED_REMEMBERED:
             self.failed.popitem(last=False)
 
-    def _call(self, key, fn, args, indices, results):
+    def _call(self, key, fn, args, indices, results, started):
         """The task body in a thread of the worker's pool, with its reports kept for the
         event loop to send (``_reports``)."""
-        self.waiting -= 1
+        with self._waiting_lock:
+            self.waiting -= 1
+            started[0] = True
         reports: list = []
         _running.task = (self.worker, key, reports)
         try:
@@ -177,11 +187,24 @@ class DirectTasks:
                 self.worker.batched_stream.send(message)
                 continue
             message = {k: v for k, v in message.items() if k != "op"}
-            try:
-                await messages.call(self.worker.scheduler, messages.LAUNCHED, worker=self.worker.address, **message)
-            except Exception:  # noqa: BLE001  (the scheduler went: a new one rebuilds the table)
-                logger.warning("dgvm: the report of a task on %s (allocation %s) was not taken",
-                               self.worker.address, message.get("alloc_id"), exc_info=True)
+            wait = config.get_seconds("scheduler-wait")
+            deadline = time.monotonic() + wait
+            while True:
+                try:
+                    await messages.call(self.worker.scheduler, messages.LAUNCHED, worker=self.worker.address,
+                                        **message)
+                    break
+                except OSError:  # the scheduler is away: it may come back (``scheduler-wait``)
+                    if time.monotonic() > deadline:
+                        raise DgvmError(
+                            f"the write of task {message.get('key')} to chunks {message['wrote']} of "
+                            f"allocation {message['alloc_id']} on {self.worker.address} is done, but no "
+                            f"scheduler took its report within {wait:g} s: copies of those chunks on "
+                            "other workers may be stale") from None
+                    await asyncio.sleep(0.2)
+                except Exception:  # noqa: BLE001  (refused: the allocation was freed meanwhile)
+                    logger.info("dgvm: the report of task %s was refused", message.get("key"), exc_info=True)
+                    break
 
     def ready(self) -> bool:
         """Is a direct task ready here, waiting only for a thread?"""
