@@ -380,8 +380,13 @@ def main(argv=None) -> int:
             if n == 1 and single_sums:
                 np.testing.assert_allclose(dgvm_sums[name], single_sums[name], rtol=RTOL,
                                            err_msg=f"{name}: dgvm != single-device {backend}")
-        print(f"{n} {unit}: dgvm {', '.join(f'{k} {v:.5f}' for k, v in mine[n].items())} s/it; results "
-              "agree with dask.array" + (" and the single device" if n == 1 and single_sums else ""))
+        # (each count as it ends: a run cut short still says what it measured)
+        print(f"{n} {unit}: dgvm {', '.join(f'{k} {v:.5f}' for k, v in mine[n].items())} s/it; "
+              f"dask.array {', '.join(f'{k} {v:.5f}' for k, v in theirs[n].items())} s/it"
+              + (f"; single device {', '.join(f'{k} {v:.5f}' for k, v in single_times.items())} s/it"
+                 if n == 1 and single_times else "")
+              + "; results agree with dask.array" + (" and the single device" if n == 1 and single_sums else ""),
+              flush=True)
     report(counts, rows, cols, mine, theirs, single_times, bandwidth, unit)
     return 0
 
