@@ -53,6 +53,8 @@ logger = logging.getLogger("dgvm.client")
 # and for copies to take over its chunks (``Departures.STRANDED_WAIT`` + ``PROMOTE_WAIT``).
 STRANDED_WAIT = 120.0
 
+LEFT_CONNECT = 0.2  # seconds a connection to the address of a worker that left is tried
+
 _news = threading.Condition()  # notified whenever a direct task ends
 
 
@@ -165,7 +167,7 @@ class Channel:
 
     async def _connect(self) -> None:
         client = self.plane.client
-        timeout = config.get_seconds("connect-timeout")
+        timeout = LEFT_CONNECT if self.address in self.plane.left else config.get_seconds("connect-timeout")
         peers = self.plane.session.part(LeftWorkers).peers
         self.comm = await peers.call(
             self.address,
@@ -219,6 +221,10 @@ class DirectPlane:
         self.channels: dict[str, Channel] = {}
         self.tasks: "weakref.WeakSet[DirectTask]" = weakref.WeakSet()  # not all ended
         self.closed = False
+        # Workers the GVAT said left: a connection there is tried only briefly (a refused
+        # one is retried up to the connect timeout), as a worker that registered at the
+        # same address since answers at once.
+        self.left: set[str] = set()
         session.part(LeftWorkers).on_left(self._left)
         dask_compat.on_client_close(self.client, self.close)
 
@@ -299,6 +305,7 @@ class DirectPlane:
 
     def _left(self, address: str) -> None:
         """(On the loop.) The GVAT says the worker at ``address`` left."""
+        self.left.add(address)
         channel = self.channels.get(address)
         if channel is not None:
             channel.close(ConnectionError(f"worker {address} left the cluster"))
