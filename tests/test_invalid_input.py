@@ -469,7 +469,8 @@ def scheduler_requests(buf, client, worker):
                  __required__=("worker", "tasks")),
             dict(worker=st.sampled_from([5, None, [1], b"x"]),
                  tasks=st.sampled_from([5, "ab", [5], [{"key": 5}], [{"key": "k", "allocations": "x"}],
-                                        [{"key": "k", "rerun": "sometimes"}], [{}]])),
+                                        [{"key": "k", "rerun": "sometimes"}], [{}]]),
+                 sent=st.sampled_from([5, "x", [True]])),
         ),
         messages.REPLICAS_DROPPED: (
             dict(worker=worker, dropped={}, __required__=("worker", "dropped")),

@@ -53,8 +53,6 @@ logger = logging.getLogger("dgvm.client")
 # and for copies to take over its chunks (``Departures.STRANDED_WAIT`` + ``PROMOTE_WAIT``).
 STRANDED_WAIT = 120.0
 
-LEFT_CONNECT = 0.2  # seconds a connection to the address of a worker that left is tried
-
 _news = threading.Condition()  # notified whenever a direct task ends
 
 
@@ -167,7 +165,7 @@ class Channel:
 
     async def _connect(self) -> None:
         client = self.plane.client
-        timeout = LEFT_CONNECT if self.address in self.plane.left else config.get_seconds("connect-timeout")
+        timeout = config.get_seconds("connect-timeout")
         peers = self.plane.session.part(LeftWorkers).peers
         self.comm = await peers.call(
             self.address,
@@ -221,9 +219,9 @@ class DirectPlane:
         self.channels: dict[str, Channel] = {}
         self.tasks: "weakref.WeakSet[DirectTask]" = weakref.WeakSet()  # not all ended
         self.closed = False
-        # Workers the GVAT said left: a connection there is tried only briefly (a refused
-        # one is retried up to the connect timeout), as a worker that registered at the
-        # same address since answers at once.
+        # Workers the GVAT said left: a task for one is stranded at once (a connection to a
+        # dead address is retried up to the connect timeout), unless the GVAT says a
+        # worker registered at that address since (``stranded``: "retry").
         self.left: set[str] = set()
         session.part(LeftWorkers).on_left(self._left)
         dask_compat.on_client_close(self.client, self.close)
@@ -292,7 +290,10 @@ class DirectPlane:
             "task": to_serialize((fn, args, idx, [d.result(timeout=0) for d in task.deps] if results else None)),
             "written": task.written,
         }
-        if channel is None:  # (to a worker that left, the connection fails: stranded)
+        if channel is None:
+            if task.worker in self.left:
+                asyncio.ensure_future(self.stranded(task.worker, [task], None, sent=False))
+                return
             channel = self.channels[task.worker] = Channel(self, task.worker)
         channel.send(task, msg)
 
@@ -310,7 +311,7 @@ class DirectPlane:
         if channel is not None:
             channel.close(ConnectionError(f"worker {address} left the cluster"))
 
-    async def stranded(self, address: str, tasks: list, why) -> None:
+    async def stranded(self, address: str, tasks: list, why, sent: bool = True) -> None:
         """``tasks`` were sent to the worker at ``address`` (or were to be) and it did not
         answer: ask the GVAT what becomes of each (``messages.STRANDED``), then send it
         again where it says, or fail it."""
@@ -318,7 +319,8 @@ class DirectPlane:
         asked = [{"key": t.key, "allocations": t.call[3], "rerun": t.call[4]} for t in tasks if not t.done()]
         try:
             answers = await asyncio.wait_for(
-                messages.call(client.scheduler, messages.STRANDED, worker=address, tasks=asked), STRANDED_WAIT)
+                messages.call(client.scheduler, messages.STRANDED, worker=address, tasks=asked, sent=sent),
+                STRANDED_WAIT)
         except Exception as e:  # noqa: BLE001  (the scheduler went too, or is slow)
             for t in tasks:
                 t._fail(ConnectionBroke(
@@ -329,7 +331,10 @@ class DirectPlane:
             answer = answers.get(t.key)
             if t.done() or answer is None:
                 continue
-            if "rerun" in answer:
+            if "retry" in answer:  # a worker registered at that address since: send it there
+                self.left.discard(address)
+                self._place(t)
+            elif "rerun" in answer:
                 logger.info("dgvm: task %s runs again on %s (%s left)", t.key, answer["rerun"], address)
                 t.worker, t.channel, t.written = answer["rerun"], None, answer["written"]
                 self._place(t)

@@ -167,7 +167,7 @@ class Departures:
                      "; a task that may do anything (map_chunks) is not run again elsewhere")
         return text
 
-    async def stranded(self, worker: WorkerAddress, tasks: list) -> dict:
+    async def stranded(self, worker: WorkerAddress, tasks: list, sent: bool = True) -> dict:
         """RPC handler (``messages.STRANDED``): a client's connection to ``worker`` broke
         with ``tasks`` ({key, allocations, rerun} each, ``messages.RERUN_ANNOTATION``'s
         modes) unanswered there (``dgvm.client.direct``). Once the scheduler removed that
@@ -175,9 +175,12 @@ class Departures:
         where they did (``{"rerun": address, "written": chunks its first run wrote for
         good}``), or fails (``{"lost": ChunkLost's text}``, ``{"failed": the KernelError of
         a task that ended its worker's device context}``). A worker still there then:
-        ``{"broke": text}``."""
+        ``{"broke": text}``. Tasks never sent (``sent=False``: their client heard the
+        worker left) go to a worker that registered at that address since: ``{"retry": 1}``."""
         worker = arguments.text("worker", worker)
         tasks = [self._stranded_task(k, t) for k, t in enumerate(arguments.sequence("tasks", tasks))]
+        if not arguments.flag("sent", sent) and worker in self.scheduler.workers:
+            return {t["key"]: {"retry": 1} for t in tasks}
         deadline = time.monotonic() + STRANDED_WAIT
         while self._still_there(worker) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
