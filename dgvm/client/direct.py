@@ -236,6 +236,11 @@ class DirectPlane:
             key = f"{messages.TASK_PREFIX}{name}-{uuid.uuid4().hex[:10]}"
             tasks.append(DirectTask(key, worker, (fn, args, list(idx), allocations, rerun, results), list(after)))
         self.tasks.update(tasks)
+        if self.closed:  # (its loop may run no callback any more)
+            for t in tasks:
+                t.status, t._value, t.call, t.deps = "error", NotConnected(f"dgvm task {t.key}: its client closed"), None, None
+                t._event.set()
+            return tasks
         self.client.loop.add_callback(self._place_all, list(tasks))
         return tasks
 
@@ -329,7 +334,11 @@ class DirectPlane:
             return
         for t in tasks:
             answer = answers.get(t.key)
-            if t.done() or answer is None:
+            if t.done():
+                continue
+            if answer is None:  # (the GVAT answers every task it was asked about)
+                t._fail(ConnectionBroke(f"dgvm task {t.key}: the GVAT did not say what became of it "
+                                        f"after the connection to {address} broke"))
                 continue
             if "retry" in answer:  # a worker registered at that address since: send it there
                 self.left.discard(address)

@@ -239,9 +239,10 @@ class Departures:
                 arguments.text(f"tasks[{k}]['rerun']", task.get("rerun"), ("writes", "reads"))}
 
     def _still_there(self, address: WorkerAddress) -> bool:
-        """Is a worker at ``address`` that never left there? Not once it was removed, nor
-        when one registered again at that address since (its departure is recorded)."""
-        return address in self.scheduler.workers and address not in self._uids
+        """Is a worker at ``address``? (Which one is not known: a worker that registered
+        there since may run the stranded tasks still, so they are not run again elsewhere
+        while one is there.)"""
+        return address in self.scheduler.workers
 
     def left(self, address: WorkerAddress, uid: WorkerUid | None) -> None:
         """The scheduler removed the worker at ``address`` (the plugin's remove_worker

@@ -89,6 +89,9 @@ class ChunkStorePlugin(WorkerPlugin):
         # for one: a task holding this store's lock may be waiting on a peer whose own task
         # waits for an export from here.
         self._export_executor = ThreadPoolExecutor(2, thread_name_prefix="dgvm-export")
+        # A move's export freezes its chunks, which waits for the store's lock: on threads
+        # of its own, so that it never holds up the plain exports a task here waits for.
+        self._freeze_executor = ThreadPoolExecutor(2, thread_name_prefix="dgvm-freeze")
         self._release_done = -1  # the ticket of the last release done here (scheduler.releases)
         self._releases = asyncio.Condition()
         self.worker = worker
@@ -142,6 +145,7 @@ class ChunkStorePlugin(WorkerPlugin):
             def close():  # waits for the store's thread: off the event loop
                 self._executor.shutdown(wait=True)
                 self._export_executor.shutdown(wait=True)
+                self._freeze_executor.shutdown(wait=True)
                 store.close()
                 self.transfers.close()
 
@@ -371,7 +375,7 @@ class ChunkStorePlugin(WorkerPlugin):
             finally:
                 store.lock.release()
         return await asyncio.get_running_loop().run_in_executor(
-            self._export_executor, self._export_moving_waiting, alloc_id, indices, p, to, have)
+            self._freeze_executor, self._export_moving_waiting, alloc_id, indices, p, to, have)
 
     def _export_moving_waiting(self, alloc_id, indices, p, to, have: dict):
         # On an export thread: the freezes may wait for a task's write in progress.
