@@ -34,7 +34,6 @@ import asyncio
 import logging
 import threading
 import time
-import uuid
 import weakref
 
 from distributed import wait as dask_wait
@@ -226,15 +225,13 @@ class DirectPlane:
         session.part(LeftWorkers).on_left(self._left)
         dask_compat.on_client_close(self.client, self.close)
 
-    def submit(self, fn, args: tuple, homes: dict, deps: list, name: str, rerun: str,
+    def submit(self, fn, args: tuple, homes: dict, deps: list, keys: list, rerun: str,
                allocations: list, results: bool = False) -> list[DirectTask]:
-        """One task ``fn(*args, indices, after)`` per worker of ``homes`` (worker ->
-        chunk indices), each following ``deps[i]``; ``after`` is the list of their
-        results if ``results``, else None. Returns the tasks (futures) at once."""
-        tasks = []
-        for (worker, idx), after in zip(homes.items(), deps):
-            key = f"{messages.TASK_PREFIX}{name}-{uuid.uuid4().hex[:10]}"
-            tasks.append(DirectTask(key, worker, (fn, args, list(idx), allocations, rerun, results), list(after)))
+        """One task ``keys[i]``, ``fn(*args, indices, after)``, per worker of ``homes``
+        (worker -> chunk indices), each following ``deps[i]``; ``after`` is the list of
+        their results if ``results``, else None. Returns the tasks (futures) at once."""
+        tasks = [DirectTask(key, worker, (fn, args, list(idx), allocations, rerun, results), list(after))
+                 for (worker, idx), after, key in zip(homes.items(), deps, keys)]
         self.tasks.update(tasks)
         if self.closed:  # (its loop may run no callback any more)
             for t in tasks:

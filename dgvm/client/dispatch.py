@@ -44,19 +44,18 @@ def submit(client, fn, args: tuple, homes: dict[str, list[int]], deps, name: str
     afters = [deps[w] if isinstance(deps, dict) else deps for w in homes]
     # The allocations it names: a task stranded on a worker that left says which it lost.
     allocations = sorted(_allocations_in(args))
+    keys = [f"{TASK_PREFIX}{name}-{uuid.uuid4().hex[:10]}" for _ in homes]
     if plane.enabled():
         futures = session_of(client).part(plane.DirectPlane).submit(
-            fn, args, homes, afters, name, rerun or "", allocations, results)
-        failures.submitted(futures, afters)
-        return futures
-    with dask.annotate(**{ALLOCATIONS_ANNOTATION: allocations, RERUN_ANNOTATION: rerun or ""}):
-        futures = [
-            client.submit(
-                fn, *args, idx, after, workers=[w], allow_other_workers=False, pure=False,
-                key=f"{TASK_PREFIX}{name}-{uuid.uuid4().hex[:10]}",
-            )
-            for (w, idx), after in zip(homes.items(), afters)
-        ]
+            fn, args, homes, afters, keys, rerun or "", allocations, results)
+    else:
+        with dask.annotate(**{ALLOCATIONS_ANNOTATION: allocations, RERUN_ANNOTATION: rerun or ""}):
+            futures = [
+                client.submit(
+                    fn, *args, idx, after, workers=[w], allow_other_workers=False, pure=False, key=key,
+                )
+                for (w, idx), after, key in zip(homes.items(), afters, keys)
+            ]
     failures.submitted(futures, afters)  # one operation: its error is raised once
     return futures
 

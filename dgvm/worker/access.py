@@ -133,6 +133,16 @@ class Access:
         return self.ask_scheduler(messages.LOCATE, alloc_id=alloc_id, index=index,
                                   worker=self.worker.address)
 
+    def _export(self, where: Where, path, alloc_id: int, index: int, doing: str):
+        """Chunk ``index``'s descriptor from its home ``where.home`` for ``path`` (or
+        ``MOVED``); ``ChunkLost`` if the home leaves meanwhile."""
+        w = self.worker
+        desc, = sync(w.loop, self.transfers.left_peers.call, where.home,
+                     request_exports(w, where.home, alloc_id, [index], path.name),
+                     lambda: ChunkLost(f"chunk {index} of allocation {alloc_id} was on worker {where.home}, "
+                                       f"which left the cluster while {w.address} {doing} it"))
+        return desc
+
     def _moved_away(self, alloc_id: int, index: int) -> bool:
         """A move is taking home chunk ``index`` away from here (frozen until its release
         or thaw). While the GVAT names this worker its home, the copy here holds what the
@@ -148,11 +158,7 @@ class Access:
                 return False
             path = self.transfers[where.path]
             try:
-                desc, = sync(w.loop, self.transfers.left_peers.call, where.home,
-                             request_exports(w, where.home, alloc_id, [index], path.name),
-                             lambda home=where.home: ChunkLost(
-                                 f"chunk {index} of allocation {alloc_id} was on worker {home}, "
-                                 f"which left the cluster while {w.address} read it"))
+                desc = self._export(where, path, alloc_id, index, "read")
                 if desc is messages.MOVED:
                     continue
                 self._fetch_transient(alloc_id, index, path, desc)
@@ -176,11 +182,7 @@ class Access:
             path = self.transfers[where.path]
             t0 = time.perf_counter()
             try:
-                desc, = sync(w.loop, self.transfers.left_peers.call, where.home,
-                             request_exports(w, where.home, alloc_id, [index], path.name),
-                             lambda home=where.home: ChunkLost(
-                                 f"chunk {index} of allocation {alloc_id} was on worker {home}, "
-                                 f"which left the cluster while {w.address} fetched it"))
+                desc = self._export(where, path, alloc_id, index, "fetched")
             except ChunkLost:
                 continue  # the GVAT names a copy that took over, or says the chunk is lost
             if desc is messages.MOVED:
