@@ -1,7 +1,7 @@
 """Weak scaling on 1, 2 and 4 GPUs: dgvm.array beside dask.array and single-GPU CuPy.
 
     python benchmarks/scaling.py [--backend auto|cuda|cpu] [--gpus 1,2,4] [--per-gpu-gib G]
-                                 [--per-gpu-mib M] [--reps 3]
+                                 [--per-gpu-mib M] [--reps 3] [--workloads stencil,CG,...]
 
 Three workloads, each written once as a function of a NumPy-like namespace ``xp`` and run
 on ``dgvm.array``, on ``dask.array`` (CuPy blocks on ``cuda``, NumPy on ``cpu``) and on CuPy
@@ -334,7 +334,16 @@ def main(argv=None) -> int:
     p.add_argument("--per-gpu-gib", type=float, default=None, help="bytes of each array per GPU, in GiB")
     p.add_argument("--per-gpu-mib", type=float, default=None, help="the same in MiB (small cpu runs)")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--workloads", default=None, help=f"some of {','.join(WORKLOADS)} (default: all)")
     args = p.parse_args(argv)
+    if args.workloads:
+        chosen = args.workloads.split(",")
+        unknown = set(chosen) - set(WORKLOADS)
+        if unknown:
+            raise SystemExit(f"unknown workloads {sorted(unknown)}: choose from {', '.join(WORKLOADS)}")
+        for name in list(WORKLOADS):
+            if name not in chosen:
+                del WORKLOADS[name]
     logging.getLogger("distributed").setLevel(logging.ERROR)
     from distributed import Client
 

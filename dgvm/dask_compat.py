@@ -35,6 +35,12 @@ def close_cluster_with_client(client: Client) -> None:
     client._start_arg = None
 
 
+def scheduler_id(client: Client) -> str | None:
+    """The id of the scheduler ``client`` is connected to (a new one after the scheduler
+    restarted and the client reconnected)."""
+    return (getattr(client, "_scheduler_identity", None) or {}).get("id")
+
+
 def on_client_close(client: Client, fn) -> None:
     """Call ``fn()`` on the client's event loop when ``client`` starts closing (Dask has no
     client-side close hook: its ``_close`` is replaced on this instance, every way of

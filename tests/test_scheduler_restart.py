@@ -24,9 +24,10 @@ import dgvm.array as dnp
 from dgvm.array._engine.lifecycle import drain_releases
 from dgvm.client.session import call_workers
 from dgvm.gvat import GVAT, restore
+from dgvm.gvat.table import ID_EPOCH, IDS_PER_SECOND, first_id
 from dgvm.gvat.ranges import RangeAllocator
 from dgvm.protocol import messages
-from dgvm.protocol.errors import ChunkLost, DgvmError
+from dgvm.protocol.errors import ChunkLost, DgvmError, InvalidAddress
 from dgvm.protocol.records import DeviceProfile
 from dgvm.scheduler.plugin import meta
 
@@ -51,8 +52,8 @@ def test_a_range_handed_out_before_is_reserved_again():
     assert r.allocate(300) == 3000 and r.used_total == 2400
 
 
-def _gvat(workers: int) -> GVAT:
-    g = GVAT(base=2**32, size=2**40, alignment=2**21, headroom=0.0)
+def _gvat(workers: int, first: int = 1) -> GVAT:
+    g = GVAT(base=2**32, size=2**40, alignment=2**21, headroom=0.0, first=first)
     for i in range(workers):
         g.inventory.register(f"tcp://w{i}", DeviceProfile("cpu", "cpu", "cpu", 2**30, 1e10))
     return g
@@ -165,6 +166,36 @@ def test_backups_that_missed_a_write_are_dropped_and_chunks_without_meta_freed()
     assert sorted(h.allocations[a.alloc_id].backups) == [0, 2]
     assert r.orphans_to_free() == {"tcp://w0": [9]}
     assert h._next_id == 10  # (the orphan's id stays unused too: it was reported)
+
+
+def test_what_a_restarted_gvat_hands_out_before_the_reports_never_names_an_earlier_allocation():
+    # The earlier GVAT lived one second and handed out as many ids as the clock allows.
+    t0 = ID_EPOCH + 1_000_000.0
+    g = _gvat(2, first=first_id(t0))
+    g._next_id += IDS_PER_SECOND - 2
+    a = g.allocate("c1", np.full(2, 1 << 20))
+    freed = g.allocate("c1", np.full(1, 1 << 20))
+    g.free(freed.alloc_id)
+    reports = _reports(g)
+    # The restarted one hands out an id and a range before any worker reported.
+    h = _gvat(2, first=first_id(t0 + 1.0))
+    b = h.allocate("c1", np.full(2, 1 << 20))
+    assert b.alloc_id > freed.alloc_id and b.vaddr == a.vaddr
+    r = restore.Restored(h)
+    acts = restore.Actions()
+    for entry in reports["tcp://w0"]["allocations"]:
+        r.merge_one(h.inventory.by_address["tcp://w0"], entry, acts)
+    assert acts.free == [a.alloc_id]  # its chunks go; the new allocation's stay
+    assert h.allocations[b.alloc_id].owner == "c1"
+    with pytest.raises(InvalidAddress, match=rf"allocation {a.alloc_id} was made before the scheduler "
+                       rf"restarted .* went to allocation {b.alloc_id}"):
+        h.get(a.alloc_id, "c1")
+    with pytest.raises(InvalidAddress, match=rf"no allocation with id {freed.alloc_id}: not one this "
+                       "scheduler made, nor one the workers reported after a restart"):
+        h.get(freed.alloc_id, "c1")
+    h.free(b.alloc_id)
+    with pytest.raises(InvalidAddress, match=rf"allocation {b.alloc_id} was already freed"):
+        h.get(b.alloc_id, "c1")
 
 
 def test_chunks_reported_before_their_meta_are_put_back_with_it():

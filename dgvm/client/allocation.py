@@ -15,6 +15,7 @@ import numpy as np
 from distributed import Client
 from distributed.protocol import to_serialize
 
+from dgvm import dask_compat
 from dgvm.client.left_workers import LeftWorkers
 from dgvm.client.pending import Pending
 from dgvm.client.session import (
@@ -41,6 +42,7 @@ class LiveAllocations:
 
     def __init__(self, session: Session):
         self._handles: "weakref.WeakValueDictionary[int, AllocationHandle]" = weakref.WeakValueDictionary()
+        self._client_id = session.client.id
         session.client.subscribe_topic(messages.MOVED_TOPIC, self._on_moved)
         # A worker left: the chunks it held are lost, and the maps must say so.
         session.part(LeftWorkers).on_left(lambda address: self.all_stale())
@@ -50,6 +52,10 @@ class LiveAllocations:
 
     def _on_moved(self, event) -> None:
         _, msg = event
+        if msg.get("all"):  # the GVAT was rebuilt after a restart of the scheduler
+            if msg.get("owner") == self._client_id:
+                self.all_stale()
+            return
         handle = self._handles.get(msg["alloc_id"])
         # A move whose chunk map the handle has already (its own ``migrate``'s answer, which
         # may come before the event) leaves it fresh: no extra request at its next use.
@@ -116,6 +122,9 @@ class AllocationHandle:
         self._tiers = list(m.tiers)
         self._versions = list(m.versions)
         self._grouped: dict[str, list[int]] | None = None  # by_home(), made when first asked
+        # The scheduler whose GVAT gave this map: one that restarted since rebuilt its GVAT
+        # from the workers' reports, and chunks no worker reported are lost.
+        self._scheduler = dask_compat.scheduler_id(self.client)
 
     def set_replicas(self, replicas: int) -> None:
         """Keep ``replicas`` copies of every chunk from now on (the new ones are copied
@@ -133,8 +142,9 @@ class AllocationHandle:
         self._set_map(call_scheduler(messages.CHUNK_MAP, self.client, alloc_id=self.alloc_id))
 
     def ensure_fresh(self) -> None:
-        """Refresh the chunk map if the GVAT said chunks moved since it was fetched."""
-        if self.stale and not self.freed:
+        """Refresh the chunk map if the GVAT said chunks moved since it was fetched, or
+        the scheduler restarted since."""
+        if (self.stale or self._scheduler != dask_compat.scheduler_id(self.client)) and not self.freed:
             self.refresh()
 
     def migrate(self, indices, worker: str) -> list[int]:

@@ -39,7 +39,7 @@ import weakref
 from distributed import wait as dask_wait
 from distributed.comm import connect
 from distributed.core import clean_exception
-from distributed.protocol import to_serialize
+from distributed.protocol import pickle, to_serialize
 
 from dgvm import config, dask_compat
 from dgvm.client.left_workers import LeftWorkers
@@ -74,7 +74,8 @@ class DirectTask:
         self._tb = None
         self._event = threading.Event()
         self._callbacks: list = []  # called on the client's event loop when it ends
-        # (fn, args, indices, allocations, rerun, results): kept until it ends, to run again
+        # (pickled (fn, args), None, indices, allocations, rerun, results): kept until it
+        # ends, to run again
         self.call = call
         self.deps = deps  # the tasks it follows, until it ends
         self.channel = None  # the connection it was sent on
@@ -230,7 +231,13 @@ class DirectPlane:
         """One task ``keys[i]``, ``fn(*args, indices, after)``, per worker of ``homes``
         (worker -> chunk indices), each following ``deps[i]``; ``after`` is the list of
         their results if ``results``, else None. Returns the tasks (futures) at once."""
-        tasks = [DirectTask(key, worker, (fn, args, list(idx), allocations, rerun, results), list(after))
+        # The body and its arguments, pickled once here for every worker (the caller's
+        # thread, off the event loop, which sends them): an error fails the tasks.
+        try:
+            body = pickle.dumps((fn, args))
+        except Exception as e:  # noqa: BLE001
+            body = e
+        tasks = [DirectTask(key, worker, (body, None, list(idx), allocations, rerun, results), list(after))
                  for (worker, idx), after, key in zip(homes.items(), deps, keys)]
         self.tasks.update(tasks)
         if self.closed:  # (its loop may run no callback any more)
@@ -284,12 +291,17 @@ class DirectPlane:
                 error, tb = e, None
             task._fail(error, tb)
             return
-        fn, args, idx = task.call[:3]
+        body, _, idx = task.call[:3]
+        if isinstance(body, Exception):
+            task._fail(body)
+            return
         msg = {
             "key": task.key,
             "after": [d.key for d in task.deps if not d.done()],
-            # (pickled once on the way; NumPy buffers travel out of band)
-            "task": to_serialize((fn, args, idx, [d.result(timeout=0) for d in task.deps] if results else None)),
+            "task": body,
+            "indices": idx,
+            # (NumPy buffers travel out of band)
+            "results": to_serialize([d.result(timeout=0) for d in task.deps]) if results else None,
             "written": task.written,
         }
         if channel is None:

@@ -149,8 +149,13 @@ class Restored:
             copies=int(meta.copies),
         )
         self._unretire(alloc.vaddr, alloc.nbytes)
-        if not self.gvat.adopt(alloc):
-            return None  # its id or range went to a new allocation meanwhile
+        if not self.gvat.adopt(alloc):  # its range went to a new allocation meanwhile
+            taken = ", ".join(map(str, self.gvat.overlapping(alloc.vaddr, alloc.nbytes))) or "?"
+            self.gvat.not_put_back(alloc_id, (
+                f"was made before the scheduler restarted and was not put back: its virtual range "
+                f"[{alloc.vaddr:#x}, {alloc.vaddr + alloc.nbytes:#x}) went to allocation {taken} "
+                "made after the restart, before a worker that held it came back"))
+            return None
         self.ids.add(alloc_id)
         return alloc
 

@@ -86,17 +86,35 @@ def _partner_id(colocate) -> int:
     return int(colocate) if isinstance(colocate, (int, np.integer)) else int(colocate[0])
 
 
+# Allocation ids are never reused, also across a restart of the scheduler: a GVAT's first
+# id comes from the clock, ``IDS_PER_SECOND`` per second since ``ID_EPOCH``. An earlier
+# GVAT, which handed out fewer ids than that per second of its life, gave only ids below
+# it, so an id handed out before the workers told a restarted GVAT of the earlier
+# allocations (``gvat.restore``) never names one of them.
+ID_EPOCH = 1767225600  # 2026-01-01 UTC
+IDS_PER_SECOND = 1 << 16
+NOT_RESTORED_KEPT = 4096  # allocations not put back after a restart whose reason is kept
+
+
+def first_id(now: float | None = None) -> int:
+    """The first allocation id of a GVAT made at ``now`` (default: the time)."""
+    return max(1, int(((time.time() if now is None else now) - ID_EPOCH) * IDS_PER_SECOND))
+
+
 class GVAT:
     """Virtual address space, allocations and their chunk tables, worker inventory."""
 
-    def __init__(self, base: int, size: int, alignment: int, headroom: float):
+    def __init__(self, base: int, size: int, alignment: int, headroom: float, first: int | None = None):
         self.space = RangeAllocator(base, size, alignment)
         self.headroom = headroom
         self.inventory = Inventory()
         self.allocations: dict[int, Allocation] = {}
         self._starts: list[int] = []  # sorted vaddrs of live allocations
         self._at: dict[int, Allocation] = {}  # vaddr -> allocation
-        self._next_id = 1
+        self._first_id = first_id() if first is None else int(first)
+        self._next_id = self._first_id
+        # id -> why an allocation made before a restart was not put back (bounded)
+        self.not_restored: dict[int, str] = {}
         self._by_owner: dict[str, set[int]] = {}
 
     # -- allocation ----------------------------------------------------------------------
@@ -254,6 +272,18 @@ class GVAT:
         self.resume_ids(alloc.alloc_id)
         return True
 
+    @property
+    def first_id(self) -> int:
+        """The first id this GVAT hands out: every id below it is of an earlier one."""
+        return self._first_id
+
+    def not_put_back(self, alloc_id: int, why: str) -> None:
+        """Remember why allocation ``alloc_id`` of an earlier GVAT was not put back: its
+        owner's next request names it."""
+        self.not_restored[int(alloc_id)] = why
+        while len(self.not_restored) > NOT_RESTORED_KEPT:
+            del self.not_restored[next(iter(self.not_restored))]
+
     def resume_ids(self, last: int) -> None:
         """New allocations get ids past ``last`` (ids are never reused)."""
         self._next_id = max(self._next_id, int(last) + 1)
@@ -261,8 +291,16 @@ class GVAT:
     def get(self, alloc_id: int, owner: str | None = None) -> Allocation:
         alloc = self.allocations.get(alloc_id)
         if alloc is None:
-            if 0 < alloc_id < self._next_id:  # ids are never reused
+            why = self.not_restored.get(alloc_id)
+            if why is not None:
+                raise InvalidAddress(f"allocation {alloc_id} {why}")
+            if self._first_id <= alloc_id < self._next_id:  # ids are never reused
                 raise InvalidAddress(f"allocation {alloc_id} was already freed")
+            if 0 < alloc_id < self._first_id:
+                raise InvalidAddress(
+                    f"no allocation with id {alloc_id}: not one this scheduler made, nor one the "
+                    "workers reported after a restart of the scheduler (freed before it, or no worker "
+                    "that held it came back)")
             raise InvalidAddress(f"no allocation with id {alloc_id}")
         if owner is not None and alloc.owner != owner:
             raise AccessDenied(
@@ -337,6 +375,18 @@ class GVAT:
             if off < alloc.nbytes:
                 return alloc, off
         raise InvalidAddress(f"address {vaddr:#x} is not inside any live allocation")
+
+    def overlapping(self, vaddr: int, nbytes: int) -> list[int]:
+        """Ids of the live allocations that share a byte with ``[vaddr, vaddr + nbytes)``."""
+        i = max(0, bisect.bisect_right(self._starts, vaddr) - 1)
+        out = []
+        for start in self._starts[i:]:
+            if start >= vaddr + nbytes:
+                break
+            a = self._at[start]
+            if a.vaddr + a.nbytes > vaddr:
+                out.append(a.alloc_id)
+        return out
 
     def translate(self, vaddr: int) -> Location:
         alloc, off = self.find(vaddr)

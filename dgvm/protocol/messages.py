@@ -102,7 +102,8 @@ STORE_PLUGIN = "dgvm-store"  # the worker plugin's name
 EXTENSION = "dgvm"  # scheduler.extensions: the plugin; worker.extensions: the chunk store
 HEARTBEAT = "dgvm"  # worker.metrics: the chunk store's figures in each heartbeat
 
-# Chunks of an allocation got a new home: scheduler -> clients (Dask event topic).
+# Chunks of an allocation got a new home: scheduler -> clients (Dask event topic); or,
+# {"owner", "all": True}, every chunk map of that client is stale (the GVAT was rebuilt).
 MOVED_TOPIC = "dgvm-moved"
 # A worker left the cluster, its chunks with it: scheduler -> clients (Dask event topic).
 LEFT_TOPIC = "dgvm-worker-left"

@@ -128,7 +128,7 @@ class GVATPlugin(SchedulerPlugin):
 
         @functools.wraps(fn)
         def handler(*args, **kwargs):
-            if not self.rebuild.active:
+            if not self.rebuild.active and not self.rebuild.may_come_back(kwargs.get("alloc_id")):
                 return fn(*args, **kwargs)
             signature.bind(*args, **kwargs)  # (a bad call is refused at once: messages.served)
             return self._when_rebuilt(fn, args, kwargs)
@@ -137,6 +137,7 @@ class GVATPlugin(SchedulerPlugin):
 
     async def _when_rebuilt(self, fn, args, kwargs):
         await self.rebuild.settled()
+        await self.rebuild.come_back(kwargs.get("alloc_id"))
         result = fn(*args, **kwargs)
         return await result if inspect.isawaitable(result) else result
 

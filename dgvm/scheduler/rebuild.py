@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from dgvm import config
 from dgvm.gvat import restore
@@ -44,6 +45,7 @@ class Rebuild:
         self.restored: restore.Restored | None = None  # made at the first report with chunks
         self._done = asyncio.Event()
         self._done.set()
+        self._born = time.monotonic()
         self._collecting = 0
         self._last_join = 0.0
         self._finisher: asyncio.Task | None = None
@@ -55,15 +57,36 @@ class Rebuild:
     def subscribe(self, client: str) -> None:
         """Give ``client``, the owner of allocations put back, dgvm's events: a client that
         reconnects does not subscribe again (Dask's ``Client`` subscribes once). Only
-        owners: a client without handlers for a topic logs an error at each event."""
+        owners: a client without handlers for a topic logs an error at each event. Its
+        chunk maps are then stale (they are of the GVAT before the restart: a chunk no
+        worker reported is lost, and a read of it must not wait for its dead worker)."""
         scheduler = self.plugin.scheduler
         if client in self.owners and client in scheduler.clients:
             for topic in (messages.LEFT_TOPIC, messages.MOVED_TOPIC):
                 scheduler.subscribe_topic(topic, client)
+            scheduler.log_event(messages.MOVED_TOPIC, {"owner": client, "all": True})
 
     @property
     def active(self) -> bool:
         return not self._done.is_set()
+
+    def may_come_back(self, alloc_id) -> bool:
+        """Is ``alloc_id`` an allocation of an earlier GVAT (its id below this one's
+        first) not put back yet, asked for within ``MISSING_WAIT`` of this scheduler's
+        start, while the workers holding it may still be on their way back: no worker
+        registered yet, or one did holding chunks of an earlier GVAT?"""
+        gvat = self.gvat
+        return (isinstance(alloc_id, int) and 0 < alloc_id < gvat.first_id
+                and alloc_id not in gvat.allocations and alloc_id not in gvat.not_restored
+                and (self.restored is not None or not gvat.inventory.by_address)
+                and time.monotonic() < self._born + MISSING_WAIT)
+
+    async def come_back(self, alloc_id) -> None:
+        """Wait while ``may_come_back(alloc_id)``, and for the rebuild that began meanwhile
+        (at most ``MISSING_WAIT`` after the start, then the rebuild's own bound)."""
+        while self.may_come_back(alloc_id):
+            await asyncio.sleep(0.05)
+            await self.settled()
 
     async def settled(self) -> None:
         """Wait until the rebuild in progress, if any, is done (always ends: ``QUIET``

@@ -34,15 +34,16 @@ class TransferPath(abc.ABC):
         """Can this path move a chunk from a worker like ``src`` to one like ``dst``?"""
 
     @abc.abstractmethod
-    def export(self, store, alloc_id: int, index: int, to: str | None = None) -> dict:
+    def export(self, store, alloc_id: int, index: int, to: str | None = None, span=None) -> dict:
         """On the holder: what the receiver (worker ``to``, when known) needs to copy
-        chunk ``index``."""
+        chunk ``index`` (only its bytes ``[start, stop)`` when ``span`` gives them)."""
 
     @abc.abstractmethod
-    def fetch_into(self, desc: dict, dst) -> float:
-        """On the receiver: copy the chunk into ``dst``, a 1-D uint8 array of the
-        receiver's backend (NumPy or CuPy) of ``desc["nbytes"]``. Returns the seconds the
-        copy itself took (without setting it up), for the link figures in the stats."""
+    def fetch_into(self, desc: dict, dst, start: int = 0) -> float:
+        """On the receiver: copy the chunk's bytes from ``start`` on into ``dst``, a 1-D
+        uint8 array of the receiver's backend (NumPy or CuPy); the whole chunk when
+        ``dst`` has ``desc["nbytes"]``. Returns the seconds the copy itself took (without
+        setting it up), for the link figures in the stats."""
 
     def fetch(self, desc: dict, backend) -> tuple[Any, float]:
         """On the receiver: (a new buffer handle of ``backend`` holding the chunk's bytes,

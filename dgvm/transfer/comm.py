@@ -21,13 +21,16 @@ class CommPath(TransferPath):
     def usable(src, dst):
         return True
 
-    def export(self, store, alloc_id, index, to=None):
+    def export(self, store, alloc_id, index, to=None, span=None):
         c = store.chunk(alloc_id, index, None)
-        data = store.backend.read(c.handle, c.nbytes, 0, c.nbytes)
-        return {"data": to_serialize(data), "nbytes": c.nbytes}
+        start, stop = span if span is not None else (0, c.nbytes)
+        data = store.backend.read(c.handle, c.nbytes, start, stop - start)
+        return {"data": to_serialize(data), "nbytes": c.nbytes, "start": start}
 
-    def fetch_into(self, desc, dst):
+    def fetch_into(self, desc, dst, start=0):
         src = np.asarray(desc["data"]).view(np.uint8).reshape(-1)
+        at = start - desc.get("start", 0)  # (the export carries the bytes asked for only)
+        src = src[at:at + dst.shape[0]]
         t0 = time.perf_counter()
         if isinstance(dst, np.ndarray):
             dst[:] = src

@@ -46,7 +46,7 @@ class CudaIpcPath(TransferPath):
     def usable(src, dst):
         return src.backend == dst.backend == "cuda" and src.host == dst.host
 
-    def export(self, store, alloc_id, index, to=None):
+    def export(self, store, alloc_id, index, to=None, span=None):
         c = store.chunk(alloc_id, index, None)
         # Checked again under the exports' lock: a release between here and there either
         # finds the buffer exported to ``to`` (and asks it to forget) or makes this moved.
@@ -57,7 +57,7 @@ class CudaIpcPath(TransferPath):
             return moved()
         return {"ipc": handle, "holder": store.address, "nbytes": c.nbytes}
 
-    def fetch_into(self, desc, dst):
+    def fetch_into(self, desc, dst, start=0):
         # The copy's time is the device's (CUDA events), as the link did it: a wall clock
         # here also counts this thread waiting for the GIL after the copy ended.
         import cupy  # optional (dgvm[cuda])
@@ -70,7 +70,7 @@ class CudaIpcPath(TransferPath):
             stream = cupy.cuda.get_current_stream()
             start.record(stream)
             # Unified addressing: a plain device-to-device copy reaches the peer's memory.
-            rt.memcpyAsync(dst.data.ptr, src, desc["nbytes"], rt.memcpyDeviceToDevice, stream.ptr)
+            rt.memcpyAsync(dst.data.ptr, src + start, dst.nbytes, rt.memcpyDeviceToDevice, stream.ptr)
             stop.record(stream)
             stop.synchronize()  # the copy is done before the mapping may be closed
             return cupy.cuda.get_elapsed_time(start, stop) / 1e3

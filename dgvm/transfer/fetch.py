@@ -18,16 +18,17 @@ def _unwrap(desc):
 
 
 async def request_exports(worker, holder: WorkerAddress, alloc_id: AllocId, indices, path: str,
-                          move: bool = False, have: list | None = None) -> list:
+                          move: bool = False, have: list | None = None, span=None) -> list:
     """Descriptors of chunks ``indices`` of ``alloc_id`` from ``holder`` for ``path``, in
     order. A chunk the holder no longer has (it moved meanwhile) comes back as
     ``messages.MOVED``: ask the GVAT again. ``move``: the chunks move here; the holder
     holds their writes back until the move ends, and answers ``{"current": True}`` for
     a chunk whose write count is the one ``have`` gives ([index, writes] pairs: this
-    worker's replica is a copy of it as it is)."""
+    worker's replica is a copy of it as it is). ``span``: ``[start, stop)``, the bytes of
+    each chunk that are read (a piece: no copy of the chunk is kept)."""
     descs = await messages.call(
         worker.rpc(holder), messages.EXPORT,
         alloc_id=alloc_id, indices=[int(i) for i in indices], path=path, to=worker.address,
-        move=move, have=have or [],
+        move=move, have=have or [], **({"span": [int(v) for v in span]} if span is not None else {}),
     )
     return [_unwrap(d) for d in descs]

@@ -75,12 +75,13 @@ class SharedMemoryPath(TransferPath):
     def usable(src, dst):
         return src.backend == dst.backend == "cpu" and src.host == dst.host
 
-    def export(self, store, alloc_id, index, to=None):
+    def export(self, store, alloc_id, index, to=None, span=None):
         c = store.chunk(alloc_id, index, None)
         return {"shm": store.backend.shm_name, "offset": int(c.handle), "nbytes": c.nbytes}
 
-    def fetch_into(self, desc, dst):
-        src = self.arenas.get(desc["shm"])[desc["offset"] : desc["offset"] + desc["nbytes"]]
+    def fetch_into(self, desc, dst, start=0):
+        at = desc["offset"] + start
+        src = self.arenas.get(desc["shm"])[at: at + dst.shape[0]]
         t0 = time.perf_counter()
         dst[:] = src
         return time.perf_counter() - t0

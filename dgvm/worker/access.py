@@ -5,6 +5,11 @@ its home is and which transfer path to use, the chunk is copied here once and ke
 read replica registered in the GVAT, so the next launch that needs it is a hit. A replica
 that does not fit, even after evicting replicas this task does not use, is not made: the
 chunk is read for the current output chunk only (a transient read).
+
+A task that needs only a small part of a chunk held elsewhere (the halo row of a stencil's
+shifted view) reads just the bytes that part spans from the chunk's home, for itself
+only, and keeps no copy (``_piece``): a copy of the whole chunk would be fetched again
+after every write to it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ from dgvm.transfer import Transfers
 from dgvm.transfer.fetch import request_exports
 from dgvm.transfer.ipc_mappings import BufferGone
 from dgvm.worker import direct
+
+# A part of a chunk held elsewhere whose bytes span at most 1/PIECE_SHARE of it is read
+# alone (``Access._piece``); a larger one fetches the chunk.
+PIECE_SHARE = 4
 
 
 @dataclass
@@ -217,6 +226,57 @@ class Access:
                 raise DgvmError(f"allocation {alloc_id} was freed while chunk {index} was fetched")
         raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while fetched")
 
+    def _piece(self, spec: ArraySpec, index: int, sel: tuple, xp):
+        """Elements ``sel`` (a slice of step 1 per axis) of chunk ``index`` of ``spec``,
+        read from its home for this task only, when this worker holds no copy of the chunk
+        and their bytes span at most 1/``PIECE_SHARE`` of it; else None (read the chunk)."""
+        store, alloc_id = self.store, spec.alloc_id
+        if store.local(alloc_id, index) is not None or (alloc_id, index) in self.transient:
+            return None
+        shape = spec.block_shape(spec.block(index))
+        itemsize = np.dtype(spec.dtype).itemsize
+        first = [s.start for s in sel]
+        last = [s.stop - 1 for s in sel]
+        if any(s.stop <= s.start for s in sel):
+            return None
+        start = int(np.ravel_multi_index(first, shape)) * itemsize
+        stop = (int(np.ravel_multi_index(last, shape)) + 1) * itemsize
+        if (stop - start) * PIECE_SHARE > itemsize * int(np.prod(shape)):
+            return None
+        w = self.worker
+        for _ in range(8):
+            where = self.locate(alloc_id, index)
+            if where.home == w.address:
+                return None  # its home moved here meanwhile
+            path = self.transfers[where.path]
+            t0 = time.perf_counter()
+            try:
+                desc, = sync(w.loop, self.transfers.left_peers.call, where.home,
+                             request_exports(w, where.home, alloc_id, [index], path.name, span=[start, stop]),
+                             lambda: ChunkLost(f"chunk {index} of allocation {alloc_id} was on worker "
+                                               f"{where.home}, which left the cluster while {w.address} read it"))
+                if desc is messages.MOVED:
+                    continue
+                dst = xp.empty(stop - start, dtype=np.uint8)
+                copy_s = path.fetch_into(desc, dst, start)
+            except (ChunkLost, BufferGone):
+                continue  # the GVAT names a copy that took over, or says the chunk is lost
+            # (its home may have moved it, freed or written it meanwhile: then read again)
+            if self._same(where, self.locate(alloc_id, index)):
+                break
+        else:
+            raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while {w.address} read it")
+        self._count(alloc_id)["misses"] += 1
+        store.stats.misses += 1
+        store.stats.transient += 1
+        store.stats.moved(path.name, stop - start, time.perf_counter() - t0, copy_s)
+        strides, step = [], itemsize
+        for n in reversed(shape):
+            strides.insert(0, step)
+            step *= n
+        return xp.lib.stride_tricks.as_strided(
+            dst.view(spec.dtype), shape=tuple(s.stop - s.start for s in sel), strides=tuple(strides))
+
     @staticmethod
     def _same(before: Where, after: Where) -> bool:
         return before.home == after.home and before.version == after.version
@@ -286,11 +346,12 @@ class Access:
         ranges = self._block_ranges(spec, lo, hi)
         if all(len(r) == 1 for r in ranges):
             nb = [r[0] for r in ranges]
-            chunk = self.chunk(spec, spec.index(nb))
             st = [spec.edges(a)[b] for a, b in enumerate(nb)]
             if all(l == s for l, s in zip(lo, st)) and list(hi) == [spec.edges(a)[b + 1] for a, b in enumerate(nb)]:
-                return chunk  # a whole chunk (the common case: inputs chunked as the output)
-            return chunk[tuple(slice(l - s, h - s) for l, h, s in zip(lo, hi, st))]
+                return self.chunk(spec, spec.index(nb))  # a whole chunk (the common case: inputs chunked as the output)
+            sel = tuple(slice(l - s, h - s) for l, h, s in zip(lo, hi, st))
+            piece = self._piece(spec, spec.index(nb), sel, xp)
+            return piece if piece is not None else self.chunk(spec, spec.index(nb))[sel]
         return self.region(spec, lo, hi, xp)
 
     @staticmethod
@@ -311,12 +372,12 @@ class Access:
         for nb in itertools.product(*self._block_ranges(spec, lo, hi)):
             if any(lo[a] >= hi[a] for a in range(len(lo))):
                 break  # an empty region
-            src = self.chunk(spec, spec.index(nb))
             dst_sl, src_sl = [], []
             for a, b in enumerate(nb):
                 edges = spec.edges(a)
                 s0, s1 = max(lo[a], edges[b]), min(hi[a], edges[b + 1])
                 dst_sl.append(slice(s0 - lo[a], s1 - lo[a]))
                 src_sl.append(slice(s0 - edges[b], s1 - edges[b]))
-            out[tuple(dst_sl)] = src[tuple(src_sl)]
+            piece = self._piece(spec, spec.index(nb), tuple(src_sl), xp)
+            out[tuple(dst_sl)] = piece if piece is not None else self.chunk(spec, spec.index(nb))[tuple(src_sl)]
         return out

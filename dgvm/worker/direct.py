@@ -29,7 +29,7 @@ import threading
 import time
 
 from distributed.core import Status, error_message
-from distributed.protocol import to_serialize
+from distributed.protocol import pickle, to_serialize
 
 from dgvm import config
 from dgvm.protocol import messages
@@ -117,7 +117,8 @@ class DirectTasks:
                     return
             if msg.get("written") is not None:  # run again: what its first run wrote for good
                 self.plugin.written({key: msg["written"]})
-            fn, args, indices, results = msg["task"]
+            fn, args = pickle.loads(msg["task"])
+            indices, results = msg["indices"], msg.get("results")
             loop = asyncio.get_running_loop()
             started = [False]
             with self._waiting_lock:

@@ -319,8 +319,12 @@ class ChunkStorePlugin(WorkerPlugin):
         return [to_serialize(a) for a in arrays]
 
     async def export(self, alloc_id: AllocId, indices: list, path: str, to: WorkerAddress | None = None,
-                     move: bool = False, have: list | None = None):
+                     move: bool = False, have: list | None = None, span: list | None = None):
         alloc_id, indices = arguments.integer("alloc_id", alloc_id), arguments.integers("indices", indices)
+        if span is not None:
+            span = arguments.integers("span", span)
+            if len(span) != 2 or not 0 <= span[0] < span[1] or move:
+                raise InvalidArgument(f"span must be [start, stop) with 0 <= start < stop, not of a move: {span}")
         path, to = arguments.text("path", path, transfer.NAMES), arguments.maybe_text("to", to)
         move = arguments.flag("move", move)
         if have is not None:
@@ -337,20 +341,23 @@ class ChunkStorePlugin(WorkerPlugin):
             queued = self.store.backend.queued
             if not queued.done():
                 await loop.run_in_executor(None, queued.wait)
-            return self._export(alloc_id, indices, path, to)
-        return await loop.run_in_executor(self._export_executor, self._export, alloc_id, indices, path, to)
+            return self._export(alloc_id, indices, path, to, span)
+        return await loop.run_in_executor(self._export_executor, self._export, alloc_id, indices, path, to, span)
 
-    def _export(self, alloc_id, indices, path, to):
+    def _export(self, alloc_id, indices, path, to, span=None):
         # No store lock (see setup): a read of a chunk a write may change meanwhile; its
         # write count, taken first, is at most that of the data copied (a replica's source).
         p = self.transfers[path]
         out = []
-        self.store.shared(alloc_id, indices)  # (before the copy: a write after it waits for the GVAT)
+        if span is None:  # (a piece is read for one task: no copy stays that a write must reach)
+            self.store.shared(alloc_id, indices)  # (before the copy: a write after it waits for the GVAT)
         for i in indices:
             try:
                 if self.store.is_home(alloc_id, i):
                     writes = self.store.write_count(alloc_id, i)
-                    out.append({**p.export(self.store, alloc_id, i, to), "writes": writes})
+                    if span is not None and span[1] > self.store.chunk(alloc_id, i, None).nbytes:
+                        raise InvalidArgument(f"span {span} is past the end of chunk {i} of allocation {alloc_id}")
+                    out.append({**p.export(self.store, alloc_id, i, to, span), "writes": writes})
                 else:
                     out.append(messages.moved())
             except (InvalidAddress, RuntimeError):  # released meanwhile (the store changed under it)
