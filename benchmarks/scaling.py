@@ -381,6 +381,7 @@ def main(argv=None) -> int:
             mine[n], dgvm_sums = time_workloads(dgvm_lib(backend), n, rows, cols, args.reps, f"dgvm x{n}")
         finally:
             client.close()
+        print(f"{n} {unit}: dgvm {', '.join(f'{k} {v:.5f}' for k, v in mine[n].items())} s/it", flush=True)
         with dask_cluster(backend, n) as cluster, Client(cluster, set_as_default=True) as client:
             theirs[n], dask_sums = time_workloads(dask_lib(client, backend), n, rows, cols, args.reps, f"dask x{n}")
         for name in WORKLOADS:  # a wrong answer fails the run

@@ -325,3 +325,45 @@ def test_print_of_a_large_array_reads_only_the_elements_shown(case, monkeypatch)
     assert str(s) == str(h.sum()) and f"{s:.3f}" == f"{h.sum():.3f}" and repr(s) == repr(np.asarray(h.sum()))
     with pytest.raises(TypeError):
         format(x, ".3f")
+
+
+def test_an_expression_assigned_to_a_selection_is_computed_as_it_is_written(case, monkeypatch):
+    from dgvm.client import dispatch
+
+    h = np.arange(30 * 20, dtype=np.float64).reshape(30, 20)
+    u = dnp.asarray(h, chunks=(10, 20))
+    v = dnp.zeros_like(u)
+    v.wait()
+    names = []
+    real = dispatch.submit
+
+    def spy(client, fn, args, homes, deps, name, **kw):
+        names.append(name)
+        return real(client, fn, args, homes, deps, name, **kw)
+
+    monkeypatch.setattr(dispatch, "submit", spy)
+    v[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
+    v.wait()
+    monkeypatch.undo()
+    assert len(names) == 1, names  # the expression is never stored: one operation
+    want = np.zeros_like(h)
+    want[1:-1, 1:-1] = 0.25 * (h[:-2, 1:-1] + h[2:, 1:-1] + h[1:-1, :-2] + h[1:-1, 2:])
+    same(v, want)
+    # Into a view, cast to the target's dtype, and broadcast.
+    w = dnp.zeros((30, 20), dtype=np.int32, chunks=(7, 20))
+    w.T[::2] = (u.T[::2] * 1.5 + 0.7)
+    want_w = np.zeros((30, 20), np.int32)
+    want_w.T[::2] = h.T[::2] * 1.5 + 0.7
+    same(w, want_w)
+    w[3:5] = u[0] - 2.5  # a row broadcast over the selection
+    want_w[3:5] = h[0] - 2.5
+    same(w, want_w)
+    # A value that reads the target is computed whole before the write, as NumPy's is.
+    x = dnp.asarray(h, chunks=(4, 20))
+    x[1:-1] = x[:-2] + x[2:] * 2
+    hx = h.copy()
+    hx[1:-1] = hx[:-2] + hx[2:] * 2
+    same(x, hx)
+    x[::-1] = x * 0.5 + x[::-1]
+    hx[::-1] = hx * 0.5 + hx[::-1]
+    same(x, hx)

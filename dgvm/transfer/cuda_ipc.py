@@ -66,14 +66,14 @@ class CudaIpcPath(TransferPath):
         maps = self.mappings
         src = maps.acquire(desc["holder"], desc["ipc"])
         try:
-            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            began, ended = cupy.cuda.Event(), cupy.cuda.Event()
             stream = cupy.cuda.get_current_stream()
-            start.record(stream)
+            began.record(stream)
             # Unified addressing: a plain device-to-device copy reaches the peer's memory.
             rt.memcpyAsync(dst.data.ptr, src + start, dst.nbytes, rt.memcpyDeviceToDevice, stream.ptr)
-            stop.record(stream)
-            stop.synchronize()  # the copy is done before the mapping may be closed
-            return cupy.cuda.get_elapsed_time(start, stop) / 1e3
+            ended.record(stream)
+            ended.synchronize()  # the copy is done before the mapping may be closed
+            return cupy.cuda.get_elapsed_time(began, ended) / 1e3
         finally:
             maps.release(desc["holder"], desc["ipc"])
 

@@ -57,6 +57,10 @@ class Access:
     forwarded: list = field(default_factory=list)
     # (shape, dtype) -> a scratch buffer for the task's chunks of that shape
     scratches: dict = field(default_factory=dict)
+    # Parts of other workers' chunks this task read (``_piece``): (alloc id, index, start,
+    # stop) -> bytes; (alloc id, index) -> the GVAT's answer where its home is.
+    pieces: dict = field(default_factory=dict)
+    piece_homes: dict = field(default_factory=dict)
 
     @classmethod
     def here(cls) -> "Access":
@@ -229,53 +233,70 @@ class Access:
     def _piece(self, spec: ArraySpec, index: int, sel: tuple, xp):
         """Elements ``sel`` (a slice of step 1 per axis) of chunk ``index`` of ``spec``,
         read from its home for this task only, when this worker holds no copy of the chunk
-        and their bytes span at most 1/``PIECE_SHARE`` of it; else None (read the chunk)."""
+        and their bytes span at most 1/``PIECE_SHARE`` of it; else None (read the chunk).
+
+        The home reads the bytes and sends them (the comm path's export with a span), so
+        they are its chunk's as it holds it when asked: no buffer of it is mapped here,
+        which a move or a free could reuse meanwhile. The task's tasks before it wrote
+        what it reads (the caller orders them). Pieces and homes are kept for the task."""
         store, alloc_id = self.store, spec.alloc_id
-        if store.local(alloc_id, index) is not None or (alloc_id, index) in self.transient:
+        if not sel or store.local(alloc_id, index) is not None or (alloc_id, index) in self.transient:
+            return None
+        if any(s.stop <= s.start for s in sel):
             return None
         shape = spec.block_shape(spec.block(index))
         itemsize = np.dtype(spec.dtype).itemsize
-        first = [s.start for s in sel]
-        last = [s.stop - 1 for s in sel]
-        if any(s.stop <= s.start for s in sel):
-            return None
-        start = int(np.ravel_multi_index(first, shape)) * itemsize
-        stop = (int(np.ravel_multi_index(last, shape)) + 1) * itemsize
+        start = int(np.ravel_multi_index([s.start for s in sel], shape)) * itemsize
+        stop = (int(np.ravel_multi_index([s.stop - 1 for s in sel], shape)) + 1) * itemsize
         if (stop - start) * PIECE_SHARE > itemsize * int(np.prod(shape)):
             return None
-        w = self.worker
-        for _ in range(8):
-            where = self.locate(alloc_id, index)
-            if where.home == w.address:
-                return None  # its home moved here meanwhile
-            path = self.transfers[where.path]
-            t0 = time.perf_counter()
-            try:
-                desc, = sync(w.loop, self.transfers.left_peers.call, where.home,
-                             request_exports(w, where.home, alloc_id, [index], path.name, span=[start, stop]),
-                             lambda: ChunkLost(f"chunk {index} of allocation {alloc_id} was on worker "
-                                               f"{where.home}, which left the cluster while {w.address} read it"))
-                if desc is messages.MOVED:
-                    continue
-                dst = xp.empty(stop - start, dtype=np.uint8)
-                copy_s = path.fetch_into(desc, dst, start)
-            except (ChunkLost, BufferGone):
-                continue  # the GVAT names a copy that took over, or says the chunk is lost
-            # (its home may have moved it, freed or written it meanwhile: then read again)
-            if self._same(where, self.locate(alloc_id, index)):
-                break
-        else:
-            raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while {w.address} read it")
-        self._count(alloc_id)["misses"] += 1
-        store.stats.misses += 1
-        store.stats.transient += 1
-        store.stats.moved(path.name, stop - start, time.perf_counter() - t0, copy_s)
+        dst = self.pieces.get((alloc_id, index, start, stop))
+        if dst is None:
+            dst = self._read_piece(alloc_id, index, start, stop, xp)
+            if dst is None:
+                return None
+            self.pieces[(alloc_id, index, start, stop)] = dst
         strides, step = [], itemsize
         for n in reversed(shape):
             strides.insert(0, step)
             step *= n
         return xp.lib.stride_tricks.as_strided(
             dst.view(spec.dtype), shape=tuple(s.stop - s.start for s in sel), strides=tuple(strides))
+
+    def _read_piece(self, alloc_id: int, index: int, start: int, stop: int, xp):
+        """Bytes ``[start, stop)`` of chunk ``index`` from its home, as a new 1-D uint8
+        array of ``xp``; None if its home is (now) this worker."""
+        w, key = self.worker, (alloc_id, index)
+        path = self.transfers["comm"]
+        t0 = time.perf_counter()
+        where = self.piece_homes.get(key)
+        for _ in range(8):
+            if where is None:
+                where = self.locate(alloc_id, index)
+            if where.home == w.address:
+                return None  # its home moved here meanwhile
+            home = where.home
+            try:
+                desc, = sync(w.loop, self.transfers.left_peers.call, home,
+                             request_exports(w, home, alloc_id, [index], path.name, span=[start, stop]),
+                             lambda: ChunkLost(f"chunk {index} of allocation {alloc_id} was on worker "
+                                               f"{home}, which left the cluster while {w.address} read it"))
+            except ChunkLost:
+                desc = messages.MOVED  # the GVAT names a copy that took over, or says it is lost
+            if desc is messages.MOVED:
+                where = None
+                continue
+            break
+        else:
+            raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while {w.address} read it")
+        self.piece_homes[key] = where
+        dst = xp.empty(stop - start, dtype=np.uint8)
+        copy_s = path.fetch_into(desc, dst, start)
+        self._count(alloc_id)["misses"] += 1
+        self.store.stats.misses += 1
+        self.store.stats.transient += 1
+        self.store.stats.moved(path.name, stop - start, time.perf_counter() - t0, copy_s)
+        return dst
 
     @staticmethod
     def _same(before: Where, after: Where) -> bool:

@@ -72,12 +72,41 @@ class Assign:
             coords = [sel[self.keep[i + d]] for i in range(len(vsh))]
             vlo = [0 if n == 1 else int(c.min()) for n, c in zip(vsh, coords)]
             vhi = [1 if n == 1 else int(c.max()) + 1 for n, c in zip(vsh, coords)]
-            region = read(1, vlo, vhi)
+            region = self.value_region(read, vlo, vhi, xp)
             picks = [np.zeros(1, np.int64) if n == 1 else c - l for n, c, l in zip(vsh, coords, vlo)]
-            value = region[xp.ix_(*(xp.asarray(p) for p in picks))] if picks else region
+            value = region[_index(picks, xp)] if picks else region
             value = xp.broadcast_to(value, [len(sel[a]) for a in self.keep])
             value = value.reshape([len(v) for v in local])
-        dst[xp.ix_(*(xp.asarray(v) for v in local))] = value
+        dst[_index(local, xp)] = value
+
+    def value_region(self, read, vlo, vhi, xp):
+        """Elements ``[vlo, vhi)`` of the value (input 1)."""
+        return read(1, vlo, vhi)
+
+
+@dataclass
+class AssignTree(Assign):
+    """``Assign`` of a deferred elementwise value, computed where each chunk is written
+    from the tree's inputs (inputs 1, 2, ...), never stored: ``x[1:-1] = 0.5 * (y[:-2] +
+    y[2:])`` is one operation. The value is cast to its own dtype first, as a stored one
+    would be. (Not for a tree that reads ``x``: NumPy's value is computed before the write.)"""
+
+    tree: object = None  # tree_op.Elementwise
+    dtype: str = ""
+
+    def value_region(self, read, vlo, vhi, xp):
+        leaves = self.tree.leaves(lambda i, lo, hi: read(1 + i, lo, hi), vlo, vhi, xp)
+        value = self.tree.value(leaves, xp)
+        return value if value.dtype == np.dtype(self.dtype) else value.astype(self.dtype)
+
+
+def _index(coords, xp):
+    """An index of the positions ``coords`` (one host array per axis): slices where they
+    are runs of step 1 (a copy, not a gather), else ``ix_``."""
+    if all(len(c) and int(c[-1]) - int(c[0]) == len(c) - 1 and (len(c) < 3 or bool((np.diff(c) == 1).all()))
+           for c in coords):
+        return tuple(slice(int(c[0]), int(c[-1]) + 1) for c in coords)
+    return xp.ix_(*(xp.asarray(c) for c in coords))
 
 
 @dataclass

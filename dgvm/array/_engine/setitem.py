@@ -23,7 +23,7 @@ from dgvm.array._engine.keys import (added_axes, basic_view, chunks_selected, fi
                                      plan, storable)
 from dgvm.array._engine.mask_assign import assign_masked
 from dgvm.array._engine.mask_select import count_true, positions
-from dgvm.array._engine.view_writes import write_view
+from dgvm.array._engine.view_writes import run_assign, write_view
 from dgvm.array._engine.views import View
 from dgvm.array._engine.zero_size import empty_aware
 
@@ -88,7 +88,7 @@ def _setitem(x, key, value) -> None:
     # chunk's, writing nothing, so that x's earlier writers stay ordered before later tasks).
     chunks = chunks_selected(x, maps) or None
     if vshape is not None:
-        blockwise.run(Assign(tuple(maps), sel_shape, keep, None, vshape), x, [x, value], "setitem", chunks)
+        run_assign(x, maps, sel_shape, keep, value, chunks)
     else:
         blockwise.run(Assign(tuple(maps), sel_shape, keep, value, None), x, [x], "setitem", chunks)
 

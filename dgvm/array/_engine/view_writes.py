@@ -14,9 +14,10 @@ import numpy as np
 
 from dgvm.array._engine import blockwise, lineage
 from dgvm.array._engine.aliases import view_of, whole
-from dgvm.array._engine.assign_ops import Assign
+from dgvm.array._engine.assign_ops import Assign, AssignTree
 from dgvm.array._engine.core import ArrayCore
 from dgvm.array._engine.keys import fitted, storable
+from dgvm.array._engine.tree_op import Elementwise
 from dgvm.array._engine.views import View
 
 
@@ -49,8 +50,32 @@ def write_view(target, value) -> None:
         value = type(base).from_host(np.array(value, dtype=base.dtype, order="C"))  # (0-d stays 0-d)
     elif value is base:  # read from a copy: the write changes what it reads
         value = whole(value)
-    blockwise.run(Assign(tuple(maps), sel, tuple(keep), None, value.shape), base, [base, value], "setitem",
-                  _covered(base, maps))
+    run_assign(base, maps, sel, tuple(keep), value, _covered(base, maps))
+
+
+def run_assign(x, maps, sel_shape, keep, value, chunks) -> None:
+    """Write ``value`` (an array broadcast over the selection) into the positions ``maps``
+    select of ``x``: a deferred elementwise ``value`` that does not read ``x`` is computed
+    chunk by chunk as it is written (``AssignTree``), never stored."""
+    tree = _fusable(value, x)
+    if tree is not None:
+        d = value.deferred
+        op = AssignTree(tuple(maps), sel_shape, keep, None, value.shape, tree, value.dtype.str)
+        blockwise.run(op, x, [x, *d.inputs], "setitem", chunks)
+        return
+    blockwise.run(Assign(tuple(maps), sel_shape, keep, None, value.shape), x, [x, value], "setitem", chunks)
+
+
+def _fusable(value, x):
+    """The tree of ``value`` when it is a deferred elementwise array over arrays that
+    own their memory, none of them ``x`` (whose chunks the write changes while others are
+    read); else None."""
+    d = value.deferred if isinstance(value, ArrayCore) else None
+    if d is None or d.host is not None or value.alias is not None or value.is_stored:
+        return None
+    if any(a is x or not isinstance(a, ArrayCore) or a.alias is not None for a in d.inputs):
+        return None
+    return Elementwise.of(d.expr, d.inputs, d.views, value.shape)
 
 
 def _maps(base, v: View):
