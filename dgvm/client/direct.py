@@ -64,7 +64,7 @@ class DirectTask:
     """One worker's task of one operation on the direct plane: a future."""
 
     __slots__ = ("key", "worker", "status", "_value", "_tb", "_event", "_callbacks",
-                 "call", "deps", "channel", "written", "__weakref__")
+                 "call", "deps", "channel", "written", "by_client", "__weakref__")
 
     def __init__(self, key: str, worker: str, call: tuple, deps: list):
         self.key = key
@@ -80,6 +80,8 @@ class DirectTask:
         self.deps = deps  # the tasks it follows, until it ends
         self.channel = None  # the connection it was sent on
         self.written = None  # run again: what its first run wrote for good
+        # Ordered after other workers' tasks here, not by those workers (``unready``).
+        self.by_client = False
 
     def __repr__(self):
         return f"<DirectTask {self.key} on {self.worker}: {self.status}>"
@@ -185,7 +187,10 @@ class Channel:
                     task = self.tasks.pop(answer["key"], None)
                     if task is None:
                         continue
-                    if "result" in answer:
+                    if answer.get("unready"):  # sent back unrun: ordered here, then sent again
+                        task.channel, task.by_client = None, True
+                        self.plane._place(task)
+                    elif "result" in answer:
                         task._end("finished", answer["result"])
                     else:
                         _, exc, tb = clean_exception(**answer)
@@ -270,8 +275,19 @@ class DirectPlane:
             return
         channel = self.channels.get(task.worker)
         results = task.call[5]
-        waiting = [d for d in task.deps if not d.done() and (results or not (
-            isinstance(d, DirectTask) and channel is not None and d.channel is channel))]
+        # A task of another worker sent there on a live connection: that worker says when
+        # it ended (``peers``; the worker sends the task back ``unready`` if it cannot).
+        by_peers = not results and not task.by_client
+        waiting, peers = [], {}
+        for d in task.deps:
+            if d.done() or (isinstance(d, DirectTask) and not results and channel is not None
+                            and d.channel is channel):
+                continue
+            if (by_peers and isinstance(d, DirectTask) and d.channel is not None and not d.channel.broken
+                    and d.channel.address != task.worker):
+                peers.setdefault(d.channel.address, []).append(d.key)
+                continue
+            waiting.append(d)
         if waiting:
             left = [len(waiting)]
 
@@ -297,7 +313,8 @@ class DirectPlane:
             return
         msg = {
             "key": task.key,
-            "after": [d.key for d in task.deps if not d.done()],
+            "after": [d.key for d in task.deps if not d.done() and channel is not None and d.channel is channel],
+            "peers": peers,
             "task": body,
             "indices": idx,
             # (NumPy buffers travel out of band)

@@ -90,6 +90,9 @@ STORE_REPORT = "dgvm_store_report"  # what the store holds, for a new scheduler 
 # A client's connection for its operations (``dgvm.client.direct``); not a served call: the
 # handler reads tasks from the connection and answers on it until it closes.
 DIRECT = "dgvm_direct"
+# Worker to worker: wait for tasks of the direct plane there to end -> {"failed": error} of
+# the first that failed, {} when all finished, {"unknown": keys} for keys that never came.
+DIRECT_ENDED = "dgvm_direct_ended"
 
 WORKER_HANDLERS = frozenset({
     STORE_ALLOCATE, STORE_FREE, WRITE, READ, STORE_INFO, EXPORT, DROP_REPLICAS, PULL, IPC_FORGET,

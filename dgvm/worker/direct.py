@@ -38,6 +38,9 @@ from dgvm.protocol.errors import DgvmError
 logger = logging.getLogger("dgvm.worker")
 
 FAILED_REMEMBERED = 4096  # failed tasks a later task of the same client may follow
+FINISHED_REMEMBERED = 4096  # finished tasks a task of another worker may still ask about
+ARRIVAL_WAIT = 10.0  # seconds a task another worker's task follows may take to arrive here
+PEER_WAIT = 120.0  # seconds a task waits for those of other workers it follows (then: unready)
 
 _running = threading.local()  # the direct task this thread runs: worker, key, reports
 
@@ -55,6 +58,12 @@ class DirectTasks:
         self.plugin = plugin  # the chunk store's: what a rerun wrote before, context checks
         self.ended: dict[str, asyncio.Future] = {}  # key -> done when the task ends
         self.failed: "collections.OrderedDict[str, dict]" = collections.OrderedDict()
+        self.finished: "collections.OrderedDict[str, None]" = collections.OrderedDict()
+        self.arrivals: dict[str, asyncio.Future] = {}  # key -> done when it arrives here
+        # Tasks sent back unrun (those of other workers they follow could not be waited
+        # for here): the client orders them itself, and the tasks here that follow them too.
+        self.unready: "collections.OrderedDict[str, None]" = collections.OrderedDict()
+        self.peer_asks = 0  # questions from other workers' tasks answered here (``ended_here``)
         self.waiting = 0  # tasks ready to run, waiting for a thread
         self._waiting_lock = threading.Lock()  # (counted up on the loop, down in a thread)
 
@@ -101,6 +110,9 @@ class DirectTasks:
         key = msg["key"]
         ended = asyncio.get_running_loop().create_future()
         self.ended[key] = ended
+        arrived = self.arrivals.pop(key, None)
+        if arrived is not None and not arrived.done():
+            arrived.set_result(None)
         asyncio.ensure_future(self._run(key, msg, answer, ended))
 
     async def _run(self, key: str, msg: dict, answer, ended: asyncio.Future) -> None:
@@ -114,6 +126,18 @@ class DirectTasks:
                 if failed is not None:  # it fails with the error of the task it follows
                     self._failed(key, failed)
                     answer({"key": key, **failed})
+                    return
+                if dep in self.unready:
+                    status = self._unready(key, answer)
+                    return
+            for peer, keys in (msg.get("peers") or {}).items():
+                ended_there = await self._peer_ended(peer, keys)
+                if "failed" in ended_there:  # it fails with the error of the task it follows
+                    self._failed(key, ended_there["failed"])
+                    answer({"key": key, **ended_there["failed"]})
+                    return
+                if ended_there:  # not known there (any more): its client orders it instead
+                    status = self._unready(key, answer)
                     return
             if msg.get("written") is not None:  # run again: what its first run wrote for good
                 self.plugin.written({key: msg["written"]})
@@ -149,12 +173,62 @@ class DirectTasks:
             answer({"key": key, **failed})
         finally:
             self.ended.pop(key, None)
+            if status == "finished":
+                self.finished[key] = None
+                while len(self.finished) > FINISHED_REMEMBERED:
+                    self.finished.popitem(last=False)
             ended.set_result(None)
             # For the dashboard (one small message on the worker's stream; the scheduler
             # keeps the last ``distributed.admin.low-level-log-length`` of them).
             self.worker.log_event(messages.OPERATIONS_TOPIC, {
                 "key": key, "worker": self.worker.address, "start": start, "stop": time.time(),
                 "status": status, "chunks": chunks})
+
+    async def _peer_ended(self, peer: str, keys: list) -> dict:
+        """Wait for tasks ``keys`` of the worker at ``peer`` to end (``ended_here``
+        there): {} once they all finished, {"failed": error} of one that failed, or
+        {"unready": ...} if that worker cannot say (it left, never got them, or took
+        longer than ``PEER_WAIT``)."""
+        try:
+            return await asyncio.wait_for(
+                messages.call(self.worker.rpc(peer), messages.DIRECT_ENDED, keys=keys, required=True), PEER_WAIT)
+        except Exception as e:  # noqa: BLE001  (the client orders the task instead)
+            return {"unready": repr(e)}
+
+    async def ended_here(self, keys: list) -> dict:
+        """RPC handler (``messages.DIRECT_ENDED``): wait until the direct tasks ``keys``
+        end here; {"failed": error} of the first that failed, {} when all finished, or
+        {"unknown": keys} for those that neither ran here lately nor arrived within
+        ``ARRIVAL_WAIT`` (the client sent them before the task that asks, on another
+        connection: they may come after its question)."""
+        loop = asyncio.get_running_loop()
+        self.peer_asks += 1
+        unknown = []
+        for key in keys:
+            if key not in self.ended and key not in self.failed and key not in self.finished:
+                arrived = self.arrivals.get(key)
+                if arrived is None:
+                    arrived = self.arrivals[key] = loop.create_future()
+                try:
+                    await asyncio.wait_for(asyncio.shield(arrived), ARRIVAL_WAIT)
+                except asyncio.TimeoutError:
+                    self.arrivals.pop(key, None)
+                    unknown.append(key)
+                    continue
+            f = self.ended.get(key)
+            if f is not None:
+                await asyncio.shield(f)
+            failed = self.failed.get(key)
+            if failed is not None:
+                return {"failed": failed}
+        return {"unknown": unknown} if unknown else {}
+
+    def _unready(self, key: str, answer) -> str:
+        self.unready[key] = None
+        while len(self.unready) > FAILED_REMEMBERED:
+            self.unready.popitem(last=False)
+        answer({"key": key, "unready": True})
+        return "unready"
 
     def _failed(self, key: str, failed: dict) -> None:
         self.failed[key] = failed

@@ -101,6 +101,7 @@ class ChunkStorePlugin(WorkerPlugin):
         # Clients' operations, straight from them (its own connection: not a served call).
         self.direct = DirectTasks(worker, self)
         worker.handlers[messages.DIRECT] = self.direct.serve
+        worker.handlers[messages.DIRECT_ENDED] = messages.served(self.direct.ended_here)
         worker.metrics[messages.HEARTBEAT] = lambda w: self.metrics()
         worker.extensions[messages.EXTENSION] = self.store
         exports = getattr(backend, "exports", None)
@@ -127,7 +128,7 @@ class ChunkStorePlugin(WorkerPlugin):
     KEPT_AFTER_TEARDOWN = (messages.STORE_FREE, messages.IPC_FORGET)
 
     async def teardown(self, worker):
-        for op in [*self.handlers(), messages.DIRECT]:
+        for op in [*self.handlers(), messages.DIRECT, messages.DIRECT_ENDED]:
             if op not in self.KEPT_AFTER_TEARDOWN:
                 worker.handlers.pop(op, None)
         # An unknown stream message would close the worker: these may still come.
