@@ -8,10 +8,12 @@ for that worker on it, one message per worker per operation (batched with whatev
 is ready); the worker runs it and answers on the same connection (``dgvm.worker.direct``).
 
 Order. A task follows the earlier tasks ``dispatch`` names. Those of its own worker that
-were sent on the same connection travel as keys, and the worker runs it after them; it
-waits here, before it is sent, for any other one (of another worker, not yet sent, or a
-Dask future) to end. A task that follows a failed one fails with its error, as on Dask's
-path (``dgvm.client.failures``).
+were sent on the same connection travel as keys, and the worker runs it after them; those
+of other workers sent on live connections travel as ``peers``, and the worker asks those
+workers when they ended (``dgvm.worker.direct``; a worker that cannot say sends the task
+back ``unready``, and it is ordered here). It waits here, before it is sent, for any other
+one (not yet sent, on a broken connection, or a Dask future) to end. A task that follows a
+failed one fails with its error, as on Dask's path (``dgvm.client.failures``).
 
 Coherence. The worker answers only once the GVAT has the task's report (versions bumped,
 stale replicas dropped, backups refreshed): no later task anywhere sees a stale copy.
@@ -51,6 +53,7 @@ logger = logging.getLogger("dgvm.client")
 # Seconds the GVAT's answer on stranded tasks may take: it waits for the worker's removal
 # and for copies to take over its chunks (``Departures.STRANDED_WAIT`` + ``PROMOTE_WAIT``).
 STRANDED_WAIT = 120.0
+INLINE_BODY = 1 << 20  # bytes of a pickled task body sent inside its message; larger: a frame
 
 _news = threading.Condition()  # notified whenever a direct task ends
 
@@ -242,6 +245,9 @@ class DirectPlane:
             body = pickle.dumps((fn, args))
         except Exception as e:  # noqa: BLE001
             body = e
+        else:
+            if len(body) > INLINE_BODY:  # (a frame of its own, not inside the message)
+                body = to_serialize(body)
         tasks = [DirectTask(key, worker, (body, None, list(idx), allocations, rerun, results), list(after))
                  for (worker, idx), after, key in zip(homes.items(), deps, keys)]
         self.tasks.update(tasks)

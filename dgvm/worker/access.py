@@ -290,7 +290,14 @@ class Access:
         else:
             raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while {w.address} read it")
         self.piece_homes[key] = where
-        dst = xp.empty(stop - start, dtype=np.uint8)
+        try:
+            dst = xp.empty(stop - start, dtype=np.uint8)
+        except MemoryError as e:  # also CuPy's OutOfMemoryError
+            backend = self.store.backend
+            raise OutOfDeviceMemory(
+                f"no room on {w.address} for {stop - start} bytes of chunk {index} of allocation "
+                f"{alloc_id} read from {where.home}: {backend.free} of {backend.capacity} bytes free "
+                f"({e})") from None
         copy_s = path.fetch_into(desc, dst, start)
         self._count(alloc_id)["misses"] += 1
         self.store.stats.misses += 1

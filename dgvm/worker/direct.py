@@ -2,8 +2,9 @@
 
 A client keeps one connection to each worker (``dgvm.client.direct``) and sends on it the
 worker's task of each operation: the task body (``dgvm.worker.tasks`` and the engine's
-task functions), its chunk indices, and the keys of the earlier tasks *of this worker* it
-must follow (tasks of other workers it follows were finished before the client sent it).
+task functions), its chunk indices, the keys of the earlier tasks *of this worker* it
+must follow, and those of other workers (``peers``), whose workers it asks when they ended
+(``ended_here`` there); one it cannot learn that of goes back to the client ``unready``.
 The worker runs each on its thread pool once those it follows ended, in the order they
 came where they depend on each other, and answers on the same connection: the result, or
 the error with the worker's traceback.
@@ -41,6 +42,7 @@ FAILED_REMEMBERED = 4096  # failed tasks a later task of the same client may fol
 FINISHED_REMEMBERED = 4096  # finished tasks a task of another worker may still ask about
 ARRIVAL_WAIT = 10.0  # seconds a task another worker's task follows may take to arrive here
 PEER_WAIT = 120.0  # seconds a task waits for those of other workers it follows (then: unready)
+PEER_QUESTIONS = 64  # questions to other workers waiting at once
 
 _running = threading.local()  # the direct task this thread runs: worker, key, reports
 
@@ -59,7 +61,11 @@ class DirectTasks:
         self.ended: dict[str, asyncio.Future] = {}  # key -> done when the task ends
         self.failed: "collections.OrderedDict[str, dict]" = collections.OrderedDict()
         self.finished: "collections.OrderedDict[str, None]" = collections.OrderedDict()
-        self.arrivals: dict[str, asyncio.Future] = {}  # key -> done when it arrives here
+        # key -> [done when it arrives here, how many ask]
+        self.arrivals: dict[str, list] = {}
+        # Questions to other workers at once (each holds a pooled connection while it
+        # waits): past them, a task goes back to its client unready at once.
+        self._peer_questions = asyncio.Semaphore(PEER_QUESTIONS)
         # Tasks sent back unrun (those of other workers they follow could not be waited
         # for here): the client orders them itself, and the tasks here that follow them too.
         self.unready: "collections.OrderedDict[str, None]" = collections.OrderedDict()
@@ -110,9 +116,10 @@ class DirectTasks:
         key = msg["key"]
         ended = asyncio.get_running_loop().create_future()
         self.ended[key] = ended
-        arrived = self.arrivals.pop(key, None)
-        if arrived is not None and not arrived.done():
-            arrived.set_result(None)
+        self.unready.pop(key, None)  # (sent again, ordered by its client this time)
+        entry = self.arrivals.pop(key, None)
+        if entry is not None and not entry[0].done():
+            entry[0].set_result(None)
         asyncio.ensure_future(self._run(key, msg, answer, ended))
 
     async def _run(self, key: str, msg: dict, answer, ended: asyncio.Future) -> None:
@@ -179,21 +186,26 @@ class DirectTasks:
                     self.finished.popitem(last=False)
             ended.set_result(None)
             # For the dashboard (one small message on the worker's stream; the scheduler
-            # keeps the last ``distributed.admin.low-level-log-length`` of them).
-            self.worker.log_event(messages.OPERATIONS_TOPIC, {
-                "key": key, "worker": self.worker.address, "start": start, "stop": time.time(),
-                "status": status, "chunks": chunks})
+            # keeps the last ``distributed.admin.low-level-log-length`` of them). A task
+            # sent back unready did not run here: it is told when it runs.
+            if status != "unready":
+                self.worker.log_event(messages.OPERATIONS_TOPIC, {
+                    "key": key, "worker": self.worker.address, "start": start, "stop": time.time(),
+                    "status": status, "chunks": chunks})
 
     async def _peer_ended(self, peer: str, keys: list) -> dict:
         """Wait for tasks ``keys`` of the worker at ``peer`` to end (``ended_here``
         there): {} once they all finished, {"failed": error} of one that failed, or
         {"unready": ...} if that worker cannot say (it left, never got them, or took
         longer than ``PEER_WAIT``)."""
-        try:
-            return await asyncio.wait_for(
-                messages.call(self.worker.rpc(peer), messages.DIRECT_ENDED, keys=keys, required=True), PEER_WAIT)
-        except Exception as e:  # noqa: BLE001  (the client orders the task instead)
-            return {"unready": repr(e)}
+        if self._peer_questions.locked():
+            return {"unready": "too many questions to other workers waiting"}
+        async with self._peer_questions:
+            try:
+                return await asyncio.wait_for(
+                    messages.call(self.worker.rpc(peer), messages.DIRECT_ENDED, keys=keys, required=True), PEER_WAIT)
+            except Exception as e:  # noqa: BLE001  (the client orders the task instead)
+                return {"unready": repr(e)}
 
     async def ended_here(self, keys: list) -> dict:
         """RPC handler (``messages.DIRECT_ENDED``): wait until the direct tasks ``keys``
@@ -206,21 +218,27 @@ class DirectTasks:
         unknown = []
         for key in keys:
             if key not in self.ended and key not in self.failed and key not in self.finished:
-                arrived = self.arrivals.get(key)
-                if arrived is None:
-                    arrived = self.arrivals[key] = loop.create_future()
+                entry = self.arrivals.get(key)
+                if entry is None:
+                    entry = self.arrivals[key] = [loop.create_future(), 0]
+                entry[1] += 1  # (askers: the last to give up forgets it)
                 try:
-                    await asyncio.wait_for(asyncio.shield(arrived), ARRIVAL_WAIT)
+                    await asyncio.wait_for(asyncio.shield(entry[0]), ARRIVAL_WAIT)
                 except asyncio.TimeoutError:
-                    self.arrivals.pop(key, None)
                     unknown.append(key)
                     continue
+                finally:
+                    entry[1] -= 1
+                    if not entry[1] and self.arrivals.get(key) is entry:
+                        del self.arrivals[key]
             f = self.ended.get(key)
             if f is not None:
                 await asyncio.shield(f)
             failed = self.failed.get(key)
             if failed is not None:
                 return {"failed": failed}
+            if key in self.unready and key not in self.finished:  # sent back unrun: not ended
+                unknown.append(key)
         return {"unknown": unknown} if unknown else {}
 
     def _unready(self, key: str, answer) -> str:

@@ -356,9 +356,16 @@ class ChunkStorePlugin(WorkerPlugin):
             try:
                 if self.store.is_home(alloc_id, i):
                     writes = self.store.write_count(alloc_id, i)
-                    if span is not None and span[1] > self.store.chunk(alloc_id, i, None).nbytes:
+                    held = self.store.chunk(alloc_id, i, None)
+                    if span is not None and span[1] > held.nbytes:
                         raise InvalidArgument(f"span {span} is past the end of chunk {i} of allocation {alloc_id}")
-                    out.append({**p.export(self.store, alloc_id, i, to, span), "writes": writes})
+                    desc = {**p.export(self.store, alloc_id, i, to, span), "writes": writes}
+                    # A piece's bytes were read without the store's lock: a release (a move
+                    # ended, a free) meanwhile may have given the buffer to another chunk.
+                    if span is not None and not (self.store.is_home(alloc_id, i)
+                                                 and self.store.local(alloc_id, i) is held):
+                        desc = messages.moved()
+                    out.append(desc)
                 else:
                     out.append(messages.moved())
             except (InvalidAddress, RuntimeError):  # released meanwhile (the store changed under it)

@@ -96,8 +96,14 @@ class AssignTree(Assign):
 
     def value_region(self, read, vlo, vhi, xp):
         leaves = self.tree.leaves(lambda i, lo, hi: read(1 + i, lo, hi), vlo, vhi, xp)
-        value = self.tree.value(leaves, xp)
-        return value if value.dtype == np.dtype(self.dtype) else value.astype(self.dtype)
+        # In one fused pass where the tree allows, else node by node in slices that fit
+        # the working-memory budget (``Elementwise.leaves_into``), as a stored value is.
+        out = xp.empty(tuple(h - lo for lo, h in zip(vlo, vhi)), dtype=self.dtype)
+        if self.tree.writes_into(out):
+            self.tree.leaves_into(leaves, xp, out)
+        else:
+            out[...] = self.tree.value(leaves, xp)
+        return out
 
 
 def _index(coords, xp):
