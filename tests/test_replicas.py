@@ -44,6 +44,11 @@ def _copies(client, alloc_id: int) -> dict:
     return chunks
 
 
+def info_of(client, alloc_id: int):
+    info, = [a for a in dgvm.table(chunks=True, client=client) if a.alloc_id == alloc_id]
+    return info
+
+
 def _assert_coherent(client, alloc_id: int, k: int) -> None:
     """Each chunk has one home and k - 1 backups elsewhere, all with the home's bytes, and
     the GVAT's table says where they are."""
@@ -286,7 +291,8 @@ def test_a_killed_worker_loses_nothing_that_had_a_copy(backend):
             assert f"of allocation {x.alloc.alloc_id}" not in str(lost.value), lost.value
         x *= 2
         np.testing.assert_array_equal(da.asnumpy(x), ref * 2)
-        # Copies are made again on the survivors and the new worker (room for all).
+        # Copies are made again on the survivors and the new worker (room for all). The GVAT
+        # books a new copy before its holder has copied it: waited for in the stores too.
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -294,6 +300,9 @@ def test_a_killed_worker_loses_nothing_that_had_a_copy(backend):
                     info, = [a for a in dgvm.table(chunks=True, client=client) if a.alloc_id == alloc_id]
                     assert all(len(c.backups) == k - 1 and victim not in (c.worker, *c.backups)
                                for c in info.chunks), alloc_id
+                held = _copies(client, x.alloc.alloc_id)
+                assert all(sorted(w for w, (role, _) in held.get(c.index, {}).items() if role == "backup")
+                           == sorted(c.backups) for c in info_of(client, x.alloc.alloc_id).chunks)
                 break
             except AssertionError:
                 if time.monotonic() > deadline:
