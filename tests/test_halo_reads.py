@@ -34,6 +34,13 @@ def test_a_stencil_reads_only_its_neighbours_halo_rows(case):
     # Each iteration reads at most two halo rows per block boundary (and a result block's
     # few rows where its chunking differs), never a whole 24-row chunk again.
     assert 0 < moved - before < 3 * 8 * (2 * 4 * n) * 8, moved - before
+    # A chunk whose home moved: the workers that read its rows learn its new home.
+    homes = x.alloc.homes()
+    x.migrate([1, 2], next(w for w in homes if w not in (homes[1], homes[2])))
+    for _ in range(2):
+        x[1:-1, 1:-1] = 0.25 * (x[:-2, 1:-1] + x[2:, 1:-1] + x[1:-1, :-2] + x[1:-1, 2:])
+        want[1:-1, 1:-1] = 0.25 * (want[:-2, 1:-1] + want[2:, 1:-1] + want[1:-1, :-2] + want[1:-1, 2:])
+        np.testing.assert_allclose(dnp.asnumpy(x), want, rtol=1e-12)
     inner = None
     x.free()
 

@@ -3,6 +3,9 @@ worker's own set of them (``Transfers``)."""
 
 from __future__ import annotations
 
+import collections
+import threading
+
 from dgvm import config
 from dgvm.protocol.records import DeviceProfile
 from dgvm.transfer.base import TransferPath
@@ -30,19 +33,34 @@ def choose(src: DeviceProfile, dst: DeviceProfile) -> str:
     return "comm"
 
 
+HOMES_KEPT = 4096  # chunks whose last known home a worker keeps (``Transfers.homes``)
+
+
 class Transfers:
     """One worker's transfer paths, by name, and what they keep between copies: its
     mappings of peers' CUDA buffers (``mappings``) and of peers' shared-memory arenas
-    (``arenas``), and its requests to peers, which stop when one leaves (``left_peers``).
-    The worker's plugin makes it; a process that runs no worker has none."""
+    (``arenas``), its requests to peers, which stop when one leaves (``left_peers``), and
+    where the chunks it read pieces of were homed last (``homes``: a hint; the holder
+    answers ``MOVED`` for a chunk it no longer homes). The worker's plugin makes it; a
+    process that runs no worker has none."""
 
     def __init__(self):
         self.mappings: ImportedMappings = peer_mappings()
         self.arenas = PeerArenas()
         self.left_peers = LeftPeers()
+        self.homes: "collections.OrderedDict[tuple, object]" = collections.OrderedDict()
+        self._homes_lock = threading.Lock()  # (tasks' threads note them)
         self.paths: dict[str, TransferPath] = {
             p.name: p for p in (CudaIpcPath(self.mappings), SharedMemoryPath(self.arenas), CommPath())
         }
+
+    def home_seen(self, key: tuple, where) -> None:
+        """Remember ``where`` (the GVAT's answer) for chunk ``key`` (alloc id, index)."""
+        with self._homes_lock:
+            self.homes[key] = where
+            self.homes.move_to_end(key)
+            while len(self.homes) > HOMES_KEPT:
+                self.homes.popitem(last=False)
 
     def __getitem__(self, name: str) -> TransferPath:
         return self.paths[name]

@@ -58,9 +58,8 @@ class Access:
     # (shape, dtype) -> a scratch buffer for the task's chunks of that shape
     scratches: dict = field(default_factory=dict)
     # Parts of other workers' chunks this task read (``_piece``): (alloc id, index, start,
-    # stop) -> bytes; (alloc id, index) -> the GVAT's answer where its home is.
+    # stop) -> bytes.
     pieces: dict = field(default_factory=dict)
-    piece_homes: dict = field(default_factory=dict)
 
     @classmethod
     def here(cls) -> "Access":
@@ -269,7 +268,7 @@ class Access:
         w, key = self.worker, (alloc_id, index)
         path = self.transfers["comm"]
         t0 = time.perf_counter()
-        where = self.piece_homes.get(key)
+        where = self.transfers.homes.get(key)  # (the home answers MOVED if it is not any more)
         for _ in range(8):
             if where is None:
                 where = self.locate(alloc_id, index)
@@ -289,7 +288,7 @@ class Access:
             break
         else:
             raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while {w.address} read it")
-        self.piece_homes[key] = where
+        self.transfers.home_seen(key, where)
         try:
             dst = xp.empty(stop - start, dtype=np.uint8)
         except MemoryError as e:  # also CuPy's OutOfMemoryError
