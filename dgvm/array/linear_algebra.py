@@ -66,6 +66,13 @@ def matmul(x1, x2, /):
         raise TypeError("matmul needs two DArrays")
     if x1.ndim == 0 or x2.ndim == 0:
         raise ValueError("matmul does not take 0-d arrays; use multiply")
+    if x1.ndim == x2.ndim == 1:
+        if x1.shape != x2.shape:
+            raise ValueError(f"matmul: shapes {x1.shape} and {x2.shape} do not align "
+                             f"({x1.shape[0]} != {x2.shape[0]})")
+        dtype = result_type(x1, x2)
+        if dtype.kind in "iufc":  # the sum of the products: one reduction, nothing stored
+            return total_of(apply("multiply", x1, x2), dtype=dtype)
     drop = []
     if x1.ndim == 1:
         x1 = expand_dims(x1, axis=0)
