@@ -65,6 +65,21 @@ def a_view(draw, x, h):
     return x[key], h[key]
 
 
+def _dispatches(monkeypatch) -> list:
+    """(name, homes) of each operation dispatched from now until ``monkeypatch.undo()``."""
+    from dgvm.client import dispatch
+
+    calls = []
+    real = dispatch.submit
+
+    def spy(client, fn, args, homes, deps, name, **kw):
+        calls.append((name, homes))
+        return real(client, fn, args, homes, deps, name, **kw)
+
+    monkeypatch.setattr(dispatch, "submit", spy)
+    return calls
+
+
 def same(got, want):
     np.testing.assert_array_equal(dnp.asnumpy(got), np.asarray(want))
 
@@ -217,19 +232,10 @@ def test_a_view_reads_only_the_chunks_it_covers_and_copies_nothing(case, monkeyp
 
     drain_releases()
     assert case.allocations() == before  # a reduction of a view reads it in place
-    from dgvm.client import dispatch
-
-    calls = []
-    real = dispatch.submit
-
-    def spy(client, fn, args, homes, deps, name, **kw):
-        calls.append(homes)
-        return real(client, fn, args, homes, deps, name, **kw)
-
-    monkeypatch.setattr(dispatch, "submit", spy)
+    calls = _dispatches(monkeypatch)
     v[...] = 1.0
     monkeypatch.undo()
-    chunks = {k for idx in calls[0].values() for k in idx}
+    chunks = {k for idx in calls[0][1].values() for k in idx}
     assert chunks <= {2, 3}, chunks  # the write's tasks cover the view's chunks only
     want = np.arange(100.0)
     want[20:35] = 1.0
@@ -328,24 +334,15 @@ def test_print_of_a_large_array_reads_only_the_elements_shown(case, monkeypatch)
 
 
 def test_an_expression_assigned_to_a_selection_is_computed_as_it_is_written(case, monkeypatch):
-    from dgvm.client import dispatch
-
     h = np.arange(30 * 20, dtype=np.float64).reshape(30, 20)
     u = dnp.asarray(h, chunks=(10, 20))
     v = dnp.zeros_like(u)
     v.wait()
-    names = []
-    real = dispatch.submit
-
-    def spy(client, fn, args, homes, deps, name, **kw):
-        names.append(name)
-        return real(client, fn, args, homes, deps, name, **kw)
-
-    monkeypatch.setattr(dispatch, "submit", spy)
+    calls = _dispatches(monkeypatch)
     v[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
     v.wait()
     monkeypatch.undo()
-    assert len(names) == 1, names  # the expression is never stored: one operation
+    assert len(calls) == 1, calls  # the expression is never stored: one operation
     want = np.zeros_like(h)
     want[1:-1, 1:-1] = 0.25 * (h[:-2, 1:-1] + h[2:, 1:-1] + h[1:-1, :-2] + h[1:-1, 2:])
     same(v, want)

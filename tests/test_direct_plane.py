@@ -23,6 +23,7 @@ from dgvm.client import direct
 from dgvm.client.apply import map_chunks
 from dgvm.protocol.errors import ChunkLost
 from killing import process_cluster
+from test_fault_kernels import fails
 
 
 def _dgvm_tasks(dask_scheduler):
@@ -166,15 +167,6 @@ def _peer_asks(client) -> int:
     return sum(client.run(lambda dask_worker: dask_worker.plugins["dgvm-store"].direct.peer_asks).values())
 
 
-@dgvm.kernel
-def _fails_on_3(x, out):
-    i = cuda.grid(1)
-    if i < out.size:
-        if x[i] == 3:
-            raise ValueError("element 3 is bad")
-        out[i] = x[i]
-
-
 def test_a_task_following_another_workers_task_is_ordered_by_the_workers(case):
     """Tasks that follow tasks of other workers are sent at once; their worker asks the
     other when those ended (no round trip through the caller), and a failure there is
@@ -195,7 +187,7 @@ def test_a_task_following_another_workers_task_is_ordered_by_the_workers(case):
     h = np.arange(32, dtype=np.int64)
     y = dnp.from_numpy(h, chunks=8, placement="round_robin")
     out = dnp.zeros_like(y)
-    dgvm.launch(_fails_on_3, y, out=out)  # fails on the worker of chunk 0
+    dgvm.launch(fails, y, out=out)  # fails on the worker of chunk 0
     z = out[::-1] + 1  # every task reads a chunk of another worker
     with pytest.raises(dgvm.KernelError, match="element 3 is bad"):
         dnp.asnumpy(z)

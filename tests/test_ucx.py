@@ -2,7 +2,8 @@
 direct plane speak UCX, and chunks that cross between workers over Dask's comm (the path
 between hosts; forced here with ``dgvm.transfer.same-host: false``) travel over it too, as
 NVLink or InfiniBand carry them between hosts. GPU only; skipped where distributed-ucxx is
-not installed."""
+not installed (``pip install distributed-ucxx-cu13``, or ``-cu12``, matching the CUDA of
+CuPy)."""
 
 from __future__ import annotations
 
