@@ -282,6 +282,14 @@ def start_workers(procs: Processes, address: str, n: int, env: dict | None = Non
     ], env={**WORKER_ENV, **(env or {})})
 
 
+def stores_up(client, n: int) -> bool:
+    """``n`` chunk stores registered, and every nanny done registering: a nanny whose
+    scheduler dies while it says its worker started exits with the worker, which would not
+    outlive the scheduler then."""
+    return len(dgvm.workers(client=client)) == n and not client.run_on_scheduler(
+        lambda dask_scheduler: bool(dask_scheduler._starting_nannies))  # (a lambda travels by value)
+
+
 def wait_for(what: str, check, procs: Processes, timeout: float = 120):
     """``check()``'s first true answer (errors while the scheduler is away count as none)."""
     deadline = time.monotonic() + timeout
@@ -327,7 +335,7 @@ def test_the_gvat_comes_back_from_the_workers(procs):
     with dask.config.set({"dgvm.connect-timeout": RECONNECT}):
         client = dgvm.connect(address)
     with client:
-        wait_for("3 chunk stores", lambda: len(dgvm.workers(client=client)) == 3, procs)
+        wait_for("3 chunk stores", lambda: stores_up(client, 3), procs)
         workers = {w.address for w in dgvm.workers(client=client)}
         pids = client.run(os.getpid)
         hx = np.arange(30_000, dtype=np.float64).reshape(300, 100)
@@ -392,7 +400,7 @@ def test_chunks_no_worker_reports_are_lost(procs):
         client = dgvm.connect(address)
         other = dgvm.connect(address)
     with client:
-        wait_for("3 chunk stores", lambda: len(dgvm.workers(client=client)) == 3, procs)
+        wait_for("3 chunk stores", lambda: stores_up(client, 3), procs)
         hx = np.arange(9_000, dtype=np.int32)
         x = dnp.from_numpy(hx, chunks=1_000, placement="round_robin", client=client)
         y = dnp.from_numpy(hx * 3, chunks=1_000, placement="round_robin", replicas=2, client=client)
@@ -433,7 +441,7 @@ def test_workers_close_when_no_scheduler_comes_back(procs):
     address = start_scheduler(procs, "scheduler", port)
     start_workers(procs, address, 1, env={"DASK_DGVM__SCHEDULER_WAIT": "3s"})
     with dask.config.set({"dgvm.connect-timeout": RECONNECT}), dgvm.connect(address) as client:
-        wait_for("a chunk store", lambda: len(dgvm.workers(client=client)) == 1, procs)
+        wait_for("a chunk store", lambda: stores_up(client, 1), procs)
     kill(procs, "scheduler")
     t0 = time.monotonic()
     procs.wait_exit("workers", 60)
