@@ -168,29 +168,30 @@ def _peer_asks(client) -> int:
 
 
 def test_a_task_following_another_workers_task_is_ordered_by_the_workers(case):
-    """Tasks that follow tasks of other workers are sent at once; their worker asks the
-    other when those ended (no round trip through the caller), and a failure there is
-    theirs too."""
+    """With ``dgvm.dispatch.peers``, tasks that follow tasks of other workers are sent at
+    once; their worker asks the other when those ended (no round trip through the caller),
+    and a failure there is theirs too."""
     if case.backend == "cuda":
         pytest.skip("GPU kernels raise only when compiled with debug=True")
     client = case.client
     a = np.arange(64.0).reshape(8, 8)
     x = dnp.from_numpy(a, chunks=(2, 8), placement="round_robin")
-    before = _peer_asks(client)
-    want = a.copy()
-    for i in range(20):  # each step's tasks read a row of the chunks others wrote the step before
-        x[1:-1] = 0.5 * (x[:-2] + x[2:]) + i
-        want[1:-1] = 0.5 * (want[:-2] + want[2:]) + i
-    np.testing.assert_allclose(dnp.asnumpy(x), want, rtol=1e-12)
-    assert _peer_asks(client) > before  # (else nothing here is tested)
-
     h = np.arange(32, dtype=np.int64)
     y = dnp.from_numpy(h, chunks=8, placement="round_robin")
     out = dnp.zeros_like(y)
-    dgvm.launch(fails, y, out=out)  # fails on the worker of chunk 0
-    z = out[::-1] + 1  # every task reads a chunk of another worker
-    with pytest.raises(dgvm.KernelError, match="element 3 is bad"):
-        dnp.asnumpy(z)
-    np.testing.assert_array_equal(dnp.asnumpy(out[::-1] + 1), np.ones(32, np.int64))
+    before = _peer_asks(client)
+    with dask.config.set({"dgvm.dispatch.peers": True}):
+        want = a.copy()
+        for i in range(20):  # each step's tasks read a row of the chunks others wrote the step before
+            x[1:-1] = 0.5 * (x[:-2] + x[2:]) + i
+            want[1:-1] = 0.5 * (want[:-2] + want[2:]) + i
+        np.testing.assert_allclose(dnp.asnumpy(x), want, rtol=1e-12)
+        assert _peer_asks(client) > before  # (else nothing here is tested)
+
+        dgvm.launch(fails, y, out=out)  # fails on the worker of chunk 0
+        z = out[::-1] + 1  # every task reads a chunk of another worker
+        with pytest.raises(dgvm.KernelError, match="element 3 is bad"):
+            dnp.asnumpy(z)
+        np.testing.assert_array_equal(dnp.asnumpy(out[::-1] + 1), np.ones(32, np.int64))
     for a_ in (x, y, out):
         a_.free()

@@ -301,8 +301,14 @@ def test_a_killed_worker_loses_nothing_that_had_a_copy(backend):
                     assert all(len(c.backups) == k - 1 and victim not in (c.worker, *c.backups)
                                for c in info.chunks), alloc_id
                 held = _copies(client, x.alloc.alloc_id)
+                table = info_of(client, x.alloc.alloc_id).chunks
                 assert all(sorted(w for w, (role, _) in held.get(c.index, {}).items() if role == "backup")
-                           == sorted(c.backups) for c in info_of(client, x.alloc.alloc_id).chunks)
+                           == sorted(c.backups) for c in table), (
+                    [(c.index, c.worker, c.backups, {w: r for w, (r, _) in held.get(c.index, {}).items()})
+                     for c in table if sorted(c.backups) != sorted(
+                         w for w, (r, _) in held.get(c.index, {}).items() if r == "backup")],
+                    client.run(lambda dask_worker, a=x.alloc.alloc_id: {
+                        i: (c.durable, c.nbytes) for i, c in dask_worker.extensions["dgvm"]._replicas.get(a, {}).items()}))
                 break
             except AssertionError:
                 if time.monotonic() > deadline:

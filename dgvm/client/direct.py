@@ -8,8 +8,8 @@ for that worker on it, one message per worker per operation (batched with whatev
 is ready); the worker runs it and answers on the same connection (``dgvm.worker.direct``).
 
 Order. A task follows the earlier tasks ``dispatch`` names. Those of its own worker that
-were sent on the same connection travel as keys, and the worker runs it after them; those
-of other workers sent on live connections travel as ``peers``, and the worker asks those
+were sent on the same connection travel as keys, and the worker runs it after them; with
+``dgvm.dispatch.peers``, those of other workers sent on live connections travel as ``peers``, and the worker asks those
 workers when they ended (``dgvm.worker.direct``; a worker that cannot say sends the task
 back ``unready``, and it is ordered here). It waits here, before it is sent, for any other
 one (not yet sent, on a broken connection, or a Dask future) to end. A task that follows a
@@ -283,7 +283,7 @@ class DirectPlane:
         results = task.call[5]
         # A task of another worker sent there on a live connection: that worker says when
         # it ended (``peers``; the worker sends the task back ``unready`` if it cannot).
-        by_peers = not results and not task.by_client
+        by_peers = not results and not task.by_client and config.get("dispatch.peers")
         waiting, peers = [], {}
         for d in task.deps:
             if d.done() or (isinstance(d, DirectTask) and not results and channel is not None
