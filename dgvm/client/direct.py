@@ -77,8 +77,8 @@ class DirectTask:
         self._tb = None
         self._event = threading.Event()
         self._callbacks: list = []  # called on the client's event loop when it ends
-        # (pickled (fn, args), None, indices, allocations, rerun, results): kept until it
-        # ends, to run again
+        # (pickled (fn, args), indices, allocations, rerun, results): kept until it ends,
+        # to run again
         self.call = call
         self.deps = deps  # the tasks it follows, until it ends
         self.channel = None  # the connection it was sent on
@@ -248,7 +248,7 @@ class DirectPlane:
         else:
             if len(body) > INLINE_BODY:  # (a frame of its own, not inside the message)
                 body = to_serialize(body)
-        tasks = [DirectTask(key, worker, (body, None, list(idx), allocations, rerun, results), list(after))
+        tasks = [DirectTask(key, worker, (body, list(idx), allocations, rerun, results), list(after))
                  for (worker, idx), after, key in zip(homes.items(), deps, keys)]
         self.tasks.update(tasks)
         if self.closed:  # (its loop may run no callback any more)
@@ -280,14 +280,16 @@ class DirectPlane:
             task._fail(NotConnected(f"dgvm task {task.key}: its client closed"))
             return
         channel = self.channels.get(task.worker)
-        results = task.call[5]
+        results = task.call[4]
         # A task of another worker sent there on a live connection: that worker says when
         # it ended (``peers``; the worker sends the task back ``unready`` if it cannot).
         by_peers = not results and not task.by_client and config.get("dispatch.peers")
-        waiting, peers = [], {}
+        waiting, after, peers = [], [], {}
         for d in task.deps:
-            if d.done() or (isinstance(d, DirectTask) and not results and channel is not None
-                            and d.channel is channel):
+            if d.done():
+                continue
+            if isinstance(d, DirectTask) and not results and channel is not None and d.channel is channel:
+                after.append(d.key)  # (sent before it on its connection: its worker orders them)
                 continue
             if (by_peers and isinstance(d, DirectTask) and d.channel is not None and not d.channel.broken
                     and d.channel.address != task.worker):
@@ -313,13 +315,13 @@ class DirectPlane:
                 error, tb = e, None
             task._fail(error, tb)
             return
-        body, _, idx = task.call[:3]
+        body, idx = task.call[:2]
         if isinstance(body, Exception):
             task._fail(body)
             return
         msg = {
             "key": task.key,
-            "after": [d.key for d in task.deps if not d.done() and channel is not None and d.channel is channel],
+            "after": after,
             "peers": peers,
             "task": body,
             "indices": idx,
@@ -353,7 +355,7 @@ class DirectPlane:
         answer: ask the GVAT what becomes of each (``messages.STRANDED``), then send it
         again where it says, or fail it."""
         client = self.client
-        asked = [{"key": t.key, "allocations": t.call[3], "rerun": t.call[4]} for t in tasks if not t.done()]
+        asked = [{"key": t.key, "allocations": t.call[2], "rerun": t.call[3]} for t in tasks if not t.done()]
         try:
             answers = await asyncio.wait_for(
                 messages.call(client.scheduler, messages.STRANDED, worker=address, tasks=asked, sent=sent),

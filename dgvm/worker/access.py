@@ -145,12 +145,13 @@ class Access:
         return self.ask_scheduler(messages.LOCATE, alloc_id=alloc_id, index=index,
                                   worker=self.worker.address)
 
-    def _export(self, where: Where, path, alloc_id: int, index: int, doing: str):
+    def _export(self, where: Where, path, alloc_id: int, index: int, doing: str, span=None):
         """Chunk ``index``'s descriptor from its home ``where.home`` for ``path`` (or
-        ``MOVED``); ``ChunkLost`` if the home leaves meanwhile."""
+        ``MOVED``; only bytes ``span`` of it, if given); ``ChunkLost`` if the home leaves
+        meanwhile."""
         w = self.worker
         desc, = sync(w.loop, self.transfers.left_peers.call, where.home,
-                     request_exports(w, where.home, alloc_id, [index], path.name),
+                     request_exports(w, where.home, alloc_id, [index], path.name, span=span),
                      lambda: ChunkLost(f"chunk {index} of allocation {alloc_id} was on worker {where.home}, "
                                        f"which left the cluster while {w.address} {doing} it"))
         return desc
@@ -274,12 +275,8 @@ class Access:
                 where = self.locate(alloc_id, index)
             if where.home == w.address:
                 return None  # its home moved here meanwhile
-            home = where.home
             try:
-                desc, = sync(w.loop, self.transfers.left_peers.call, home,
-                             request_exports(w, home, alloc_id, [index], path.name, span=[start, stop]),
-                             lambda: ChunkLost(f"chunk {index} of allocation {alloc_id} was on worker "
-                                               f"{home}, which left the cluster while {w.address} read it"))
+                desc = self._export(where, path, alloc_id, index, "read", span=[start, stop])
             except ChunkLost:
                 desc = messages.MOVED  # the GVAT names a copy that took over, or says it is lost
             if desc is messages.MOVED:

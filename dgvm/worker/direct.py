@@ -38,13 +38,20 @@ from dgvm.protocol.errors import DgvmError
 
 logger = logging.getLogger("dgvm.worker")
 
-FAILED_REMEMBERED = 4096  # failed tasks a later task of the same client may follow
-FINISHED_REMEMBERED = 4096  # finished tasks a task of another worker may still ask about
+# Failed, finished and unready tasks remembered, for the tasks that follow them here or
+# on other workers (the oldest forgotten first).
+REMEMBERED = 4096
 ARRIVAL_WAIT = 10.0  # seconds a task another worker's task follows may take to arrive here
 PEER_WAIT = 120.0  # seconds a task waits for those of other workers it follows (then: unready)
 PEER_QUESTIONS = 64  # questions to other workers waiting at once
 
 _running = threading.local()  # the direct task this thread runs: worker, key, reports
+
+
+def _remember(table: "collections.OrderedDict", key: str, value) -> None:
+    table[key] = value
+    while len(table) > REMEMBERED:
+        table.popitem(last=False)
 
 
 def running():
@@ -181,9 +188,7 @@ class DirectTasks:
         finally:
             self.ended.pop(key, None)
             if status == "finished":
-                self.finished[key] = None
-                while len(self.finished) > FINISHED_REMEMBERED:
-                    self.finished.popitem(last=False)
+                _remember(self.finished, key, None)
             ended.set_result(None)
             # For the dashboard (one small message on the worker's stream; the scheduler
             # keeps the last ``distributed.admin.low-level-log-length`` of them). A task
@@ -242,16 +247,12 @@ class DirectTasks:
         return {"unknown": unknown} if unknown else {}
 
     def _unready(self, key: str, answer) -> str:
-        self.unready[key] = None
-        while len(self.unready) > FAILED_REMEMBERED:
-            self.unready.popitem(last=False)
+        _remember(self.unready, key, None)
         answer({"key": key, "unready": True})
         return "unready"
 
     def _failed(self, key: str, failed: dict) -> None:
-        self.failed[key] = failed
-        while len(self.failed) > FAILED_REMEMBERED:
-            self.failed.popitem(last=False)
+        _remember(self.failed, key, failed)
 
     def _call(self, key, fn, args, indices, results, started):
         """The task body in a thread of the worker's pool, with its reports kept for the
