@@ -265,6 +265,19 @@ def test_matmul_and_friends(case, chunks):
         dnp.linalg.matrix_norm(x, ord=3)
 
 
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "int64", "float32", "float64", "complex128", "bool"])
+def test_matmul_of_two_vectors_is_numpys(case, dtype):
+    rng = np.random.default_rng(5)
+    a = (rng.random(37) * 40 - 10).astype(dtype)  # int8: the products' sum wraps, as NumPy's
+    b = (rng.random(37) * 40 - 10).astype(dtype)
+    got = dnp.asnumpy(dnp.from_numpy(a, chunks=10) @ dnp.from_numpy(b, chunks=7))
+    want = a @ b
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    with pytest.raises(ValueError, match="do not align"):
+        dnp.from_numpy(a, chunks=10) @ dnp.from_numpy(b[:5], chunks=5)
+
+
 def test_creation_functions(case):
     same(dnp.ones((3, 4), chunks=2), np.ones((3, 4)))
     same(dnp.full((5,), 7, chunks=2), np.full((5,), 7))
