@@ -375,3 +375,42 @@ def test_a_write_whose_home_dies_while_its_copies_take_it_is_not_lost():
         np.testing.assert_array_equal(da.asnumpy(x), (ref + 1) * 2)
         x.free()
         assert dgvm.table(client=client) == []
+
+
+def test_a_backup_booked_where_a_read_replica_arrives_is_never_dropped_as_one():
+    """A task's miss may copy a chunk to a worker while the GVAT books a new backup there:
+    its read replica becomes the backup. The GVAT does not count it as a read replica too
+    (a write drops those), and the worker's store keeps the backup through a write's
+    invalidation and through a late read replica of the same chunk."""
+    from dgvm import backends
+    from dgvm.worker.store import ChunkStore
+    from test_gvat import MiB, make_gvat
+
+    g = make_gvat(1024 * MiB, 1024 * MiB)
+    a = g.allocate("me", np.full(2, MiB), placement="packed", copies=2)
+    home = g.inventory.by_uid[int(a.homes[0])].address
+    backup, = [g.inventory.by_uid[u].address for u in a.backups[0]]
+    assert g.add_replica(a.alloc_id, 0, backup, MiB, "shm", 0.001, source=home, version=0) == "kept"
+    assert not a.replicas.get(0)  # booked once, as the backup
+    drop, refresh = g.wrote(a.alloc_id, [0])
+    assert drop == {} and refresh == {backup: [0]}
+
+    class Copy:  # a transfer path that copies a host buffer
+        def fetch_into(self, desc, view):
+            view[:] = desc["data"]
+
+    store = ChunkStore(backends.create("cpu", 8 * MiB, None), "tcp://here")
+    try:
+        b = store.backend
+        store.add_replica(5, 0, b.allocate(MiB), MiB, 0)  # the miss's copy
+        data = np.full(MiB, 7, np.uint8)
+        store.refresh(5, "me", 0, Copy(), {"nbytes": MiB, "data": data}, 1, ("tcp://home", 1), new=True)
+        assert store.replica(5, 0).durable
+        store.add_replica(5, 0, b.allocate(MiB), MiB, 1)  # another miss's late copy
+        assert store.replica(5, 0).durable and b.used == MiB  # the backup kept, the copy given back
+        assert store.drop_replicas(5, [0], reads=True) == 0  # a write's invalidation
+        np.testing.assert_array_equal(b.read(store.replica(5, 0).handle, MiB, 0, MiB), data)
+        assert store.drop_replicas(5, [0]) == MiB  # dropped as a backup
+        assert b.used == 0
+    finally:
+        store.close()

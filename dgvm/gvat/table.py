@@ -323,6 +323,10 @@ class GVAT:
         home = self.inventory.by_uid.get(int(alloc.homes[index]))
         if home is None or home.address != source or int(alloc.versions[index]) != int(version):
             return STALE
+        if rec.uid in alloc.backups.get(index, ()):
+            # A backup was booked there while the chunk was fetched: the worker's copy is
+            # (or its refresh makes it) that backup, which a write refreshes, never drops.
+            return KEPT
         holders = alloc.replicas.setdefault(index, set())
         if rec.uid not in holders:
             holders.add(rec.uid)

@@ -536,7 +536,7 @@ class GVATPlugin(SchedulerPlugin):
         backups copy them; the chunks whose copies got the write remember ``key``
         (``Allocation.last_writer``: a task run again after its worker left passes them over)."""
         drop, refresh = self.gvat.wrote(alloc_id, indices)
-        jobs = [self._ask(a, messages.DROP_REPLICAS, alloc_id=alloc_id, indices=idx)
+        jobs = [self._ask(a, messages.DROP_REPLICAS, alloc_id=alloc_id, indices=idx, reads=True)
                 for a, idx in drop.items()]
         if refresh:
             jobs.append(self.durability.refresh(self.gvat.allocations[alloc_id], refresh, key))

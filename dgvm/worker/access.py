@@ -225,7 +225,7 @@ class Access:
             if kept == messages.KEPT:
                 self.store.stats.moved(path.name, n, seconds, copy_s)
                 return
-            self.store.drop_replicas(alloc_id, [index])
+            self.store.drop_replicas(alloc_id, [index], reads=True)
             if kept != messages.STALE:
                 raise DgvmError(f"allocation {alloc_id} was freed while chunk {index} was fetched")
         raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while fetched")

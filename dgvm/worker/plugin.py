@@ -580,10 +580,14 @@ class ChunkStorePlugin(WorkerPlugin):
             await self._retired()
         return True
 
-    async def drop_replicas(self, alloc_id: AllocId, indices: list) -> int:
+    async def drop_replicas(self, alloc_id: AllocId, indices: list, reads: bool = False) -> int:
+        """Free the replicas here of chunks ``indices``; ``reads``: read replicas only
+        (a write's invalidation: a backup made here since the GVAT booked the read
+        replica is refreshed by that write, not dropped)."""
         alloc_id, indices = arguments.integer("alloc_id", alloc_id), arguments.integers("indices", indices)
+        reads = arguments.flag("reads", reads)
         # Not waiting for retirement: writes wait for this (and replicas are rarely exported).
-        return await self._run(self.store.drop_replicas, alloc_id, indices)
+        return await self._run(self.store.drop_replicas, alloc_id, indices, reads)
 
     async def report(self, scheduler: str) -> dict:
         """What the store holds (``ChunkStore.report``), for the GVAT ``scheduler`` (a

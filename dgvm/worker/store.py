@@ -207,6 +207,7 @@ class ChunkStore:
             return  # the backup was dropped, or its allocation freed, meanwhile
         held = self._replicas.setdefault(alloc_id, {})
         if c is not None and c.version > version:
+            c.durable = c.durable or new  # (a read replica of a later write: the backup now)
             return
         if c is None or c.nbytes != desc["nbytes"]:
             if c is not None:
@@ -294,9 +295,18 @@ class ChunkStore:
     @_locked
     def add_replica(self, alloc_id: int, index: int, handle, nbytes: int, version: int,
                     source: tuple | None = None) -> None:
-        self._replicas.setdefault(alloc_id, {})[index] = StoredChunk(
-            handle, nbytes, version, time.monotonic(), source=source
-        )
+        """Keep a read replica of a chunk a task missed. A backup made here meanwhile
+        (current after every write) stays, and the new buffer goes back; an older read
+        replica gives its buffer back."""
+        held = self._replicas.setdefault(alloc_id, {})
+        old = held.get(index)
+        if old is not None and old.durable:
+            old.last_use = time.monotonic()
+            self.backend.release(handle, nbytes)
+            return
+        held[index] = StoredChunk(handle, nbytes, version, time.monotonic(), source=source)
+        if old is not None:
+            self._release(old)
 
     def replica(self, alloc_id: int, index: int) -> StoredChunk | None:
         return self._replicas.get(alloc_id, {}).get(index)
@@ -458,7 +468,12 @@ class ChunkStore:
         return freed
 
     @_locked
-    def drop_replicas(self, alloc_id: int, indices) -> int:
+    def drop_replicas(self, alloc_id: int, indices, reads: bool = False) -> int:
+        """Free the replicas of chunks ``indices`` held here; ``reads``: read replicas
+        only (a write made them stale), not backups (the write refreshes those)."""
+        if reads:
+            held = self._replicas.get(alloc_id, {})
+            indices = [i for i in indices if i in held and not held[i].durable]
         return self._drop(self._replicas, alloc_id, indices)
 
     def replicas(self, alloc_id: int) -> list[int]:
