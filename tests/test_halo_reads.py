@@ -67,3 +67,109 @@ def test_pieces_of_every_dtype_and_axis_come_back_as_numpys(case):
         col = dnp.asnumpy(x[:, 14:16] * 1)  # a column strip: spans a chunk's bytes: fetched
         np.testing.assert_array_equal(col, h[:, 14:16])
         x.free()
+
+
+def _gathered(client) -> int:
+    """Regions the workers' ops read from several chunks into a new array."""
+    return sum(s["gathered"] for s in dgvm.stats(client=client)["workers"].values())
+
+
+def test_a_stencil_step_reads_views_and_pieces_never_a_gathered_copy(case):
+    """Each output chunk is cut where its leaves cross their inputs' block edges: inner
+    rows read views of the local chunk, end rows pieces of the neighbours. Nothing is
+    gathered into a copy of the region, in the fused assignment between two grids, in a
+    step that reads its own target (computed whole first, then copied in) and in an
+    elementwise result over views of differently chunked arrays."""
+    client = case.client
+    n = 64
+    h = np.random.default_rng(3).random((n, n))
+    u = dnp.from_numpy(h, chunks=(16, n), placement="round_robin")
+    v = dnp.zeros_like(u)
+    want_u, want_v = h.copy(), np.zeros_like(h)
+    before = _gathered(client)
+    for _ in range(3):
+        v[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
+        want_v[1:-1, 1:-1] = 0.25 * (want_u[:-2, 1:-1] + want_u[2:, 1:-1] + want_u[1:-1, :-2] + want_u[1:-1, 2:])
+        u[1:-1, 1:-1] = 0.5 * (u[:-2, 1:-1] + u[2:, 1:-1]) - v[1:-1, 1:-1]
+        want_u[1:-1, 1:-1] = 0.5 * (want_u[:-2, 1:-1] + want_u[2:, 1:-1]) - want_v[1:-1, 1:-1]
+    np.testing.assert_allclose(dnp.asnumpy(v), want_v, rtol=1e-12)
+    np.testing.assert_allclose(dnp.asnumpy(u), want_u, rtol=1e-12)
+    g = np.arange(60.0)
+    a = dnp.from_numpy(g, chunks=7, placement="round_robin")
+    b = dnp.from_numpy(g * 3, chunks=11, placement="round_robin")
+    np.testing.assert_array_equal(dnp.asnumpy(a[::-2] + b[29::-1] * a[1:61:2]), g[::-2] + (g * 3)[29::-1] * g[1:61:2])
+    assert _gathered(client) == before
+    for x in (u, v, a, b):
+        x.free()
+
+
+def test_parts_of_an_output_chunk_read_one_block_of_each_leaf(monkeypatch):
+    """``Elementwise.boxes`` over random views (steps of either sign, permuted axes,
+    broadcast leaves) and chunkings: the parts tile the chunk, and each leaf's region of
+    each part lies within one block of its input; past ``MAX_BOXES`` parts the chunk
+    stays whole."""
+    from dgvm.array._engine import tree_op
+    from dgvm.array._engine.tree_op import Elementwise
+    from dgvm.array._engine.views import View
+
+    rng = np.random.default_rng(11)
+
+    class Arr:  # what View needs of an input: shape and chunks
+        def __init__(self, shape, chunks):
+            self.shape, self.chunks, self.ndim = shape, chunks, len(shape)
+
+    def chunking(n):
+        cuts = sorted(set(rng.integers(1, n, rng.integers(0, 4)).tolist()))
+        return tuple(np.diff([0, *cuts, n]).tolist())
+
+    def case():
+        out = tuple(int(v) for v in rng.integers(2, 9, 2))
+        views, shapes, edges = [], [], []
+        for _ in range(rng.integers(1, 4)):
+            if rng.random() < 0.2:  # a row broadcast over the output
+                shape, view, arr = (out[1],), None, Arr((out[1],), (chunking(out[1]),))
+            else:
+                order = (0, 1) if rng.random() < 0.6 else (1, 0)  # view axis k walks input axis order[k]
+                in_shape, key = [0, 0], [None, None]
+                for k, a in enumerate(order):
+                    step = int(rng.choice([1, 1, 2, -1, -3]))
+                    first = int(rng.integers(0, 4))  # the first element's distance from its end
+                    in_shape[a] = first + abs(step) * (out[k] - 1) + 1 + int(rng.integers(0, 3))
+                    start = first if step > 0 else in_shape[a] - 1 - first
+                    stop = start + step * out[k]
+                    key[a] = slice(start, stop if stop >= 0 else None, step)
+                arr = Arr(tuple(in_shape), tuple(chunking(n) for n in in_shape))
+                view = View.of_key(arr, key, [])
+                if order == (1, 0):
+                    view = view.then(View.of_axes(Arr(view.shape, view.chunks), (1, 0)))
+                shape = view.shape
+            assert tuple(shape) == out[-len(shape):], (shape, out)
+            views.append(view)
+            shapes.append(shape)
+            edges.append([np.concatenate([[0], np.cumsum(c)]).tolist() for c in arr.chunks])
+        lo = [int(rng.integers(0, n)) for n in out]
+        hi = [int(rng.integers(l + 1, n + 1)) for l, n in zip(lo, out)]
+        return Elementwise(("in", 0), shapes, out, views), edges, lo, hi
+
+    split = 0
+    monkeypatch.setattr(tree_op, "MAX_BOXES", 10**6)
+    for _ in range(300):
+        op, edges, lo, hi = case()
+        parts = op.boxes(lo, hi, lambda i, a: edges[i][a])
+        covered = np.zeros(op.shape, int)
+        for blo, bhi in parts:
+            covered[blo[0]:bhi[0], blo[1]:bhi[1]] += 1
+            for i in range(len(op.shapes)):
+                rlo, rhi = op.region(i, blo, bhi)
+                for a, (l, h) in enumerate(zip(rlo, rhi)):
+                    first, last = np.searchsorted(edges[i][a], [l, h - 1], side="right")
+                    assert first == last, (i, a, rlo, rhi, edges[i][a], parts)
+        expect = np.zeros(op.shape, int)
+        expect[lo[0]:hi[0], lo[1]:hi[1]] = 1
+        np.testing.assert_array_equal(covered, expect)
+        split += len(parts) > 1
+        if len(parts) > 2:  # the cap: one part, the chunk whole
+            with monkeypatch.context() as m:
+                m.setattr(tree_op, "MAX_BOXES", len(parts) - 1)
+                assert op.boxes(lo, hi, lambda i, a: edges[i][a]) == [(lo, hi)]
+    assert split > 100, split

@@ -114,6 +114,59 @@ def test_migrate_moves_data_and_memory(case):
 
 
 
+def test_a_migrate_after_a_write_moves_the_chunk_whose_write_report_comes_late(case):
+    """The write's answer reaches the caller straight from the worker; its report to the
+    GVAT may still be on the way when the caller asks for the move, and land while the
+    chunk is copied: the chunk, copied after that write, is moved all the same."""
+    from dgvm.protocol.messages import PULL, REPORT
+
+    client = case.client
+    x = dnp.from_numpy(np.arange(4096.0), chunks=4096, placement="packed")
+    src = x.alloc.home(0)
+    dst = next(w for w in case.store_used() if w != src)
+
+    def slow_reports(dask_scheduler, seconds):
+        import asyncio
+
+        report = dask_scheduler.stream_handlers[REPORT]
+
+        async def later(**kw):
+            await asyncio.sleep(seconds)
+            await report(**kw)
+
+        dask_scheduler.stream_handlers[REPORT] = later
+        dask_scheduler._dgvm_report = report
+
+    def slow_pulls(dask_worker, seconds):
+        import asyncio
+
+        pull = dask_worker.handlers[PULL]
+
+        async def later(*args, **kw):
+            await asyncio.sleep(seconds)
+            return await pull(*args, **kw)
+
+        dask_worker.handlers[PULL] = later
+        dask_worker._dgvm_pull = pull
+
+    client.run_on_scheduler(slow_reports, seconds=0.3)
+    client.run(slow_pulls, seconds=0.6, workers=[dst])
+    try:
+        x[:3] = -1.0
+        x.wait()
+        assert x.migrate([0], dst) == [0]
+    finally:
+        client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.stream_handlers.update(
+            {REPORT: dask_scheduler._dgvm_report}))
+        client.run(lambda dask_worker: dask_worker.handlers.update({PULL: dask_worker._dgvm_pull}),
+                   workers=[dst])
+    assert x.alloc.home(0) == dst
+    want = np.arange(4096.0)
+    want[:3] = -1.0
+    np.testing.assert_array_equal(dnp.asnumpy(x), want)
+    x.free()
+
+
 def _hold_store_thread(case, worker: str, seconds: float) -> None:
     """Keep ``worker``'s chunk-store thread busy for ``seconds`` (its releases wait)."""
     def hold(dask_worker):

@@ -41,6 +41,7 @@ logger = logging.getLogger("dgvm.scheduler")
 PLUGIN_NAME = messages.GVAT_PLUGIN
 PLACE_RETRIES = 3  # placements of one allocation tried again after a worker died during one
 LEFT_WAIT = 5.0  # seconds to wait for the removal of a worker whose connection broke
+MIGRATE_TRIES = 3  # moves of a chunk that a write overtook, per migrate request
 # Handlers that read or change the allocations wait for a rebuild of the GVAT in progress
 # (a scheduler that restarted: ``scheduler.rebuild``).
 AFTER_REBUILD = frozenset({
@@ -622,8 +623,19 @@ class GVATPlugin(SchedulerPlugin):
             raise InvalidAddress(
                 f"indices: allocation {alloc_id} has chunks 0..{alloc.nchunks - 1}; asked for {bad[:8]}"
             )
-        moved = await self.move(alloc, indices, self._live_record(arguments.text("worker", worker)),
-                                reason="migrate")
+        target = self._live_record(arguments.text("worker", worker))
+        moved = await self.move(alloc, indices, target, reason="migrate")
+        # A chunk written while it was copied stays (``migration.set_home``): moved again.
+        # That write may have ended before this request came, its report to the GVAT
+        # still on the worker's stream: the caller asked for the chunk after its write.
+        for _ in range(MIGRATE_TRIES - 1):
+            left = [i for i in indices if alloc.alloc_id in self.gvat.allocations
+                    and int(alloc.homes[i]) != target.uid and i not in moved]
+            if not left or not target.alive:
+                break
+            moved += await self.move(alloc, left, target, reason="migrate")
+        done = set(moved)
+        moved = [i for i in dict.fromkeys(indices) if i in done]  # (in the order asked)
         return Migrated(moved, self.gvat.chunk_map(alloc), alloc.moves)
 
     async def rebalance(self, owner: ClientId | None = None):

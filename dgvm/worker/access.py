@@ -246,16 +246,21 @@ class Access:
             return None
         shape = spec.block_shape(spec.block(index))
         itemsize = np.dtype(spec.dtype).itemsize
-        start = int(np.ravel_multi_index([s.start for s in sel], shape)) * itemsize
-        stop = (int(np.ravel_multi_index([s.stop - 1 for s in sel], shape)) + 1) * itemsize
+        first = int(np.ravel_multi_index([s.start for s in sel], shape)) * itemsize
+        # Whole rows (every element after the first axis): the shifted leaves of a stencil
+        # read overlapping parts of the same rows, which one piece then holds.
+        start = int(np.ravel_multi_index([sel[0].start] + [0] * (len(shape) - 1), shape)) * itemsize
+        stop = int(np.ravel_multi_index([sel[0].stop - 1] + [n - 1 for n in shape[1:]], shape) + 1) * itemsize
         if (stop - start) * PIECE_SHARE > itemsize * int(np.prod(shape)):
             return None
-        dst = self.pieces.get((alloc_id, index, start, stop))
-        if dst is None:
+        held = next((k for k in self.pieces if k[:2] == (alloc_id, index) and k[2] <= start and stop <= k[3]), None)
+        if held is None:
             dst = self._read_piece(alloc_id, index, start, stop, xp)
             if dst is None:
                 return None
-            self.pieces[(alloc_id, index, start, stop)] = dst
+            held = (alloc_id, index, start, stop)
+            self.pieces[held] = dst
+        dst = self.pieces[held][first - held[2]:]
         strides, step = [], itemsize
         for n in reversed(shape):
             strides.insert(0, step)
@@ -393,6 +398,7 @@ class Access:
         """Elements ``[lo, hi)`` (per axis) of ``spec``, gathered from the chunks that hold
         them (local, replicas or fetched) into a new array."""
         out = xp.empty(tuple(h - l for l, h in zip(lo, hi)), dtype=spec.dtype)
+        self.store.stats.gathered += 1
         for nb in itertools.product(*self._block_ranges(spec, lo, hi)):
             if any(lo[a] >= hi[a] for a in range(len(lo))):
                 break  # an empty region

@@ -578,6 +578,7 @@ class StoreStats:
     rehomes: int = 0  # chunks whose home moved here
     evicted: int = 0  # replicas dropped to make room
     transient: int = 0  # chunks read remotely without keeping a replica (no room)
+    gathered: int = 0  # regions an op read from several chunks into a new array (a copy)
     paths: dict = None  # path -> {"count", "bytes", "seconds", "copy_seconds"}
 
     def __post_init__(self):
@@ -595,7 +596,7 @@ class StoreStats:
     def to_dict(self) -> dict:
         return {
             "hits": self.hits, "misses": self.misses, "rehomes": self.rehomes,
-            "evicted": self.evicted, "transient": self.transient,
+            "evicted": self.evicted, "transient": self.transient, "gathered": self.gathered,
             # list(): one step, while a fetch in another thread may add a path
             "paths": {k: dict(v) for k, v in list(self.paths.items())},
         }

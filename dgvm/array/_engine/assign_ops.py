@@ -64,6 +64,8 @@ class Assign:
         if found is None:
             return
         local, sel = found
+        if self._assign_direct(read, local, sel, xp, dst):
+            return
         if self.value_shape is None:
             value = self.value
         else:
@@ -83,6 +85,11 @@ class Assign:
         """Elements ``[vlo, vhi)`` of the value (input 1)."""
         return read(1, vlo, vhi)
 
+    def _assign_direct(self, read, local, sel, xp, dst) -> bool:
+        """Write the value straight into the selected positions of ``dst`` when that is
+        possible without a temporary (``AssignTree``); whether it did."""
+        return False
+
 
 @dataclass
 class AssignTree(Assign):
@@ -95,22 +102,48 @@ class AssignTree(Assign):
     dtype: str = ""
 
     def value_region(self, read, vlo, vhi, xp):
-        leaves = self.tree.leaves(lambda i, lo, hi: read(1 + i, lo, hi), vlo, vhi, xp)
         # In one fused pass where the tree allows, else node by node in slices that fit
         # the working-memory budget (``Elementwise.leaves_into``), as a stored value is.
         out = xp.empty(tuple(h - lo for lo, h in zip(vlo, vhi)), dtype=self.dtype)
         if self.tree.writes_into(out):
-            self.tree.leaves_into(leaves, xp, out)
+            self.tree.into(self._tree_reads(read), vlo, vhi, xp, out)
         else:
-            out[...] = self.tree.value(leaves, xp)
+            out[...] = self.tree.value(self.tree.leaves(self._tree_reads(read), vlo, vhi, xp), xp)
         return out
+
+    @staticmethod
+    def _tree_reads(read):
+        """The tree's inputs, which follow x (input 0)."""
+        return read.after(1) if hasattr(read, "after") else (lambda i, lo, hi: read(1 + i, lo, hi))
+
+    def _assign_direct(self, read, local, sel, xp, dst) -> bool:
+        """The tree computed straight into ``dst``'s selected positions (no value
+        buffer, no copy) when they are one box of it (runs of step 1 per axis, in order),
+        the value is not broadcast onto them and has ``dst``'s dtype. (The tree does not
+        read x, so ``dst`` is none of its leaves.)"""
+        if (tuple(self.value_shape) != tuple(self.sel_shape) or list(self.keep) != sorted(self.keep)
+                or np.dtype(self.dtype) != dst.dtype or not self.tree.writes_into(dst)):
+            return False
+        if not all(_run(c) for c in (*local, *sel)):
+            return False
+        keep = set(self.keep)
+        part = dst[tuple(slice(int(c[0]), int(c[-1]) + 1) if a in keep else int(c[0])
+                         for a, c in enumerate(local))]
+        vlo = [int(sel[a][0]) for a in self.keep]
+        vhi = [int(sel[a][-1]) + 1 for a in self.keep]
+        self.tree.into(self._tree_reads(read), vlo, vhi, xp, part)
+        return True
+
+
+def _run(c) -> bool:
+    """Whether host positions ``c`` are a run of step 1."""
+    return len(c) > 0 and int(c[-1]) - int(c[0]) == len(c) - 1 and (len(c) < 3 or bool((np.diff(c) == 1).all()))
 
 
 def _index(coords, xp):
     """An index of the positions ``coords`` (one host array per axis): slices where they
     are runs of step 1 (a copy, not a gather), else ``ix_``."""
-    if all(len(c) and int(c[-1]) - int(c[0]) == len(c) - 1 and (len(c) < 3 or bool((np.diff(c) == 1).all()))
-           for c in coords):
+    if all(_run(c) for c in coords):
         return tuple(slice(int(c[0]), int(c[-1]) + 1) for c in coords)
     return xp.ix_(*(xp.asarray(c) for c in coords))
 

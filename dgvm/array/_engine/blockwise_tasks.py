@@ -14,6 +14,7 @@ keeps its values.
 from __future__ import annotations
 
 from dgvm.array._engine import fused
+from dgvm.array._engine.tree_op import Reads
 from dgvm.backends import working_memory
 from dgvm.protocol.errors import DgvmError, OutOfDeviceMemory
 from dgvm.protocol.messages import TASK_PREFIX
@@ -31,9 +32,7 @@ SMALL_PARTIAL = 1 << 20
 def blockwise_here(op, out: ArraySpec, specs, indices, deps):
     access = Access.here()
     xp = access.store.backend.xp
-
-    def read(i, lo, hi):
-        return access.read(specs[i], lo, hi, xp)
+    read = Reads(lambda i, lo, hi: access.read(specs[i], lo, hi, xp), specs)
 
     # Ops that can write in place (elementwise, assignment) skip the temporary.
     into = getattr(op, "block_into", None)

@@ -10,6 +10,8 @@ go, so that they read their leaves locally.
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +24,30 @@ from dgvm.backends import working_memory
 
 # Bytes per element a temporary of a tree's evaluation may take (complex128, the widest).
 TEMPORARY_ITEMSIZE = 16
+# An output chunk is cut into at most this many parts so that each leaf reads each part
+# from one chunk of its input (``Elementwise.boxes``); beyond, leaves are gathered.
+MAX_BOXES = 27
+
+
+@dataclass
+class Reads:
+    """What a task body gives an op to read its inputs with: ``reads(i, lo, hi)`` is
+    elements ``[lo, hi)`` of input ``first + i`` (a view of a chunk where one holds them);
+    ``edges(i, a)`` that input's block starts along axis ``a``, its length last."""
+
+    read: object  # (i, lo, hi) -> array
+    specs: list  # the inputs' ArraySpecs
+    first: int = 0
+
+    def __call__(self, i, lo, hi):
+        return self.read(self.first + i, lo, hi)
+
+    def edges(self, i: int, a: int) -> list:
+        return self.specs[self.first + i].edges(a)
+
+    def after(self, k: int) -> "Reads":
+        """The inputs from ``k`` on, numbered from 0 (a tree's inputs after an op's own)."""
+        return Reads(self.read, self.specs, self.first + k)
 
 
 @dataclass
@@ -76,8 +102,57 @@ class Elementwise:
         cannot (the caller then copies ``block``'s value in)."""
         if not self.writes_into(target):
             return False
-        self.leaves_into(self.leaves(read, lo, hi, xp), xp, target)
+        self.into(read, lo, hi, xp, target)
         return True
+
+    def into(self, read, lo, hi, xp, target) -> None:
+        """The tree's values at elements ``[lo, hi)`` written into ``target`` (of their
+        shape and the tree's dtype), part by part (``boxes``) where ``read`` says where
+        its inputs' blocks end (a ``Reads``): each leaf of a part is a view of one chunk
+        or a piece read from a neighbour, never a gathered copy of the region."""
+        edges = getattr(read, "edges", None)
+        parts = self.boxes(lo, hi, edges) if edges is not None and len(lo) else [(lo, hi)]
+        for blo, bhi in parts:
+            part = target if len(parts) == 1 else target[tuple(
+                slice(b - o, e - o) for b, e, o in zip(blo, bhi, lo))]
+            self.leaves_into(self.leaves(read, blo, bhi, xp), xp, part)
+
+    def boxes(self, lo, hi, edges) -> list[tuple[list, list]]:
+        """Output elements ``[lo, hi)`` cut where a leaf's region crosses a block edge of
+        its input (``edges(i, a)``: input i's block starts along axis a), so that every
+        leaf reads each part within one chunk: ``x[1:-1] + x[:-2] + x[2:]`` reads views
+        of the chunk for the chunk's inner rows, and pieces of its neighbours only for the
+        rows at its ends. Largest part first: its leaves are this chunk's own, queued on
+        the device while the neighbours are asked for theirs (which they send once their
+        own queued work is done). ``[lo, hi)`` whole where more than ``MAX_BOXES`` parts."""
+        ndim = len(lo)
+        cuts: list[set] = [set() for _ in range(ndim)]
+        for i, shape in enumerate(self.shapes):
+            d = ndim - len(shape)
+            view = self.views[i] if self.views else None
+            for j, n in enumerate(shape):
+                if n == 1:
+                    continue  # broadcast: one element along this axis
+                if view is None:
+                    a, s, t = j, 0, 1
+                else:
+                    a = view.axes[j]
+                    if a is None:
+                        continue
+                    s, t = view.start[a], view.step[a]
+                e = np.asarray(edges(i, a)[1:-1], dtype=np.int64)
+                if not len(e):
+                    continue
+                # Output coordinate c reads input s + t*c: the first c past each edge.
+                c = -((s - e) // t) if t > 0 else (s - e) // -t + 1
+                k = j + d
+                cuts[k].update(int(v) for v in c[(c > lo[k]) & (c < hi[k])])
+        if all(not c for c in cuts) or math.prod(len(c) + 1 for c in cuts) > MAX_BOXES:
+            return [(list(lo), list(hi))]
+        points = [[lo[k], *sorted(cuts[k]), hi[k]] for k in range(ndim)]
+        parts = [([p[b] for p, b in zip(points, at)], [p[b + 1] for p, b in zip(points, at)])
+                 for at in itertools.product(*(range(len(p) - 1) for p in points))]
+        return sorted(parts, key=lambda p: -math.prod(e - b for b, e in zip(*p)))
 
     def writes_into(self, target) -> bool:
         """Whether ``leaves_into`` can write this tree into ``target``."""

@@ -63,6 +63,15 @@ def run_assign(x, maps, sel_shape, keep, value, chunks) -> None:
         op = AssignTree(tuple(maps), sel_shape, keep, None, value.shape, tree, value.dtype.str)
         blockwise.run(op, x, [x, *d.inputs], "setitem", chunks)
         return
+    if isinstance(value, ArrayCore) and value.alias is None and value is not x and value.size:
+        # A stored value (computed now if deferred, before x is written) as a one-leaf
+        # tree: each chunk copies its part straight from the value's chunks that hold it
+        # (``Elementwise.boxes``), never gathered first.
+        value = value.stored()
+        tree = Elementwise(("in", 0), [tuple(value.shape)], tuple(value.shape), [None])
+        op = AssignTree(tuple(maps), sel_shape, keep, None, value.shape, tree, value.dtype.str)
+        blockwise.run(op, x, [x, value], "setitem", chunks)
+        return
     blockwise.run(Assign(tuple(maps), sel_shape, keep, None, value.shape), x, [x, value], "setitem", chunks)
 
 
