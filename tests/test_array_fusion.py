@@ -114,7 +114,8 @@ def test_cuda_chains_run_as_one_fused_kernel(case):
     x = dnp.asarray(h, chunks=(128, 1024))
     y = chain(x)
     np.testing.assert_allclose(dnp.asnumpy(y), chain(h), rtol=1e-10)
-    ways = case.client.run(fused.ways_used)
+    # On the workers of x's chunks (placement may leave a worker of 3 or more without one).
+    ways = case.client.run(fused.ways_used, workers=sorted(set(x.alloc.homes())))
     assert all("wide" in w.values() for w in ways.values()), ways  # a float tree: four per thread
     # float32 (Python scalars enter as float32), an odd size (the last block partly
     # empty), in place into one of its own leaves, math functions, and a tree the wide
@@ -207,10 +208,16 @@ def test_reductions_of_trees_over_axes_and_dtypes(case):
     assert got.dtype == np.int64
     np.testing.assert_array_equal(dnp.asnumpy(got), (hi * np.int8(2)).sum(axis=1))
     np.testing.assert_array_equal(dnp.asnumpy((i8 > 0).sum(axis=0)), (hi > 0).sum(axis=0))
-    if case.backend == "cuda":  # the whole-array sums and min of contiguous trees
+    # Long chunks, reduced by rows on cuda, with elements left over past the last row.
+    hz = rng.random(2 * 9001) + 0.5
+    z = dnp.asarray(hz, chunks=9001)
+    np.testing.assert_allclose(float((z * 2 + 1).sum()), (hz * 2 + 1).sum(), rtol=1e-12)
+    assert float((z - 3).max()) == (hz - 3).max() and float((z + 1).min()) == (hz + 1).min()
+    np.testing.assert_allclose(float((z * 0 + 1.00001).prod()), (hz * 0 + 1.00001).prod(), rtol=1e-10)
+    if case.backend == "cuda":  # the whole-array sums, products, max and min of contiguous trees
         ways = case.client.run(fused.ways_used)
         reduced = {(k[1], v) for w in ways.values() for k, v in w.items() if k[0] == "reduce"}
-        assert reduced == {("sum", "fused reduction"), ("min", "fused reduction")}, ways
+        assert reduced == {(fn, "fused reduction") for fn in ("sum", "min", "max", "prod")}, ways
 
 
 def misses(case) -> int:

@@ -76,7 +76,8 @@ def _gathered(client) -> int:
 
 def test_a_stencil_step_reads_views_and_pieces_never_a_gathered_copy(case):
     """Each output chunk is cut where its leaves cross their inputs' block edges: inner
-    rows read views of the local chunk, end rows pieces of the neighbours. Nothing is
+    rows read views of the local chunk, end rows pieces of the neighbours, asked for
+    before the inner rows are computed. Nothing is
     gathered into a copy of the region, in the fused assignment between two grids, in a
     step that reads its own target (computed whole first, then copied in) and in an
     elementwise result over views of differently chunked arrays."""
@@ -87,6 +88,7 @@ def test_a_stencil_step_reads_views_and_pieces_never_a_gathered_copy(case):
     v = dnp.zeros_like(u)
     want_u, want_v = h.copy(), np.zeros_like(h)
     before = _gathered(client)
+    ahead = sum(s["ahead"] for s in dgvm.stats(client=client)["workers"].values())
     for _ in range(3):
         v[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
         want_v[1:-1, 1:-1] = 0.25 * (want_u[:-2, 1:-1] + want_u[2:, 1:-1] + want_u[1:-1, :-2] + want_u[1:-1, 2:])
@@ -94,6 +96,9 @@ def test_a_stencil_step_reads_views_and_pieces_never_a_gathered_copy(case):
         want_u[1:-1, 1:-1] = 0.5 * (want_u[:-2, 1:-1] + want_u[2:, 1:-1]) - want_v[1:-1, 1:-1]
     np.testing.assert_allclose(dnp.asnumpy(v), want_v, rtol=1e-12)
     np.testing.assert_allclose(dnp.asnumpy(u), want_u, rtol=1e-12)
+    # A chunk's pieces are asked for together, before its inner part runs (the homes are
+    # known after the first step).
+    assert sum(s["ahead"] for s in dgvm.stats(client=client)["workers"].values()) > ahead
     g = np.arange(60.0)
     a = dnp.from_numpy(g, chunks=7, placement="round_robin")
     b = dnp.from_numpy(g * 3, chunks=11, placement="round_robin")

@@ -127,6 +127,12 @@ class Backend(abc.ABC):
         """Copy ``length`` bytes at ``offset`` out to a new host uint8 array."""
         return np.array(self.view(handle, nbytes)[offset : offset + length], copy=True)
 
+    def read_after(self, handle: Any, nbytes: int, offset: int, length: int, written) -> np.ndarray:
+        """``read``, of a chunk whose last write queued ``written`` (a ``record_event``,
+        None when nothing is pending): on cuda on a stream of its own that waits for that
+        write only, not for other work queued on the device meanwhile."""
+        return self.read(handle, nbytes, offset, length)
+
     def to_host(self, array) -> np.ndarray:
         """The bytes of a device array (of ``xp``) as a new host uint8 array."""
         a = array.get() if hasattr(array, "get") else np.array(array, copy=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 
 import numpy as np
 
@@ -69,6 +70,7 @@ class CudaBackend(Backend):
         self._total = total
         if capacity is None:
             capacity = total
+        self._side = threading.local()  # per thread: a stream for reads (``read_after``)
         self._cache: dict[int, list] = {}  # size -> freed chunk buffers kept for reuse
         self._cached = 0
         self.exports = ExportedBuffers(lambda mem: cupy.cuda.runtime.ipcGetMemHandle(mem.ptr))
@@ -163,6 +165,19 @@ class CudaBackend(Backend):
 
     def read(self, handle, nbytes, offset, length):
         return self.view(handle, nbytes)[offset : offset + length].get()
+
+    def read_after(self, handle, nbytes, offset, length, written):
+        # A neighbour's rows for a stencil step are read while this device runs its own
+        # part of the step: on a stream that does not wait for the default one, only
+        # for the chunk's last write.
+        if not self.one_stream:
+            return self.read(handle, nbytes, offset, length)
+        stream = getattr(self._side, "stream", None)
+        if stream is None:
+            stream = self._side.stream = self._cupy.cuda.Stream(non_blocking=True)
+        if written is not None:
+            stream.wait_event(written)
+        return self.view(handle, nbytes)[offset : offset + length].get(stream=stream)
 
     def other_used(self):
         """The part of dgvm's remaining budget that the GPU cannot actually give, because

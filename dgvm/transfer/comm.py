@@ -24,7 +24,8 @@ class CommPath(TransferPath):
     def export(self, store, alloc_id, index, to=None, span=None):
         c = store.chunk(alloc_id, index, None)
         start, stop = span if span is not None else (0, c.nbytes)
-        data = store.backend.read(c.handle, c.nbytes, start, stop - start)
+        # After the chunk's last write only: not behind the holder's other queued work.
+        data = store.backend.read_after(c.handle, c.nbytes, start, stop - start, store.last_write(alloc_id, index))
         return {"data": to_serialize(data), "nbytes": c.nbytes, "start": start}
 
     def fetch_into(self, desc, dst, start=0):

@@ -14,6 +14,7 @@ after every write to it.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import contextlib
 import itertools
@@ -60,6 +61,9 @@ class Access:
     # Parts of other workers' chunks this task read (``_piece``): (alloc id, index, start,
     # stop) -> bytes.
     pieces: dict = field(default_factory=dict)
+    # Piece requests sent ahead (``prefetch``): (alloc id, index, start, stop) -> (future
+    # of the home's answer, where the home was).
+    asked: dict = field(default_factory=dict)
 
     @classmethod
     def here(cls) -> "Access":
@@ -239,20 +243,13 @@ class Access:
         they are its chunk's as it holds it when asked: no buffer of it is mapped here,
         which a move or a free could reuse meanwhile. The task's tasks before it wrote
         what it reads (the caller orders them). Pieces and homes are kept for the task."""
-        store, alloc_id = self.store, spec.alloc_id
-        if not sel or store.local(alloc_id, index) is not None or (alloc_id, index) in self.transient:
+        alloc_id = spec.alloc_id
+        span = self._piece_span(spec, index, sel)
+        if span is None:
             return None
-        if any(s.stop <= s.start for s in sel):
-            return None
+        first, start, stop = span
         shape = spec.block_shape(spec.block(index))
         itemsize = np.dtype(spec.dtype).itemsize
-        first = int(np.ravel_multi_index([s.start for s in sel], shape)) * itemsize
-        # Whole rows (every element after the first axis): the shifted leaves of a stencil
-        # read overlapping parts of the same rows, which one piece then holds.
-        start = int(np.ravel_multi_index([sel[0].start] + [0] * (len(shape) - 1), shape)) * itemsize
-        stop = int(np.ravel_multi_index([sel[0].stop - 1] + [n - 1 for n in shape[1:]], shape) + 1) * itemsize
-        if (stop - start) * PIECE_SHARE > itemsize * int(np.prod(shape)):
-            return None
         held = next((k for k in self.pieces if k[:2] == (alloc_id, index) and k[2] <= start and stop <= k[3]), None)
         if held is None:
             dst = self._read_piece(alloc_id, index, start, stop, xp)
@@ -268,6 +265,54 @@ class Access:
         return xp.lib.stride_tricks.as_strided(
             dst.view(spec.dtype), shape=tuple(s.stop - s.start for s in sel), strides=tuple(strides))
 
+    def _piece_span(self, spec: ArraySpec, index: int, sel: tuple):
+        """(first byte, start, stop) of the piece ``_piece`` reads for ``sel`` of chunk
+        ``index``: whole rows (every element after the first axis: the shifted leaves of a
+        stencil read overlapping parts of the same rows, which one piece then holds); None
+        when the chunk is here, ``sel`` is empty or the rows span more than
+        1/``PIECE_SHARE`` of the chunk."""
+        alloc_id = spec.alloc_id
+        if not sel or self.store.local(alloc_id, index) is not None or (alloc_id, index) in self.transient:
+            return None
+        if any(s.stop <= s.start for s in sel):
+            return None
+        shape = spec.block_shape(spec.block(index))
+        itemsize = np.dtype(spec.dtype).itemsize
+        first = int(np.ravel_multi_index([s.start for s in sel], shape)) * itemsize
+        start = int(np.ravel_multi_index([sel[0].start] + [0] * (len(shape) - 1), shape)) * itemsize
+        stop = int(np.ravel_multi_index([sel[0].stop - 1] + [n - 1 for n in shape[1:]], shape) + 1) * itemsize
+        if (stop - start) * PIECE_SHARE > itemsize * int(np.prod(shape)):
+            return None
+        return first, start, stop
+
+    def prefetch(self, spec: ArraySpec, lo, hi) -> None:
+        """Send now, without waiting, the request for the piece a later ``read(spec, lo,
+        hi)`` of this task reads from another worker's chunk, if it reads one whose home
+        this worker knows (``Transfers.homes``): the requests of a task's parts travel
+        together while its first part runs, and ``_read_piece`` takes the answer."""
+        ranges = self._block_ranges(spec, lo, hi)
+        if not all(len(r) == 1 for r in ranges) or any(h <= l for l, h in zip(lo, hi)):
+            return
+        nb = [r[0] for r in ranges]
+        index = spec.index(nb)
+        sel = tuple(slice(l - spec.edges(a)[b], h - spec.edges(a)[b]) for a, (l, h, b) in enumerate(zip(lo, hi, nb)))
+        span = self._piece_span(spec, index, sel)
+        if span is None:
+            return
+        _, start, stop = span
+        alloc_id = spec.alloc_id
+        if any(k[:2] == (alloc_id, index) and k[2] <= start and stop <= k[3] for k in (*self.pieces, *self.asked)):
+            return
+        where = self.transfers.homes.get((alloc_id, index))
+        if where is None or where.home == self.worker.address:
+            return
+        w = self.worker
+        request = request_exports(w, where.home, alloc_id, [index], "comm", span=[start, stop])
+        lost = lambda: ChunkLost(f"chunk {index} of allocation {alloc_id} was on worker {where.home}, "  # noqa: E731
+                                 f"which left the cluster while {w.address} read it")
+        self.asked[(alloc_id, index, start, stop)] = (asyncio.run_coroutine_threadsafe(
+            self.transfers.left_peers.call(where.home, request, lost), w.loop.asyncio_loop), where)
+
     def _read_piece(self, alloc_id: int, index: int, start: int, stop: int, xp):
         """Bytes ``[start, stop)`` of chunk ``index`` from its home, as a new 1-D uint8
         array of ``xp``; None if its home is (now) this worker."""
@@ -275,15 +320,25 @@ class Access:
         path = self.transfers["comm"]
         t0 = time.perf_counter()
         where = self.transfers.homes.get(key)  # (the home answers MOVED if it is not any more)
+        asked = self.asked.pop((alloc_id, index, start, stop), None)
         for _ in range(8):
-            if where is None:
-                where = self.locate(alloc_id, index)
-            if where.home == w.address:
-                return None  # its home moved here meanwhile
-            try:
-                desc = self._export(where, path, alloc_id, index, "read", span=[start, stop])
-            except ChunkLost:
-                desc = messages.MOVED  # the GVAT names a copy that took over, or says it is lost
+            if asked is not None:  # sent ahead (``prefetch``)
+                future, where = asked
+                asked = None
+                self.store.stats.ahead += 1
+                try:
+                    desc, = future.result()
+                except ChunkLost:
+                    desc = messages.MOVED
+            else:
+                if where is None:
+                    where = self.locate(alloc_id, index)
+                if where.home == w.address:
+                    return None  # its home moved here meanwhile
+                try:
+                    desc = self._export(where, path, alloc_id, index, "read", span=[start, stop])
+                except ChunkLost:
+                    desc = messages.MOVED  # the GVAT names a copy that took over, or says it is lost
             if desc is messages.MOVED:
                 where = None
                 continue

@@ -89,6 +89,7 @@ class ChunkStore:
         self.changed = threading.Condition(self.lock)
         self._leaving: set[tuple[int, int]] = set()
         self._writes: dict[tuple[int, int], int] = {}
+        self._write_events: dict[tuple[int, int], object] = {}  # (alloc id, index) -> ``last_write``
         # Home chunks other workers may hold copies of (alloc id -> chunk indices): exported
         # (a replica, a backup, a move), or homes here since a move or promotion. A write
         # to one of them is answered only once the GVAT dropped or refreshed those copies
@@ -255,6 +256,7 @@ class ChunkStore:
             del self._staged[launch]
         self._leaving = {key for key in self._leaving if key[0] != alloc_id}
         self._writes = {key: n for key, n in self._writes.items() if key[0] != alloc_id}
+        self._write_events = {key: e for key, e in self._write_events.items() if key[0] != alloc_id}
         self._shared.pop(alloc_id, None)
         self.changed.notify_all()  # writes waiting for a move find the chunk gone
         return sum(c.nbytes for c in (*chunks.values(), *replicas.values()))
@@ -369,9 +371,18 @@ class ChunkStore:
                 self.changed.wait(left)
 
     def wrote(self, alloc_id: int, index: int) -> None:
-        """A write changed home chunk ``index`` here (called under the lock)."""
+        """A write changed home chunk ``index`` here (called under the lock, once its
+        device work is queued: ``last_write`` completes after it)."""
         key = (alloc_id, index)
         self._writes[key] = self._writes.get(key, 0) + 1
+        event = self.backend.record_event()
+        if event is not None:
+            self._write_events[key] = event
+
+    def last_write(self, alloc_id: int, index: int):
+        """An event of the backend's that completes once home chunk ``index``'s last
+        write has run (None: nothing pending, or a backend that runs work as queued)."""
+        return self._write_events.get((alloc_id, index))
 
     def shared(self, alloc_id: int, indices) -> None:
         """Other workers may hold copies of these home chunks from now on (one set
@@ -460,6 +471,8 @@ class ChunkStore:
         """Give up home chunks that moved elsewhere; return the bytes freed. Writes
         waiting for their move go on: they find the chunk gone and send it to its new home."""
         freed = self._drop(self._allocs, alloc_id, indices)
+        for i in indices:
+            self._write_events.pop((alloc_id, i), None)
         self.thaw(alloc_id, indices)
         if alloc_id not in self._allocs:
             self._owners.pop(alloc_id, None)
@@ -579,6 +592,7 @@ class StoreStats:
     evicted: int = 0  # replicas dropped to make room
     transient: int = 0  # chunks read remotely without keeping a replica (no room)
     gathered: int = 0  # regions an op read from several chunks into a new array (a copy)
+    ahead: int = 0  # pieces of other workers' chunks asked for before the task needed them
     paths: dict = None  # path -> {"count", "bytes", "seconds", "copy_seconds"}
 
     def __post_init__(self):
@@ -596,7 +610,7 @@ class StoreStats:
     def to_dict(self) -> dict:
         return {
             "hits": self.hits, "misses": self.misses, "rehomes": self.rehomes,
-            "evicted": self.evicted, "transient": self.transient, "gathered": self.gathered,
+            "evicted": self.evicted, "transient": self.transient, "gathered": self.gathered, "ahead": self.ahead,
             # list(): one step, while a fetch in another thread may add a path
             "paths": {k: dict(v) for k, v in list(self.paths.items())},
         }

@@ -32,7 +32,8 @@ SMALL_PARTIAL = 1 << 20
 def blockwise_here(op, out: ArraySpec, specs, indices, deps):
     access = Access.here()
     xp = access.store.backend.xp
-    read = Reads(lambda i, lo, hi: access.read(specs[i], lo, hi, xp), specs)
+    read = Reads(lambda i, lo, hi: access.read(specs[i], lo, hi, xp), specs,
+                 ahead=lambda i, lo, hi: access.prefetch(specs[i], lo, hi))
 
     # Ops that can write in place (elementwise, assignment) skip the temporary.
     into = getattr(op, "block_into", None)

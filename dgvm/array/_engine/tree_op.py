@@ -38,6 +38,7 @@ class Reads:
     read: object  # (i, lo, hi) -> array
     specs: list  # the inputs' ArraySpecs
     first: int = 0
+    ahead: object = None  # (i, lo, hi) -> None: start reading what ``read`` will read later
 
     def __call__(self, i, lo, hi):
         return self.read(self.first + i, lo, hi)
@@ -45,9 +46,13 @@ class Reads:
     def edges(self, i: int, a: int) -> list:
         return self.specs[self.first + i].edges(a)
 
+    def prefetch(self, i, lo, hi) -> None:
+        if self.ahead is not None:
+            self.ahead(self.first + i, lo, hi)
+
     def after(self, k: int) -> "Reads":
         """The inputs from ``k`` on, numbered from 0 (a tree's inputs after an op's own)."""
-        return Reads(self.read, self.specs, self.first + k)
+        return Reads(self.read, self.specs, self.first + k, self.ahead)
 
 
 @dataclass
@@ -112,6 +117,10 @@ class Elementwise:
         or a piece read from a neighbour, never a gathered copy of the region."""
         edges = getattr(read, "edges", None)
         parts = self.boxes(lo, hi, edges) if edges is not None and len(lo) else [(lo, hi)]
+        if len(parts) > 1:  # the neighbours' pieces asked for together, before the first part runs
+            for blo, bhi in parts[1:]:
+                for i in range(len(self.shapes)):
+                    read.prefetch(i, *self.region(i, blo, bhi))
         for blo, bhi in parts:
             part = target if len(parts) == 1 else target[tuple(
                 slice(b - o, e - o) for b, e, o in zip(blo, bhi, lo))]
