@@ -214,6 +214,8 @@ def test_reductions_of_trees_over_axes_and_dtypes(case):
     np.testing.assert_allclose(float((z * 2 + 1).sum()), (hz * 2 + 1).sum(), rtol=1e-12)
     assert float((z - 3).max()) == (hz - 3).max() and float((z + 1).min()) == (hz + 1).min()
     np.testing.assert_allclose(float((z * 0 + 1.00001).prod()), (hz * 0 + 1.00001).prod(), rtol=1e-10)
+    one = dnp.asarray(np.array([2.0]))  # a leaf of one element, broadcast over each row
+    np.testing.assert_allclose(float((z * one).sum()), (hz * 2.0).sum(), rtol=1e-12)
     if case.backend == "cuda":  # the whole-array sums, products, max and min of contiguous trees
         ways = case.client.run(fused.ways_used)
         reduced = {(k[1], v) for w in ways.values() for k, v in w.items() if k[0] == "reduce"}

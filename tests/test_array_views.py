@@ -364,3 +364,16 @@ def test_an_expression_assigned_to_a_selection_is_computed_as_it_is_written(case
     x[::-1] = x * 0.5 + x[::-1]
     hx[::-1] = hx * 0.5 + hx[::-1]
     same(x, hx)
+    # One element (every axis an integer) from an element, a reduction, a 0-d tree; a
+    # 0-d array whole; a stored array of another chunking into a strided selection.
+    y = dnp.asarray(h[0], chunks=7)
+    x[3, 4] = y[5]
+    x[4, 5] = y.sum()
+    x[5, 6] = dnp.max(y) + 1
+    hx[3, 4], hx[4, 5], hx[5, 6] = h[0, 5], h[0].sum(), h[0].max() + 1
+    z = dnp.asarray(np.float64(2.5))
+    z[...] = y.sum() * 2
+    same(z, np.float64(h[0].sum() * 2))
+    x[2:28:3, ::-2] = dnp.asarray(h[:9, :10] * -1, chunks=(4, 3))
+    hx[2:28:3, ::-2] = h[:9, :10] * -1
+    same(x, hx)

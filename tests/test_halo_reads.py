@@ -67,6 +67,17 @@ def test_pieces_of_every_dtype_and_axis_come_back_as_numpys(case):
         col = dnp.asnumpy(x[:, 14:16] * 1)  # a column strip: spans a chunk's bytes: fetched
         np.testing.assert_array_equal(col, h[:, 14:16])
         x.free()
+    # Chunks of one row: a few elements of a neighbour's row are a piece of their own
+    # bytes (its whole row would be the whole chunk).
+    h = np.arange(8 * 40_000.0).reshape(8, 40_000)
+    r = dnp.from_numpy(h, chunks=(1, 40_000), placement="round_robin")
+    before, _ = _moved(case.client)
+    got = dnp.asnumpy(r[:-1, 100:2100] + r[1:, 100:2100])  # (past small_reads' size)
+    np.testing.assert_array_equal(got, h[:-1, 100:2100] + h[1:, 100:2100])
+    moved, _ = _moved(case.client)
+    assert 0 < moved - before <= 7 * 2000 * 8, moved - before
+    got = None
+    r.free()
 
 
 def _gathered(client) -> int:

@@ -128,9 +128,9 @@ class Backend(abc.ABC):
         return np.array(self.view(handle, nbytes)[offset : offset + length], copy=True)
 
     def read_after(self, handle: Any, nbytes: int, offset: int, length: int, written) -> np.ndarray:
-        """``read``, of a chunk whose last write queued ``written`` (a ``record_event``,
-        None when nothing is pending): on cuda on a stream of its own that waits for that
-        write only, not for other work queued on the device meanwhile."""
+        """``read``, of a chunk whose last write queued ``written`` (a ``record_event``;
+        None: no write known, read after all queued work): on cuda on a stream of its own
+        that waits for that write only, not for other work queued on the device meanwhile."""
         return self.read(handle, nbytes, offset, length)
 
     def to_host(self, array) -> np.ndarray:

@@ -170,13 +170,12 @@ class CudaBackend(Backend):
         # A neighbour's rows for a stencil step are read while this device runs its own
         # part of the step: on a stream that does not wait for the default one, only
         # for the chunk's last write.
-        if not self.one_stream:
+        if not self.one_stream or written is None:  # (no write known: its zero-fill may be queued)
             return self.read(handle, nbytes, offset, length)
         stream = getattr(self._side, "stream", None)
         if stream is None:
             stream = self._side.stream = self._cupy.cuda.Stream(non_blocking=True)
-        if written is not None:
-            stream.wait_event(written)
+        stream.wait_event(written)
         return self.view(handle, nbytes)[offset : offset + length].get(stream=stream)
 
     def other_used(self):

@@ -628,13 +628,17 @@ class GVATPlugin(SchedulerPlugin):
         # A chunk written while it was copied stays (``migration.set_home``): moved again.
         # That write may have ended before this request came, its report to the GVAT
         # still on the worker's stream: the caller asked for the chunk after its write.
+        done = set(moved)
         for _ in range(MIGRATE_TRIES - 1):
-            left = [i for i in indices if alloc.alloc_id in self.gvat.allocations
-                    and int(alloc.homes[i]) != target.uid and i not in moved]
+            left = [i for i in dict.fromkeys(indices) if alloc.alloc_id in self.gvat.allocations
+                    and int(alloc.homes[i]) != target.uid and i not in done]
             if not left or not target.alive:
                 break
-            moved += await self.move(alloc, left, target, reason="migrate")
-        done = set(moved)
+            try:
+                done.update(await self.move(alloc, left, target, reason="migrate"))
+            except Exception as e:  # noqa: BLE001  (what the first pass moved is the answer)
+                logger.info("dgvm: moving chunks %s of allocation %s again failed: %s", left, alloc.alloc_id, e)
+                break
         moved = [i for i in dict.fromkeys(indices) if i in done]  # (in the order asked)
         return Migrated(moved, self.gvat.chunk_map(alloc), alloc.moves)
 

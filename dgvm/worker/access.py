@@ -268,8 +268,9 @@ class Access:
     def _piece_span(self, spec: ArraySpec, index: int, sel: tuple):
         """(first byte, start, stop) of the piece ``_piece`` reads for ``sel`` of chunk
         ``index``: whole rows (every element after the first axis: the shifted leaves of a
-        stencil read overlapping parts of the same rows, which one piece then holds); None
-        when the chunk is here, ``sel`` is empty or the rows span more than
+        stencil read overlapping parts of the same rows, which one piece then holds), or
+        the bytes of ``sel`` alone where whole rows are too many; None when the chunk is
+        here, ``sel`` is empty or its bytes span more than
         1/``PIECE_SHARE`` of the chunk."""
         alloc_id = spec.alloc_id
         if not sel or self.store.local(alloc_id, index) is not None or (alloc_id, index) in self.transient:
@@ -279,10 +280,14 @@ class Access:
         shape = spec.block_shape(spec.block(index))
         itemsize = np.dtype(spec.dtype).itemsize
         first = int(np.ravel_multi_index([s.start for s in sel], shape)) * itemsize
+        last = (int(np.ravel_multi_index([s.stop - 1 for s in sel], shape)) + 1) * itemsize
         start = int(np.ravel_multi_index([sel[0].start] + [0] * (len(shape) - 1), shape)) * itemsize
         stop = int(np.ravel_multi_index([sel[0].stop - 1] + [n - 1 for n in shape[1:]], shape) + 1) * itemsize
-        if (stop - start) * PIECE_SHARE > itemsize * int(np.prod(shape)):
-            return None
+        whole = itemsize * int(np.prod(shape))
+        if (stop - start) * PIECE_SHARE > whole:
+            start, stop = first, last  # (a chunk of few rows: the bytes asked for only)
+            if (stop - start) * PIECE_SHARE > whole:
+                return None
         return first, start, stop
 
     def prefetch(self, spec: ArraySpec, lo, hi) -> None:

@@ -127,8 +127,9 @@ class AssignTree(Assign):
         if not all(_run(c) for c in (*local, *sel)):
             return False
         keep = set(self.keep)
+        # (Ellipsis: a view also where every axis is an integer, not NumPy's scalar)
         part = dst[tuple(slice(int(c[0]), int(c[-1]) + 1) if a in keep else int(c[0])
-                         for a, c in enumerate(local))]
+                         for a, c in enumerate(local)) + (Ellipsis,)]
         vlo = [int(sel[a][0]) for a in self.keep]
         vhi = [int(sel[a][-1]) + 1 for a in self.keep]
         self.tree.into(self._tree_reads(read), vlo, vhi, xp, part)

@@ -259,10 +259,11 @@ def _reduce_in_rows(whole, by_rows, leaves, scalars, fn):
     if rows < 2:
         return whole(*leaves, *scalars)
     k = n // rows
-    head = [a[:rows * k].reshape(rows, k) if a.ndim else a for a in leaves]
+    # (a leaf of one element broadcasts, whole)
+    head = [a[:rows * k].reshape(rows, k) if a.size == n else a for a in leaves]
     parts = [by_rows(*head, *scalars)]
     if rows * k < n:
-        parts.append(whole(*[a[rows * k:] if a.ndim else a for a in leaves], *scalars).reshape(1))
+        parts.append(whole(*[a[rows * k:] if a.size == n else a for a in leaves], *scalars).reshape(1))
     return getattr(cupy, REDUCERS[fn])(cupy.concatenate(parts) if len(parts) > 1 else parts[0])
 
 
