@@ -9,6 +9,7 @@ go, so that they read their leaves locally.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import math
@@ -149,13 +150,16 @@ class Elementwise:
                     if a is None:
                         continue
                     s, t = view.start[a], view.step[a]
-                e = np.asarray(edges(i, a)[1:-1], dtype=np.int64)
-                if not len(e):
-                    continue
-                # Output coordinate c reads input s + t*c: the first c past each edge.
-                c = -((s - e) // t) if t > 0 else (s - e) // -t + 1
                 k = j + d
-                cuts[k].update(int(v) for v in c[(c > lo[k]) & (c < hi[k])])
+                # Output coordinate c reads input s + t*c: the block starts inside the
+                # inputs [lo, hi) reads (bisected: most chunks have none), and the first c
+                # past each.
+                first, last = s + t * lo[k], s + t * (hi[k] - 1)
+                e = edges(i, a)
+                for edge in e[bisect.bisect_right(e, min(first, last)):bisect.bisect_right(e, max(first, last))]:
+                    c = -((s - edge) // t) if t > 0 else (s - edge) // -t + 1
+                    if lo[k] < c < hi[k]:
+                        cuts[k].add(c)
         if all(not c for c in cuts) or math.prod(len(c) + 1 for c in cuts) > MAX_BOXES:
             return [(list(lo), list(hi))]
         points = [[lo[k], *sorted(cuts[k]), hi[k]] for k in range(ndim)]
