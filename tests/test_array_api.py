@@ -278,6 +278,23 @@ def test_matmul_of_two_vectors_is_numpys(case, dtype):
         dnp.from_numpy(a, chunks=10) @ dnp.from_numpy(b[:5], chunks=5)
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int64", "float32", "float64", "complex128", "bool"])
+def test_a_matrix_or_a_stack_of_them_times_a_vector_is_numpys(case, dtype):
+    """Blocked by the matrices' row chunks (``MatVec``), the vector read where it lives,
+    K cut where either operand is cut; int8 sums wrap as NumPy's."""
+    rng = np.random.default_rng(7)
+    a = (rng.random((3, 23, 17)) * 40 - 10).astype(dtype)
+    v = (rng.random(17) * 40 - 10).astype(dtype)
+    x = dnp.from_numpy(a, chunks=(2, 6, 5))
+    w = dnp.from_numpy(v, chunks=4)
+    for got, want in ((x[1] @ w, a[1] @ v), (x @ w, a @ v), (dnp.matmul(x[:, ::2], w), a[:, ::2] @ v)):
+        got = dnp.asnumpy(got)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+    with pytest.raises(ValueError, match="do not align"):
+        x @ dnp.from_numpy(v[:5], chunks=5)
+
+
 def test_creation_functions(case):
     same(dnp.ones((3, 4), chunks=2), np.ones((3, 4)))
     same(dnp.full((5,), 7, chunks=2), np.full((5,), 7))

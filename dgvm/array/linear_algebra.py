@@ -23,7 +23,7 @@ from dgvm.array._engine.axes import broadcast_region, normalize_axis
 from dgvm.array._engine.core import ArrayCore
 from dgvm.array._engine.dtypes import check, result_type
 from dgvm.array._engine.einsum_spec import from_sublists, parse
-from dgvm.array._engine.matrix_ops import Diag, Diagonal, MatMul, input_coords
+from dgvm.array._engine.matrix_ops import Diag, Diagonal, MatMul, MatVec, input_coords
 from dgvm.array._engine.placement import result_like
 from dgvm.array._engine.zero_size import empty_aware
 from dgvm.array.manipulation import broadcast_to, expand_dims, permute_dims, reshape, reshaped, squeeze
@@ -74,6 +74,11 @@ def matmul(x1, x2, /):
         dtype = result_type(x1, x2)
         if dtype.kind in "iufc":  # the sum of the products: one reduction, nothing stored
             return total_of(apply("multiply", x1, x2), dtype=dtype)
+    if x1.ndim >= 2 and x2.ndim == 1:
+        if x1.shape[-1] != x2.shape[0]:
+            raise ValueError(f"matmul: shapes {x1.shape} and {x2.shape} do not align "
+                             f"({x1.shape[-1]} != {x2.shape[0]})")
+        return _matvec(x1, x2)
     drop = []
     if x1.ndim == 1:
         x1 = expand_dims(x1, axis=0)
@@ -95,6 +100,17 @@ def matmul(x1, x2, /):
                       lambda lo: broadcast_region(x1.shape[:-2], lo[:len(batch)], lo[:len(batch)])[0] + [lo[-2], 0])
     blockwise.run(MatMul(x1.shape, x2.shape, tuple(int(e) for e in edges), dtype), out, [x1, x2], "matmul")
     return squeeze(out, axis=tuple(drop)) if drop else out
+
+
+def _matvec(x1, x2):
+    """A stack of matrices times a vector, blocked by the matrices' row chunks."""
+    dtype = result_type(x1, x2)
+    batch = x1.shape[:-2]
+    edges = sorted(set(np.cumsum((0,) + x1.chunks[-1]).tolist()) | set(np.cumsum((0,) + x2.chunks[0]).tolist()))
+    out = result_like(x1, batch + (x1.shape[-2],), dtype, x1.chunks[:-2] + (x1.chunks[-2],),
+                      lambda lo: list(lo[:-1]) + [lo[-1], 0])
+    blockwise.run(MatVec(x1.shape, tuple(int(e) for e in edges), dtype), out, [x1, x2], "matmul")
+    return out
 
 
 @empty_aware

@@ -37,6 +37,32 @@ class MatMul:
         return acc
 
 
+@dataclass
+class MatVec:
+    """``x1 @ x2`` of a stack of matrices ``x1`` (..., M, K) and a vector ``x2`` (K,): the
+    worker of output block (..., i) multiplies row panel i of ``x1`` by the vector's
+    pieces (read where they live), with no view of the vector as a column and no squeeze
+    of the result stored on the way."""
+
+    a_shape: tuple
+    k_edges: tuple  # K cut where either operand's chunks are cut: every read is one chunk
+    dtype: object
+
+    def block(self, read, lo, hi, xp):
+        nb = len(lo) - 1
+        alo, ahi = broadcast_region(self.a_shape[:-2], lo[:nb], hi[:nb])
+        acc = None
+        for k0, k1 in zip(self.k_edges[:-1], self.k_edges[1:]):
+            a = read(0, alo + [lo[-1], k0], ahi + [hi[-1], k1]).astype(self.dtype, copy=False)
+            b = read(1, [k0], [k1]).astype(self.dtype, copy=False)
+            p = xp.matmul(a, b)
+            if acc is None:
+                acc = p
+            else:
+                acc += p
+        return acc
+
+
 def input_coords(rest, axes, row, col) -> list:
     """x's coordinates from the other axes' ``rest`` and a (row, col) in ``axes``."""
     out = list(rest)
