@@ -452,10 +452,12 @@ def test_migration_totals_say_1_chunk():
     from dgvm.dashboard.snapshot import Snapshot
 
     totals = {"hits": 1, "misses": 1, "rehomes": 0, "evicted": 0, "transient": 0, "left_running": 0,
+              "gathered": 3, "ahead": 5,
               "paths": {"shm": {"count": 1, "bytes": 100, "seconds": 0.1}, "comm": {"count": 2, "bytes": 200}}}
     panel = MigrationPanel(Rates(10, every=0.5))
     panel.update(Snapshot(time=1.0, allocations=[], workers=[], stats={}, totals=totals))
     assert "shm 100 B in 1 chunk, comm 200 B in 2 chunks" in panel.totals.text
+    assert "gathered regions</b> 3" in panel.totals.text and "pieces asked ahead</b> 5" in panel.totals.text
 
 
 def _browser():

@@ -65,6 +65,9 @@ def families(source: DashboardSource):
     yield CounterMetricFamily("dgvm_chunk_misses", "Chunks kernels fetched from another worker", value=t["misses"])
     yield CounterMetricFamily("dgvm_rehomes", "Chunks whose home moved (re-homing, migrate, rebalance)", value=t["rehomes"])
     yield CounterMetricFamily("dgvm_evictions", "Read replicas dropped to make room", value=t["evicted"])
+    yield CounterMetricFamily("dgvm_gathered_regions",
+                              "Regions operations read from several chunks into a new array", value=t.get("gathered", 0))
+    yield CounterMetricFamily("dgvm_pieces_ahead", "Pieces of other workers' chunks asked for ahead", value=t.get("ahead", 0))
     moved = CounterMetricFamily(
         "dgvm_migrations", "Chunks copied between workers (replicas and moved homes), per path",
         labels=["path"],
