@@ -4,8 +4,10 @@
 
 The matrix product is blocked by output chunk (``_engine.matrix_ops.MatMul``): the worker
 that holds output block (i, j) multiplies row panel i of ``x1`` by column panel j of
-``x2``, reading the blocks it lacks through the migration layer; the product of two
-vectors is the sum of their products, one reduction that stores nothing. ``diagonal`` and
+``x2``, reading the blocks it lacks through the migration layer; a matrix (or a stack of
+them) times a vector is blocked by the matrices' row chunks (``MatVec``), the vector
+read where it lives; the product of two vectors is the sum of their products, one
+reduction that stores nothing. ``diagonal`` and
 ``trace`` read only the blocks the diagonal crosses. ``einsum`` is planned on the
 caller from its subscripts (``_engine.einsum_spec``) and runs as these operations:
 diagonals, sums, axis permutations, products and ``matmul``. The standard's ``linalg``

@@ -3,8 +3,8 @@
 The matrix product is blocked by output chunk: the worker that holds output block
 (i, j) multiplies the blocks of row panel i of ``x1`` by those of column panel j of
 ``x2``, reading them through the migration layer (replicas of the blocks it lacks, kept
-for the next product), with CuPy's cuBLAS on GPUs and NumPy's BLAS on ``cpu``. A
-diagonal's chunks are cut where it crosses a chunk edge, so each reads one chunk.
+for the next product), with CuPy's cuBLAS on GPUs and NumPy's BLAS on ``cpu``. A matrix
+times a vector (``MatVec``) is blocked by the matrix's row chunks alone. A diagonal's chunks are cut where it crosses a chunk edge, so each reads one chunk.
 """
 
 from __future__ import annotations
