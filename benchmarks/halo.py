@@ -28,7 +28,6 @@ import logging
 import statistics
 import time
 
-import numpy as np
 
 import dgvm
 import dgvm.array as dnp
