@@ -28,7 +28,6 @@ import logging
 import statistics
 import time
 
-
 import dgvm
 import dgvm.array as dnp
 from dgvm.protocol import messages
