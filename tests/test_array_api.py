@@ -280,8 +280,8 @@ def test_matmul_of_two_vectors_is_numpys(case, dtype):
 
 @pytest.mark.parametrize("dtype", ["int8", "int64", "float32", "float64", "complex128", "bool"])
 def test_a_matrix_or_a_stack_of_them_times_a_vector_is_numpys(case, dtype):
-    """Blocked by the matrices' row chunks (``MatVec``), the vector read where it lives,
-    K cut where either operand is cut; int8 sums wrap as NumPy's."""
+    """Blocked by the matrices' row chunks alone (``MatMul`` of a vector), the vector read
+    where it lives, K cut where either operand is cut; int8 sums wrap as NumPy's."""
     rng = np.random.default_rng(7)
     a = (rng.random((3, 23, 17)) * 40 - 10).astype(dtype)
     v = (rng.random(17) * 40 - 10).astype(dtype)

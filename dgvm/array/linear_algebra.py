@@ -5,8 +5,8 @@
 The matrix product is blocked by output chunk (``_engine.matrix_ops.MatMul``): the worker
 that holds output block (i, j) multiplies row panel i of ``x1`` by column panel j of
 ``x2``, reading the blocks it lacks through the migration layer; a matrix (or a stack of
-them) times a vector is blocked by the matrices' row chunks (``MatVec``), the vector
-read where it lives; the product of two vectors is the sum of their products, one
+them) times a vector is blocked by the matrices' row chunks alone, the vector read where
+it lives; the product of two vectors is the sum of their products, one
 reduction that stores nothing. ``diagonal`` and
 ``trace`` read only the blocks the diagonal crosses. ``einsum`` is planned on the
 caller from its subscripts (``_engine.einsum_spec``) and runs as these operations:
@@ -25,7 +25,7 @@ from dgvm.array._engine.axes import broadcast_region, normalize_axis
 from dgvm.array._engine.core import ArrayCore
 from dgvm.array._engine.dtypes import check, result_type
 from dgvm.array._engine.einsum_spec import from_sublists, parse
-from dgvm.array._engine.matrix_ops import Diag, Diagonal, MatMul, MatVec, input_coords
+from dgvm.array._engine.matrix_ops import Diag, Diagonal, MatMul, input_coords
 from dgvm.array._engine.placement import result_like
 from dgvm.array._engine.zero_size import empty_aware
 from dgvm.array.manipulation import broadcast_to, expand_dims, permute_dims, reshape, reshaped, squeeze
@@ -69,18 +69,16 @@ def matmul(x1, x2, /):
         raise TypeError("matmul needs two DArrays")
     if x1.ndim == 0 or x2.ndim == 0:
         raise ValueError("matmul does not take 0-d arrays; use multiply")
-    if x1.ndim == x2.ndim == 1:
-        if x1.shape != x2.shape:
-            raise ValueError(f"matmul: shapes {x1.shape} and {x2.shape} do not align "
-                             f"({x1.shape[0]} != {x2.shape[0]})")
+    if x2.ndim == 1:
+        _aligned(x1, x2, x1.shape[-1], x2.shape[0])
         dtype = result_type(x1, x2)
-        if dtype.kind in "iufc":  # the sum of the products: one reduction, nothing stored
+        if x1.ndim == 1 and dtype.kind in "iufc":  # the sum of the products: one reduction, nothing stored
             return total_of(apply("multiply", x1, x2), dtype=dtype)
-    if x1.ndim >= 2 and x2.ndim == 1:
-        if x1.shape[-1] != x2.shape[0]:
-            raise ValueError(f"matmul: shapes {x1.shape} and {x2.shape} do not align "
-                             f"({x1.shape[-1]} != {x2.shape[0]})")
-        return _matvec(x1, x2)
+        if x1.ndim >= 2:  # blocked by x1's row chunks, x2 read as it is
+            out = result_like(x1, x1.shape[:-1], dtype, x1.chunks[:-1], lambda lo: list(lo) + [0])
+            blockwise.run(MatMul(x1.shape, x2.shape, _k_edges(x1.chunks[-1], x2.chunks[0]), dtype),
+                          out, [x1, x2], "matmul")
+            return out
     drop = []
     if x1.ndim == 1:
         x1 = expand_dims(x1, axis=0)
@@ -88,8 +86,7 @@ def matmul(x1, x2, /):
     if x2.ndim == 1:
         x2 = expand_dims(x2, axis=1)
         drop.append(-1)
-    if x1.shape[-1] != x2.shape[-2]:
-        raise ValueError(f"matmul: shapes {x1.shape} and {x2.shape} do not align ({x1.shape[-1]} != {x2.shape[-2]})")
+    _aligned(x1, x2, x1.shape[-1], x2.shape[-2])
     try:
         batch = tuple(np.broadcast_shapes(x1.shape[:-2], x2.shape[:-2]))
     except ValueError:
@@ -97,22 +94,21 @@ def matmul(x1, x2, /):
     dtype = result_type(x1, x2)
     shape = batch + (x1.shape[-2], x2.shape[-1])
     chunks = per_matrix.stack_chunks([x1, x2], [2, 2], batch) + (x1.chunks[-2], x2.chunks[-1])
-    edges = sorted(set(np.cumsum((0,) + x1.chunks[-1]).tolist()) | set(np.cumsum((0,) + x2.chunks[-2]).tolist()))
     out = result_like(x1, shape, dtype, chunks,
                       lambda lo: broadcast_region(x1.shape[:-2], lo[:len(batch)], lo[:len(batch)])[0] + [lo[-2], 0])
-    blockwise.run(MatMul(x1.shape, x2.shape, tuple(int(e) for e in edges), dtype), out, [x1, x2], "matmul")
+    blockwise.run(MatMul(x1.shape, x2.shape, _k_edges(x1.chunks[-1], x2.chunks[-2]), dtype), out, [x1, x2], "matmul")
     return squeeze(out, axis=tuple(drop)) if drop else out
 
 
-def _matvec(x1, x2):
-    """A stack of matrices times a vector, blocked by the matrices' row chunks."""
-    dtype = result_type(x1, x2)
-    batch = x1.shape[:-2]
-    edges = sorted(set(np.cumsum((0,) + x1.chunks[-1]).tolist()) | set(np.cumsum((0,) + x2.chunks[0]).tolist()))
-    out = result_like(x1, batch + (x1.shape[-2],), dtype, x1.chunks[:-2] + (x1.chunks[-2],),
-                      lambda lo: list(lo[:-1]) + [lo[-1], 0])
-    blockwise.run(MatVec(x1.shape, tuple(int(e) for e in edges), dtype), out, [x1, x2], "matmul")
-    return out
+def _aligned(x1, x2, k1: int, k2: int) -> None:
+    if k1 != k2:
+        raise ValueError(f"matmul: shapes {x1.shape} and {x2.shape} do not align ({k1} != {k2})")
+
+
+def _k_edges(k1_chunks, k2_chunks) -> tuple:
+    """Where either operand's chunks cut the shared axis: every read of a product is one chunk."""
+    return tuple(int(e) for e in sorted(set(np.cumsum((0,) + tuple(k1_chunks)).tolist())
+                                        | set(np.cumsum((0,) + tuple(k2_chunks)).tolist())))
 
 
 @empty_aware

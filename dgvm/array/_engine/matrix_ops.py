@@ -3,8 +3,9 @@
 The matrix product is blocked by output chunk: the worker that holds output block
 (i, j) multiplies the blocks of row panel i of ``x1`` by those of column panel j of
 ``x2``, reading them through the migration layer (replicas of the blocks it lacks, kept
-for the next product), with CuPy's cuBLAS on GPUs and NumPy's BLAS on ``cpu``. A matrix
-times a vector (``MatVec``) is blocked by the matrix's row chunks alone. A diagonal's chunks are cut where it crosses a chunk edge, so each reads one chunk.
+for the next product), with CuPy's cuBLAS on GPUs and NumPy's BLAS on ``cpu``; a matrix
+times a vector is blocked by the matrix's row chunks alone. A diagonal's chunks are cut
+where it crosses a chunk edge, so each reads one chunk.
 """
 
 from __future__ import annotations
@@ -16,45 +17,27 @@ from dgvm.array._engine.axes import broadcast_region
 
 @dataclass
 class MatMul:
+    """``x1 @ x2`` of stacks of matrices (..., M, K) and (..., K, N), or of a stack of
+    matrices and a vector (K,) (``b_shape`` of one axis): the output then has no N axis,
+    the vector is read where it lives, not viewed as a column and stored, and the result
+    is not squeezed through a view."""
+
     a_shape: tuple
     b_shape: tuple
     k_edges: tuple  # K cut where either operand's chunks are cut: every read is one chunk
     dtype: object
 
     def block(self, read, lo, hi, xp):
-        nb = len(lo) - 2
+        vector = len(self.b_shape) == 1
+        nb = len(lo) - (1 if vector else 2)
         alo, ahi = broadcast_region(self.a_shape[:-2], lo[:nb], hi[:nb])
-        blo, bhi = broadcast_region(self.b_shape[:-2], lo[:nb], hi[:nb])
+        if not vector:
+            blo, bhi = broadcast_region(self.b_shape[:-2], lo[:nb], hi[:nb])
         acc = None
         for k0, k1 in zip(self.k_edges[:-1], self.k_edges[1:]):
-            a = read(0, alo + [lo[-2], k0], ahi + [hi[-2], k1]).astype(self.dtype, copy=False)
-            b = read(1, blo + [k0, lo[-1]], bhi + [k1, hi[-1]]).astype(self.dtype, copy=False)
-            p = xp.matmul(a, b)
-            if acc is None:
-                acc = p
-            else:
-                acc += p
-        return acc
-
-
-@dataclass
-class MatVec:
-    """``x1 @ x2`` of a stack of matrices ``x1`` (..., M, K) and a vector ``x2`` (K,): the
-    worker of output block (..., i) multiplies row panel i of ``x1`` by the vector's
-    pieces (read where they live), with no view of the vector as a column and no squeeze
-    of the result stored on the way."""
-
-    a_shape: tuple
-    k_edges: tuple  # K cut where either operand's chunks are cut: every read is one chunk
-    dtype: object
-
-    def block(self, read, lo, hi, xp):
-        nb = len(lo) - 1
-        alo, ahi = broadcast_region(self.a_shape[:-2], lo[:nb], hi[:nb])
-        acc = None
-        for k0, k1 in zip(self.k_edges[:-1], self.k_edges[1:]):
-            a = read(0, alo + [lo[-1], k0], ahi + [hi[-1], k1]).astype(self.dtype, copy=False)
-            b = read(1, [k0], [k1]).astype(self.dtype, copy=False)
+            a = read(0, alo + [lo[nb], k0], ahi + [hi[nb], k1]).astype(self.dtype, copy=False)
+            b = (read(1, [k0], [k1]) if vector else
+                 read(1, blo + [k0, lo[-1]], bhi + [k1, hi[-1]])).astype(self.dtype, copy=False)
             p = xp.matmul(a, b)
             if acc is None:
                 acc = p
