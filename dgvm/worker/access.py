@@ -153,12 +153,16 @@ class Access:
         """Chunk ``index``'s descriptor from its home ``where.home`` for ``path`` (or
         ``MOVED``; only bytes ``span`` of it, if given); ``ChunkLost`` if the home leaves
         meanwhile."""
-        w = self.worker
-        desc, = sync(w.loop, self.transfers.left_peers.call, where.home,
-                     request_exports(w, where.home, alloc_id, [index], path.name, span=span),
-                     lambda: ChunkLost(f"chunk {index} of allocation {alloc_id} was on worker {where.home}, "
-                                       f"which left the cluster while {w.address} {doing} it"))
+        desc, = sync(self.worker.loop, self._export_request, where, path.name, alloc_id, index, doing, span)
         return desc
+
+    def _export_request(self, where: Where, path: str, alloc_id: int, index: int, doing: str, span=None):
+        """The request ``_export`` waits for (a coroutine, run on the worker's loop)."""
+        w = self.worker
+        return self.transfers.left_peers.call(
+            where.home, request_exports(w, where.home, alloc_id, [index], path, span=span),
+            lambda: ChunkLost(f"chunk {index} of allocation {alloc_id} was on worker {where.home}, "
+                              f"which left the cluster while {w.address} {doing} it"))
 
     def _moved_away(self, alloc_id: int, index: int) -> bool:
         """A move is taking home chunk ``index`` away from here (frozen until its release
@@ -250,7 +254,7 @@ class Access:
         first, start, stop = span
         shape = spec.block_shape(spec.block(index))
         itemsize = np.dtype(spec.dtype).itemsize
-        held = next((k for k in self.pieces if k[:2] == (alloc_id, index) and k[2] <= start and stop <= k[3]), None)
+        held = _covering(self.pieces, alloc_id, index, start, stop)
         if held is None:
             dst = self._read_piece(alloc_id, index, start, stop, xp)
             if dst is None:
@@ -295,28 +299,23 @@ class Access:
         hi)`` of this task reads from another worker's chunk, if it reads one whose home
         this worker knows (``Transfers.homes``): the requests of a task's parts travel
         together while its first part runs, and ``_read_piece`` takes the answer."""
-        ranges = self._block_ranges(spec, lo, hi)
-        if not all(len(r) == 1 for r in ranges) or any(h <= l for l, h in zip(lo, hi)):
+        within = self._within_one(spec, lo, hi)
+        if within is None:
             return
-        nb = [r[0] for r in ranges]
-        index = spec.index(nb)
-        sel = tuple(slice(l - spec.edges(a)[b], h - spec.edges(a)[b]) for a, (l, h, b) in enumerate(zip(lo, hi, nb)))
+        index, sel, _ = within
         span = self._piece_span(spec, index, sel)
         if span is None:
             return
         _, start, stop = span
         alloc_id = spec.alloc_id
-        if any(k[:2] == (alloc_id, index) and k[2] <= start and stop <= k[3] for k in (*self.pieces, *self.asked)):
+        if _covering(self.pieces, alloc_id, index, start, stop) or _covering(self.asked, alloc_id, index, start, stop):
             return
         where = self.transfers.homes.get((alloc_id, index))
         if where is None or where.home == self.worker.address:
             return
-        w = self.worker
-        request = request_exports(w, where.home, alloc_id, [index], "comm", span=[start, stop])
-        lost = lambda: ChunkLost(f"chunk {index} of allocation {alloc_id} was on worker {where.home}, "  # noqa: E731
-                                 f"which left the cluster while {w.address} read it")
-        self.asked[(alloc_id, index, start, stop)] = (asyncio.run_coroutine_threadsafe(
-            self.transfers.left_peers.call(where.home, request, lost), w.loop.asyncio_loop), where)
+        request = self._export_request(where, "comm", alloc_id, index, "read", span=[start, stop])
+        self.asked[(alloc_id, index, start, stop)] = (
+            asyncio.run_coroutine_threadsafe(request, self.worker.loop.asyncio_loop), where)
 
     def _read_piece(self, alloc_id: int, index: int, start: int, stop: int, xp):
         """Bytes ``[start, stop)`` of chunk ``index`` from its home, as a new 1-D uint8
@@ -432,16 +431,25 @@ class Access:
     def read(self, spec: ArraySpec, lo, hi, xp):
         """Elements ``[lo, hi)`` of ``spec`` for reading: a view when one chunk holds
         them all, else a new array gathered from the chunks (see ``region``)."""
+        within = self._within_one(spec, lo, hi)
+        if within is None:
+            return self.region(spec, lo, hi, xp)
+        index, sel, whole = within
+        if whole:
+            return self.chunk(spec, index)  # (the common case: inputs chunked as the output)
+        piece = self._piece(spec, index, sel, xp)
+        return piece if piece is not None else self.chunk(spec, index)[sel]
+
+    def _within_one(self, spec: ArraySpec, lo, hi):
+        """(chunk index, its slices, whether they are all of it) when one chunk of ``spec``
+        holds elements ``[lo, hi)``, else None."""
         ranges = self._block_ranges(spec, lo, hi)
-        if all(len(r) == 1 for r in ranges):
-            nb = [r[0] for r in ranges]
-            st = [spec.edges(a)[b] for a, b in enumerate(nb)]
-            if all(l == s for l, s in zip(lo, st)) and list(hi) == [spec.edges(a)[b + 1] for a, b in enumerate(nb)]:
-                return self.chunk(spec, spec.index(nb))  # a whole chunk (the common case: inputs chunked as the output)
-            sel = tuple(slice(l - s, h - s) for l, h, s in zip(lo, hi, st))
-            piece = self._piece(spec, spec.index(nb), sel, xp)
-            return piece if piece is not None else self.chunk(spec, spec.index(nb))[sel]
-        return self.region(spec, lo, hi, xp)
+        if not all(len(r) == 1 for r in ranges):
+            return None
+        nb = [r[0] for r in ranges]
+        st = [spec.edges(a)[b] for a, b in enumerate(nb)]
+        whole = all(l == s for l, s in zip(lo, st)) and all(h == spec.edges(a)[b + 1] for a, (h, b) in enumerate(zip(hi, nb)))
+        return spec.index(nb), tuple(slice(l - s, h - s) for l, h, s in zip(lo, hi, st)), whole
 
     @staticmethod
     def _block_ranges(spec: ArraySpec, lo, hi) -> list[range]:
@@ -471,3 +479,9 @@ class Access:
             piece = self._piece(spec, spec.index(nb), tuple(src_sl), xp)
             out[tuple(dst_sl)] = piece if piece is not None else self.chunk(spec, spec.index(nb))[tuple(src_sl)]
         return out
+
+
+def _covering(table: dict, alloc_id: int, index: int, start: int, stop: int):
+    """The key of ``table`` ((alloc id, index, start, stop) each) whose bytes hold
+    ``[start, stop)`` of that chunk, or None."""
+    return next((k for k in table if k[:2] == (alloc_id, index) and k[2] <= start and stop <= k[3]), None)

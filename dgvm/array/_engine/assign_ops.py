@@ -113,8 +113,8 @@ class AssignTree(Assign):
 
     @staticmethod
     def _tree_reads(read):
-        """The tree's inputs, which follow x (input 0)."""
-        return read.after(1) if hasattr(read, "after") else (lambda i, lo, hi: read(1 + i, lo, hi))
+        """The tree's inputs (a ``tree_op.Reads``), which follow x (input 0)."""
+        return read.after(1)
 
     def _assign_direct(self, read, local, sel, xp, dst) -> bool:
         """The tree computed straight into ``dst``'s selected positions (no value

@@ -116,8 +116,7 @@ class Elementwise:
         shape and the tree's dtype), part by part (``boxes``) where ``read`` says where
         its inputs' blocks end (a ``Reads``): each leaf of a part is a view of one chunk
         or a piece read from a neighbour, never a gathered copy of the region."""
-        edges = getattr(read, "edges", None)
-        parts = self.boxes(lo, hi, edges) if edges is not None and len(lo) else [(lo, hi)]
+        parts = self.boxes(lo, hi, read.edges) if len(lo) else [(lo, hi)]
         if len(parts) > 1:  # the neighbours' pieces asked for together, before the first part runs
             for blo, bhi in parts[1:]:
                 for i in range(len(self.shapes)):
