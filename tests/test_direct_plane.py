@@ -78,7 +78,9 @@ def test_both_planes_give_numpys_answers_and_direct_leaves_no_task_on_the_schedu
         np.testing.assert_allclose(got[name], want[name], rtol=1e-12, err_msg=name)
     after = client.run_on_scheduler(_dgvm_tasks)
     if plane == "direct":  # nothing of dgvm's in Dask's task state: the scheduler stays flat
-        assert after == before == [0, 0, 0], (before, after)
+        # (Dask keeps a task prefix for good: one the tasks plane made in an earlier test
+        # of this cluster stays, and the direct plane adds none.)
+        assert after == before and after[:2] == [0, 0], (before, after)
     else:  # (the check sees tasks when there are some)
         assert after[2] > 0, after
 
