@@ -12,7 +12,7 @@ Operations on an ``n x n`` float64 array ``x`` (and ``y``), each timed as the me
   loop, each ``.persist()``-ed; time per chain): one chain waits for its Dask round trip,
   a loop keeps the devices busy meanwhile; and "steady loop", what each chain more adds
   to such a loop ((40 in a row - 8 in a row) / 32), without a run's fixed cost
-- ``x @ y`` (at ``--n-matmul``, default n/4)
+- ``x @ y`` (at ``--n-matmul``, default n/4), and ``x @ v`` of that matrix and a vector
 - ``x.mean(axis=0)``
 - ``x[::3]``
 
@@ -112,6 +112,7 @@ def cupy_times(n, nm, reps):
     x = cupy.random.random((n, n))
     y = cupy.random.random((nm, nm))
     xm = x[:nm, :nm].copy()
+    v = cupy.random.random(nm)
 
     def sync(v):
         cupy.cuda.Device().synchronize()
@@ -127,10 +128,11 @@ def cupy_times(n, nm, reps):
         "elementwise chain": median_time(lambda: sync(chain(x)), reps),
         **loop_times(lambda k: sync(chains(x, k)), reps),
         "x @ y": median_time(lambda: sync(xm @ y), reps),
+        "x @ v": median_time(lambda: sync(xm @ v), reps),
         "x.mean(axis=0)": median_time(lambda: sync(x.mean(axis=0)), reps),
         "x[::3]": median_time(lambda: sync(x[::3].copy()), reps),
     }
-    del x, y, xm
+    del x, y, xm, v
     cupy.get_default_memory_pool().free_all_blocks()
     return out
 
@@ -214,7 +216,8 @@ def main(argv=None) -> int:
         x = dnp.random.random((n, n), chunks=c)
         xm = dnp.random.random((nm, nm), chunks=cm)
         ym = dnp.random.random((nm, nm), chunks=cm)
-        x.wait(), xm.wait(), ym.wait()
+        vm = dnp.random.random(nm, chunks=cm)
+        x.wait(), xm.wait(), ym.wait(), vm.wait()
         layout = x.locations()
         addresses = sorted(w.address for w in ws)
         per_worker = [[list(where.values()).count(w) for w in addresses]
@@ -225,13 +228,15 @@ def main(argv=None) -> int:
             "elementwise chain": median_time(lambda: chain(x).wait(), args.reps),
             **loop_times(lambda k: chains_back_to_back(x, k), args.reps),
             "x @ y": median_time(lambda: (xm @ ym).wait(), args.reps),
+            "x @ v": median_time(lambda: (xm @ vm).wait(), args.reps),
             "x.mean(axis=0)": median_time(lambda: x.mean(axis=0).wait(), args.reps),
             "x[::3]": median_time(lambda: x[::3].wait(), args.reps),
         }
         check = dnp.asnumpy(xm @ ym)
         host_x, host_y = dnp.asnumpy(xm), dnp.asnumpy(ym)
         assert np.allclose(check, host_x @ host_y)
-        del x, xm, ym
+        assert np.allclose(dnp.asnumpy(xm @ vm), host_x @ dnp.asnumpy(vm))
+        del x, xm, ym, vm
         from dgvm.array._engine.lifecycle import drain_releases
 
         drain_releases()
@@ -250,7 +255,8 @@ def main(argv=None) -> int:
         dx = da.random.random((n, n), chunks=c).map_blocks(on_device, backend=backend).persist()
         dxm = da.random.random((nm, nm), chunks=cm).map_blocks(on_device, backend=backend).persist()
         dym = da.random.random((nm, nm), chunks=cm).map_blocks(on_device, backend=backend).persist()
-        wait([dx, dxm, dym])
+        dvm = da.random.random(nm, chunks=cm).map_blocks(on_device, backend=backend).persist()
+        wait([dx, dxm, dym, dvm])
         # Where Dask put x's blocks, and what it moved between workers for the runs below.
         placed = collections.Counter(a for addrs in client.who_has(dx).values() for a in addrs)
 
@@ -286,7 +292,7 @@ def main(argv=None) -> int:
             times.update(loop_times(lambda k: dask_chains_back_to_back(dx, k), args.reps))
             return times, sent() - before
 
-        theirs, dask_moved = dask_runs(dx, {"x @ y": lambda: done(dxm @ dym)})
+        theirs, dask_moved = dask_runs(dx, {"x @ y": lambda: done(dxm @ dym), "x @ v": lambda: done(dxm @ dvm)})
         print(f"dask.array: x's {dx.npartitions} blocks on "
               f"{len(placed)} worker(s) {sorted(placed.values())}; its runs moved "
               f"{dask_moved / 2**30:.1f} GiB between workers")
