@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 
 import click
@@ -33,6 +34,9 @@ def _check(xp, chunk, index, starts):
 
 
 def _wait_for_ctrl_c() -> None:
+    # A process started with SIGINT ignored (a background job of a shell, a child of one
+    # that ignores it) keeps ignoring it: Ctrl-C, or SIGINT, must end the wait all the same.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         while True:
             time.sleep(3600)
