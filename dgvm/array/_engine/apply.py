@@ -100,6 +100,7 @@ def apply(name: str, *args, dtype=None, out=None):
         return out
     if all(a.host_value is not None for a in arrays) and (out is None or out.host_value is not None):
         return _on_caller(name, args, dtype, out, arrays[0])
+    deferred.reread(arrays)  # a result computed before is not computed again by this tree
     if out is not None and out.deferred is None:
         lineage.recover([out])  # lost chunks made again before the write ends its lineage
         # Deferred results that read out's present values (x * 2 in x += x * 2, x.T in

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dgvm.array._engine import blockwise_tasks, lineage
+from dgvm.array._engine import blockwise_tasks, deferred, lineage
 from dgvm.array._engine.placement import homes_of
 from dgvm.array._engine.tree_op import Elementwise, result_placement
 from dgvm.client.dispatch import add_readers, dispatch, gather, submit
@@ -57,6 +57,7 @@ def collect(op, x, name: str) -> dict[tuple, object]:
     first element lives), so ``(x + x.T).sum()`` and ``x[::3].sum()`` store nothing."""
     if x.host_value is not None:  # its values are here: no task, nothing stored
         return _collect_on_caller(op, x)
+    deferred.reread([x])
     return lineage.retrying([x], lambda: _collect(op, x, name))
 
 
@@ -64,6 +65,7 @@ def _collect(op, x, name: str) -> dict[tuple, object]:
     d = x.deferred
     where = d and result_placement(x, d)
     if where is not None:
+        deferred.evaluated(d)
         tree = Elementwise.of(d.expr, d.inputs, d.views, x.shape)
         specs = [ArraySpec.of(a) for a in d.inputs]
         grid = ArraySpec(-1, "", x.shape, x.dtype.str, x.chunks)  # x's chunks, not stored

@@ -12,7 +12,12 @@ Semantics stay eager: a write to an array (a launch, ``x[...] = v``, ``x += 1``,
 ``free``) first materializes the deferred results that read it, so they see the values
 they were made from. Trees are bounded (``MAX_NODES``, ``MAX_INPUTS``) so that a long
 loop such as ``x = x + 1`` materializes every few steps instead of growing without end.
-Intermediates that are never used alone take no memory at all.
+Intermediates that are never used alone take no memory at all. A deferred array whose
+values a reduction or an assignment computed without storing them is stored when it is
+read again (``reread``): a result named and read across steps (``r`` in a solver, read by
+``r @ r``, then by ``p = r + beta * p`` and the next ``r``) is computed once more, not by
+every later reader in ever longer trees that keep each earlier step's arrays alive; a
+temporary inlined into several trees (``t`` in ``t * (a + t * (b + t))``) still fuses.
 
 A result whose values are already on the caller (a reduction, combined there) is deferred
 too, as a *host value*: nothing is stored until a cluster operation needs it (then it is
@@ -51,10 +56,29 @@ class Deferred:
     # A host value: its values (a NumPy array) and the client of the cluster it belongs to.
     host: np.ndarray | None = None
     client: object = None
+    # Whether a reduction or an assignment computed its values without storing them
+    # (``evaluated``, ``reread``).
+    computed: bool = False
 
     def __post_init__(self):
         if self.views is None:
             self.views = [None] * len(self.inputs)
+
+
+def reread(arrays) -> None:
+    """Before an operation reads the trees of ``arrays``: each deferred one whose values
+    were computed already (``evaluated``) is materialized now, so that they are computed
+    no more. Host values and views are left as they are."""
+    for a in arrays:
+        d = a.deferred
+        if d is not None and d.computed and d.host is None and a.alias is None:
+            a.materialize()
+
+
+def evaluated(d: "Deferred") -> None:
+    """A reduction or an assignment computes the values of the tree ``d`` now, without
+    storing them: its array is stored when it is read again (``reread``)."""
+    d.computed = True
 
 
 def view_shape(a, view) -> tuple:

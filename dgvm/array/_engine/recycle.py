@@ -29,7 +29,9 @@ import threading
 from dgvm.array._engine.placement import chunk_homes
 from dgvm.client.pending import still_reading
 
-MAX_KEPT = 4
+# A solver's step releases a few results of one layout after their successors were made,
+# and a deferred tree may hold several steps' results until it is computed.
+MAX_KEPT = 16
 
 
 def client_running(client) -> bool:
@@ -98,28 +100,32 @@ class KeptAllocations:
         if not entries:
             return None
         homes = chunk_homes(colocate)
-        with self._lock:
-            entries = self._kept.get(key, [])
-            # The chunk map it was released with: no request, as it is not refreshed while freed.
-            for n, (alloc, futures) in enumerate(entries):
-                if alloc.homes() == homes:
-                    del entries[n]
-                    if not entries:
-                        del self._kept[key]
-                    break
-            else:
-                return None
-        alloc.freed = False
-        if alloc.stale:  # its chunks moved since: its homes may not be the ones asked for
+        while True:
+            with self._lock:
+                entries = self._kept.get(key, [])
+                # The chunk map it was released with: no request, as it is not refreshed while freed.
+                for n, (alloc, futures) in enumerate(entries):
+                    if alloc.homes() == homes:
+                        del entries[n]
+                        if not entries:
+                            del self._kept[key]
+                        break
+                else:
+                    return None
+            alloc.freed = False
+            if not alloc.stale:
+                return alloc, futures
+            # Its chunks moved since it was kept (a re-homing): where are they now?
             try:
                 alloc.refresh()
-                moved = alloc.homes() != homes
             except Exception:  # noqa: BLE001  (the GVAT no longer knows it: not reusable)
-                moved = True
-            if moved:
                 self._free([(alloc, futures)])
-                return None
-        return alloc, futures
+                continue
+            if alloc.homes() == homes:
+                return alloc, futures
+            alloc.freed = True  # kept for a result placed where its chunks are now
+            with self._lock:
+                self._kept.setdefault(key, []).append((alloc, futures))
 
     def flush(self) -> int:
         """Free every kept allocation; returns how many."""

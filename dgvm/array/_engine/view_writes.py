@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dgvm.array._engine import blockwise, lineage
+from dgvm.array._engine import blockwise, deferred, lineage
 from dgvm.array._engine.aliases import view_of, whole
 from dgvm.array._engine.assign_ops import Assign, AssignTree
 from dgvm.array._engine.core import ArrayCore
@@ -57,6 +57,8 @@ def run_assign(x, maps, sel_shape, keep, value, chunks) -> None:
     """Write ``value`` (an array broadcast over the selection) into the positions ``maps``
     select of ``x``: a deferred elementwise ``value`` that does not read ``x`` is computed
     chunk by chunk as it is written (``AssignTree``), never stored."""
+    if isinstance(value, ArrayCore):
+        deferred.reread([value])
     tree = _fusable(value, x)
     if tree is not None:
         d = value.deferred
@@ -84,6 +86,7 @@ def _fusable(value, x):
         return None
     if any(a is x or not isinstance(a, ArrayCore) or a.alias is not None for a in d.inputs):
         return None
+    deferred.evaluated(d)
     return Elementwise.of(d.expr, d.inputs, d.views, value.shape)
 
 
