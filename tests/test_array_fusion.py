@@ -96,28 +96,28 @@ def test_long_loops_stay_bounded(case):
 
 
 def test_a_deferred_result_computed_once_is_stored_when_read_again(case):
-    """A named result whose values a reduction computed without storing them is stored
-    at its next reader, so no later tree computes it again, nor holds its inputs; a
-    temporary read several times while a formula is built still fuses into one tree."""
+    """A deferred result whose values a reduction computed without storing them (its own
+    tree reduced, or a tree it was inlined into: ``r`` in ``r @ r``) is stored at its next
+    reader, so no later tree computes it again, nor holds its inputs. A temporary read
+    several times while a formula is built still fuses into one tree, and one inlined
+    into a tree that is stored (not reduced) stays deferred."""
     h = np.linspace(-1, 1, 40_000)
     x = dnp.asarray(h, chunks=10_000)
     t = x * 0.5 + 1
     poly = t * (0.25 + t * (-0.5 + t * 1.5))  # t read three times, nothing computed
     assert t.deferred is not None and poly.deferred.inputs == [x]
     ht = h * 0.5 + 1
+    np.testing.assert_allclose(dnp.asnumpy(poly), ht * (0.25 + ht * (-0.5 + ht * 1.5)))
+    u = t * 2  # poly was stored, not reduced: t is still inlined
+    assert t.deferred is not None and u.deferred.inputs == [x]
     before = case.allocations()
-    np.testing.assert_allclose(float(poly.sum()), (ht * (0.25 + ht * (-0.5 + ht * 1.5))).sum())
-    np.testing.assert_allclose(dnp.asnumpy(t * 2), 2 * ht)
-    assert t.deferred is not None  # computed inside other trees only: never stored
-    y = x * 2 + 1
-    np.testing.assert_allclose(float(y.sum()), (h * 2 + 1).sum())
-    assert y.deferred is not None and case.allocations() == before + 1  # (t * 2's result)
-    w = y * y  # y's values were computed by the sum: stored now, read as a leaf
-    assert y.is_stored and w.deferred.inputs == [y]
-    np.testing.assert_allclose(dnp.asnumpy(w), (h * 2 + 1) ** 2)
-    v = y - 1
-    assert v.deferred.inputs == [y]
-    np.testing.assert_allclose(dnp.asnumpy(v), h * 2)
+    r = x * 2 + 1
+    np.testing.assert_allclose(float(r @ r), ((h * 2 + 1) ** 2).sum())
+    assert r.deferred is not None and case.allocations() == before  # reduced where its leaves live
+    p = r + 0.5 * x  # r's values were computed by the reduction: stored now, read as a leaf
+    assert r.is_stored and p.deferred.inputs == [r, x]
+    np.testing.assert_allclose(dnp.asnumpy(p), h * 2.5 + 1)
+    np.testing.assert_allclose(dnp.asnumpy(u), 2 * ht)
 
 
 def test_errors_surface_when_computed_and_leave_nothing(case):

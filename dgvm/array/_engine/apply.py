@@ -71,9 +71,9 @@ def _numpy_result_dtype(name: str, args) -> np.dtype:
     return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
-def _leaf(a, inputs: list, views: list):
+def _leaf(a, inputs: list, views: list, sources: list):
     if isinstance(a, ArrayCore):
-        return deferred.leaf(a, inputs, views)
+        return deferred.leaf(a, inputs, views, sources)
     if a is None or isinstance(a, (bool, int, float, complex, np.generic)):
         return ("const", a)
     raise TypeError(f"dgvm.array: expected a DArray or a Python scalar, got {type(a).__name__}")
@@ -108,15 +108,17 @@ def apply(name: str, *args, dtype=None, out=None):
         out.before_write()
     inputs: list = []
     views: list = []
-    expr = ("call", name, [_leaf(a, inputs, views) for a in args], dtype)
+    sources: list = []
+    expr = ("call", name, [_leaf(a, inputs, views, sources) for a in args], dtype)
+    sources = list({id(r): r for r in sources}.values())  # (CPython gives one ref per record)
     if out is None:
-        tree = Deferred(expr, inputs, name, views)
+        tree = Deferred(expr, inputs, name, views, sources=sources)
         return type(arrays[0]).of_deferred(shape, dtype, broadcast_chunks(arrays, shape), tree)
     # In place keeps the array's dtype: the standard's rule for ``x += y``.
     expr = ("call", "astype", [expr], out.dtype)
     if out.deferred is not None:  # nothing computed yet: the tree grows instead
         out.undefer()
-        out.defer(Deferred(expr, inputs, name, views))
+        out.defer(Deferred(expr, inputs, name, views, sources=sources))
         return out
     for i, (a, v) in enumerate(zip(inputs, views)):
         if a is out and v is not None:

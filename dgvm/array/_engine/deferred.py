@@ -32,6 +32,7 @@ An array keeps its own tree and its readers (``ArrayCore.defer``, ``undefer``,
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,8 +57,10 @@ class Deferred:
     # A host value: its values (a NumPy array) and the client of the cluster it belongs to.
     host: np.ndarray | None = None
     client: object = None
-    # Whether a reduction or an assignment computed its values without storing them
+    # The deferred records inlined into this tree (weakly: a record holds its inputs), and
+    # whether a reduction or an assignment computed its values without storing them
     # (``evaluated``, ``reread``).
+    sources: list = field(default_factory=list)
     computed: bool = False
 
     def __post_init__(self):
@@ -77,8 +80,15 @@ def reread(arrays) -> None:
 
 def evaluated(d: "Deferred") -> None:
     """A reduction or an assignment computes the values of the tree ``d`` now, without
-    storing them: its array is stored when it is read again (``reread``)."""
+    storing them: its array, and the deferred arrays inlined into it (``r`` in ``r @ r``,
+    whose tree is the temporary ``r * r``), are stored when they are read again
+    (``reread``). (A tree that is materialized marks nothing: its own array is stored,
+    and the temporaries inlined into it are rarely read again.)"""
     d.computed = True
+    for ref in d.sources:
+        s = ref()
+        if s is not None:
+            s.computed = True
 
 
 def view_shape(a, view) -> tuple:
@@ -94,10 +104,11 @@ def _index(a, axes, inputs: list, views: list):
     return ("in", len(inputs) - 1)
 
 
-def leaf(a, inputs: list, views: list):
+def leaf(a, inputs: list, views: list, sources: list):
     """The tree for argument ``a`` of a new elementwise operation: a deferred array's own
-    tree (its leaves renumbered into ``inputs``/``views``) while small enough, else a
-    leaf for the real array (materializing ``a`` first if it is deferred)."""
+    tree (its leaves renumbered into ``inputs``/``views``, its record and those inlined
+    into it added to ``sources``) while small enough, else a leaf for the real array
+    (materializing ``a`` first if it is deferred)."""
     d = a.deferred
     a.check_usable()  # a freed input raises now, not when the tree runs
     if d is not None and (d.host is None or a.ndim == 0):  # an n-d host value is stored first
@@ -106,6 +117,9 @@ def leaf(a, inputs: list, views: list):
             if not any(b is c and v == w for c, w in zip(inputs, views))
         )
         if d.nodes < MAX_NODES and len(inputs) + fresh <= MAX_INPUTS:
+            if d.host is None:
+                sources.append(weakref.ref(d))
+                sources.extend(d.sources)
             return _renumber(d.expr, d, inputs, views)
     if a.alias is not None:  # a view too large to inline: its values now, not later
         return _index(a.stored(), None, inputs, views)
