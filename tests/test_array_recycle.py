@@ -76,6 +76,7 @@ def test_an_iterative_solver_allocates_nothing_once_its_loop_runs(case, monkeypa
         r = r - alpha * Ap
         rs_new = r @ r
         p = r + (rs_new / rs) * p
+        assert r.is_stored and p.deferred.inputs[0] is r  # r @ r computed it: stored, read as a leaf
         rs = rs_new
     assert len(made) <= 2  # 12 steps: x stored at most twice (without reuse: 3 a step)
     want = np.linalg.solve(h, np.ones(n))

@@ -118,10 +118,11 @@ class KeptAllocations:
             # Its chunks moved since it was kept (a re-homing): where are they now?
             try:
                 alloc.refresh()
+                there = alloc.homes()  # (refreshes again if another move's news came meanwhile)
             except Exception:  # noqa: BLE001  (the GVAT no longer knows it: not reusable)
                 self._free([(alloc, futures)])
                 continue
-            if alloc.homes() == homes:
+            if there == homes:
                 return alloc, futures
             alloc.freed = True  # kept for a result placed where its chunks are now
             with self._lock:
