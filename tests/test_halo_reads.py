@@ -189,3 +189,34 @@ def test_parts_of_an_output_chunk_read_one_block_of_each_leaf(monkeypatch):
                 m.setattr(tree_op, "MAX_BOXES", len(parts) - 1)
                 assert op.boxes(lo, hi, lambda i, a: edges[i][a]) == [(lo, hi)]
     assert split > 100, split
+
+
+def test_a_chunk_rewritten_between_reads_elsewhere_is_read_as_a_piece(case):
+    """A worker whose read replica of a chunk a write made stale reads that chunk whole as
+    a piece next time (one request to its home: nothing registered, no copy that the next
+    write must reach), up to ``REWRITTEN_READS`` times before the chunk's next write, then
+    copies it as a replica again. Every product is NumPy's."""
+    from dgvm.worker.access import REWRITTEN_READS
+
+    rng = np.random.default_rng(3)
+    h, hv = rng.random((64, 64)), rng.random(64)
+    A = dnp.from_numpy(h, chunks=16, placement="round_robin")
+    v = dnp.from_numpy(hv, chunks=16, placement="round_robin")
+
+    def pieces():
+        return sum(s["transient"] for s in dgvm.stats()["workers"].values())
+
+    before = pieces()
+    np.testing.assert_allclose(dnp.asnumpy(A @ v), h @ hv)  # v's chunks replicated where rows need them
+    assert pieces() == before
+    for _ in range(3):
+        v *= 0.5  # a write: those replicas are stale, and dropped
+        hv = hv * 0.5
+        before = pieces()
+        np.testing.assert_allclose(dnp.asnumpy(A @ v), h @ hv)
+        assert pieces() > before  # read as pieces
+    for _ in range(REWRITTEN_READS):  # read again and again, unwritten: replicas again
+        np.testing.assert_allclose(dnp.asnumpy(A @ v), h @ hv)
+    before = pieces()
+    np.testing.assert_allclose(dnp.asnumpy(A @ v), h @ hv)
+    assert pieces() == before

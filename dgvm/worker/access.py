@@ -37,6 +37,10 @@ from dgvm.worker import direct
 # A part of a chunk held elsewhere whose bytes span at most 1/PIECE_SHARE of it is read
 # alone (``Access._piece``); a larger one fetches the chunk.
 PIECE_SHARE = 4
+# A chunk whose read replica here a write made stale is read whole as a piece (``_rewritten``)
+# while it is at most this many bytes, up to this many times before its next write.
+REWRITTEN_PIECE = 1 << 20
+REWRITTEN_READS = 3
 
 
 @dataclass
@@ -125,23 +129,57 @@ class Access:
         held = store.local(spec.alloc_id, index)
         if held is not None and store.leaving(spec.alloc_id, index) and self._moved_away(spec.alloc_id, index):
             held = None  # read from its new home for this output chunk (``transient``)
+        shape = spec.block_shape(spec.block(index))
+        piece = None
         if held is not None or key in self.transient:
             count["hits"] += 1
             store.stats.hits += 1
         else:
-            count["misses"] += 1
-            store.stats.misses += 1
-            self._fetch(spec.alloc_id, index)
-            held = store.local(spec.alloc_id, index)
+            piece = self._rewritten(spec, index, shape)  # (counted as a miss there)
+            if piece is None:
+                count["misses"] += 1
+                store.stats.misses += 1
+                self._fetch(spec.alloc_id, index)
+                held = store.local(spec.alloc_id, index)
         if store.is_home(spec.alloc_id, index):
             count["home"].add(index)
         else:
             count["remote"].add(index)
-        shape = spec.block_shape(spec.block(index))
+        if piece is not None:
+            return piece
         if held is not None:
             held.last_use = time.monotonic()
             return held.typed(store.backend, spec.dtype, shape)
         return self.transient[key].view(spec.dtype).reshape(shape)
+
+    def _rewritten(self, spec: ArraySpec, index: int, shape: tuple):
+        """Chunk ``index`` of ``spec`` read whole as a piece, for this task only, when a
+        write made this worker's read replica of it stale (``ChunkStore.rewritten``) and
+        it is at most ``REWRITTEN_PIECE`` bytes; else None. A chunk written between two
+        reads here (a solver's vectors, each step) would be copied, registered in the GVAT
+        and dropped again every time: as a piece it is one request to its home (known
+        from the last one, ``Transfers.homes``) and no copy that a write must reach. Past
+        ``REWRITTEN_READS`` such reads before its next write, it is copied again as a
+        replica, which serves the reads after it without a request."""
+        key = (spec.alloc_id, index)
+        store = self.store
+        nbytes = int(np.prod(shape)) * np.dtype(spec.dtype).itemsize
+        held = _covering(self.pieces, spec.alloc_id, index, 0, nbytes)
+        if held is None:
+            with store.lock:  # (one read per task: its reads after the first take the piece)
+                reads = store.rewritten.get(key)
+                if reads is None or not 0 < nbytes <= REWRITTEN_PIECE:
+                    return None
+                if reads >= REWRITTEN_READS:
+                    del store.rewritten[key]
+                    return None
+                store.rewritten[key] = reads + 1
+            dst = self._read_piece(spec.alloc_id, index, 0, nbytes, store.backend.xp)
+            if dst is None:  # its home is here now
+                return None
+            held = (spec.alloc_id, index, 0, nbytes)
+            self.pieces[held] = dst
+        return self.pieces[held][:nbytes].view(spec.dtype).reshape(shape)
 
     def locate(self, alloc_id: AllocId, index: int) -> Where:
         """The GVAT's answer for a chunk this worker needs: its home, path, version

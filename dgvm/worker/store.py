@@ -6,6 +6,7 @@ caller must own its allocation, and offsets must fall inside the chunk.
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import threading
@@ -22,6 +23,7 @@ from dgvm.protocol.errors import AccessDenied, DgvmError, InvalidAddress, OutOfD
 # How long a write waits for a move of its chunk to end (the move's copy takes
 # milliseconds; its end is a message from the scheduler, which always sends one).
 MOVE_WAIT = 60.0
+REWRITTEN_KEPT = 4096  # chunks a worker remembers its stale read replicas of
 
 logger = logging.getLogger("dgvm.worker")
 
@@ -79,6 +81,10 @@ class ChunkStore:
         # Read-only copies of chunks homed elsewhere: alloc id -> chunk index -> chunk.
         # The GVAT drops them (drop_replicas) before a write to the chunk completes.
         self._replicas: dict[int, dict[int, StoredChunk]] = {}
+        # Chunks whose read replica here a write made stale (alloc id, index) -> whole-chunk
+        # pieces read since (``dgvm.worker.access``, ``Access.rewritten``); the oldest
+        # forgotten past ``REWRITTEN_KEPT``.
+        self.rewritten: "collections.OrderedDict[tuple, int]" = collections.OrderedDict()
         # Copies that all-or-nothing launches wrote, until their commit (dgvm.worker.kernel_tasks):
         # launch id -> (alloc id of the output, {chunk index: new value}).
         self._staged: dict[str, tuple[int, dict]] = {}
@@ -487,6 +493,12 @@ class ChunkStore:
         if reads:
             held = self._replicas.get(alloc_id, {})
             indices = [i for i in indices if i in held and not held[i].durable]
+            with self.lock:
+                for i in indices:
+                    self.rewritten[(alloc_id, i)] = 0
+                    self.rewritten.move_to_end((alloc_id, i))
+                while len(self.rewritten) > REWRITTEN_KEPT:
+                    self.rewritten.popitem(last=False)
         return self._drop(self._replicas, alloc_id, indices)
 
     def replicas(self, alloc_id: int) -> list[int]:
