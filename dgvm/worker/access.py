@@ -163,7 +163,7 @@ class Access:
         replica, which serves the reads after it without a request."""
         key = (spec.alloc_id, index)
         store = self.store
-        nbytes = int(np.prod(shape)) * np.dtype(spec.dtype).itemsize
+        nbytes = _nbytes(spec, shape)
         held = _covering(self.pieces, spec.alloc_id, index, 0, nbytes)
         if held is None:
             with store.lock:  # (one read per task: its reads after the first take the piece)
@@ -180,6 +180,18 @@ class Access:
             held = (spec.alloc_id, index, 0, nbytes)
             self.pieces[held] = dst
         return self.pieces[held][:nbytes].view(spec.dtype).reshape(shape)
+
+    def _rewritten_span(self, spec: ArraySpec, index: int):
+        """(0, 0, its bytes) of chunk ``index`` when ``_rewritten`` would read it whole as
+        a piece now (for ``prefetch``, which counts no read), else None."""
+        key = (spec.alloc_id, index)
+        if self.store.local(*key) is not None or key in self.transient:
+            return None
+        nbytes = _nbytes(spec, spec.block_shape(spec.block(index)))
+        reads = self.store.rewritten.get(key)
+        if reads is None or reads >= REWRITTEN_READS or not 0 < nbytes <= REWRITTEN_PIECE:
+            return None
+        return 0, 0, nbytes
 
     def locate(self, alloc_id: AllocId, index: int) -> Where:
         """The GVAT's answer for a chunk this worker needs: its home, path, version
@@ -334,14 +346,15 @@ class Access:
 
     def prefetch(self, spec: ArraySpec, lo, hi) -> None:
         """Send now, without waiting, the request for the piece a later ``read(spec, lo,
-        hi)`` of this task reads from another worker's chunk, if it reads one whose home
-        this worker knows (``Transfers.homes``): the requests of a task's parts travel
-        together while its first part runs, and ``_read_piece`` takes the answer."""
+        hi)`` of this task reads from another worker's chunk (a part of it, or all of a
+        chunk ``_rewritten`` reads whole), if it reads one whose home this worker knows
+        (``Transfers.homes``): the requests of a task's parts and leaves travel together
+        while its first part runs, and ``_read_piece`` takes the answer."""
         within = self._within_one(spec, lo, hi)
         if within is None:
             return
-        index, sel, _ = within
-        span = self._piece_span(spec, index, sel)
+        index, sel, whole = within
+        span = self._rewritten_span(spec, index) if whole else self._piece_span(spec, index, sel)
         if span is None:
             return
         _, start, stop = span
@@ -517,6 +530,10 @@ class Access:
             piece = self._piece(spec, spec.index(nb), tuple(src_sl), xp)
             out[tuple(dst_sl)] = piece if piece is not None else self.chunk(spec, spec.index(nb))[tuple(src_sl)]
         return out
+
+
+def _nbytes(spec: ArraySpec, shape: tuple) -> int:
+    return int(np.prod(shape)) * np.dtype(spec.dtype).itemsize
 
 
 def _covering(table: dict, alloc_id: int, index: int, start: int, stop: int):

@@ -33,8 +33,12 @@ class MatMul:
         alo, ahi = broadcast_region(self.a_shape[:-2], lo[:nb], hi[:nb])
         if not vector:
             blo, bhi = broadcast_region(self.b_shape[:-2], lo[:nb], hi[:nb])
+        ks = list(zip(self.k_edges[:-1], self.k_edges[1:]))
+        for k0, k1 in ks:  # other workers' blocks asked for together (``Reads.prefetch``)
+            read.prefetch(0, alo + [lo[nb], k0], ahi + [hi[nb], k1])
+            read.prefetch(1, *(([k0], [k1]) if vector else (blo + [k0, lo[-1]], bhi + [k1, hi[-1]])))
         acc = None
-        for k0, k1 in zip(self.k_edges[:-1], self.k_edges[1:]):
+        for k0, k1 in ks:
             a = read(0, alo + [lo[nb], k0], ahi + [hi[nb], k1]).astype(self.dtype, copy=False)
             b = (read(1, [k0], [k1]) if vector else
                  read(1, blo + [k0, lo[-1]], bhi + [k1, hi[-1]])).astype(self.dtype, copy=False)
