@@ -6,6 +6,7 @@ NumPy's; the bytes that moved are counted in the workers' stats."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import dgvm
 import dgvm.array as dnp
@@ -191,6 +192,11 @@ def test_parts_of_an_output_chunk_read_one_block_of_each_leaf(monkeypatch):
     assert split > 100, split
 
 
+def replicas(client, x) -> list:
+    """The read replicas of ``x``'s chunks each worker holds."""
+    return list(client.run(lambda dask_worker, i=x.alloc_id: dask_worker.extensions["dgvm"].replicas(i)).values())
+
+
 def test_a_chunk_rewritten_between_reads_elsewhere_is_read_as_a_piece(case):
     """A worker whose read replica of a chunk a write made stale reads that chunk whole as
     a piece next time (one request to its home: nothing registered, no copy that the next
@@ -209,14 +215,58 @@ def test_a_chunk_rewritten_between_reads_elsewhere_is_read_as_a_piece(case):
     before = pieces()
     np.testing.assert_allclose(dnp.asnumpy(A @ v), h @ hv)  # v's chunks replicated where rows need them
     assert pieces() == before
-    for _ in range(3):
+    for _ in range(REWRITTEN_READS + 3):  # written every step: pieces every step, never a replica
         v *= 0.5  # a write: those replicas are stale, and dropped
         hv = hv * 0.5
         before = pieces()
         np.testing.assert_allclose(dnp.asnumpy(A @ v), h @ hv)
         assert pieces() > before  # read as pieces
+        assert not any(replicas(case.client, v))
     for _ in range(REWRITTEN_READS):  # read again and again, unwritten: replicas again
         np.testing.assert_allclose(dnp.asnumpy(A @ v), h @ hv)
     before = pieces()
     np.testing.assert_allclose(dnp.asnumpy(A @ v), h @ hv)
     assert pieces() == before
+
+
+def test_a_piece_of_a_chunk_whose_move_ended_is_read_from_its_new_home(case):
+    """A worker reads a rewritten chunk as a piece from the home it last knew. If the chunk
+    moved since and the old home has not yet let go of it (its release is late), the
+    old home's copy may be stale by then: it says the chunk is leaving, and the reader
+    asks the GVAT, which names the new home."""
+    import time
+
+    client = case.client
+    rng = np.random.default_rng(3)
+    h, hv = rng.random((64, 64)), rng.random(64)
+    A = dnp.from_numpy(h, chunks=16, placement="round_robin")
+    v = dnp.from_numpy(hv, chunks=16, placement="round_robin")
+    np.testing.assert_allclose(dnp.asnumpy(A @ v), h @ hv)  # read replicas of v's chunks
+    held = client.run(lambda dask_worker, i=v.alloc_id: dask_worker.extensions["dgvm"].replicas(i))
+    if len(held) < 3:
+        pytest.skip("needs a third worker to move the chunk to")
+    homes = v.alloc.homes()
+    c, home, reader = next((c, homes[c], w) for w, r in held.items() for c in r)
+    other = next(w for w in held if w not in (home, reader))
+    v *= 0.5
+    hv = hv * 0.5
+    np.testing.assert_allclose(dnp.asnumpy(A @ v), h @ hv)  # the reader reads v[c] as a piece
+
+    def late_release(dask_worker, delay):
+        store = dask_worker.extensions["dgvm"]
+        if delay is None:
+            store.__dict__.pop("release", None)
+            return
+        release = type(store).release.__get__(store)
+        store.release = lambda *a, **k: (time.sleep(delay), release(*a, **k))[1]
+
+    client.run(late_release, delay=3.0, workers=[home])
+    try:
+        v.migrate([c], other)
+        v *= 0.5  # written at its new home while the old one still holds its copy
+        hv = hv * 0.5
+        v.wait()
+        np.testing.assert_allclose(dnp.asnumpy(A @ v), h @ hv)
+    finally:
+        client.run(late_release, delay=None, workers=[home])
+        time.sleep(3.5)  # the late release ends before the next test

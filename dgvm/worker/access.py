@@ -68,6 +68,8 @@ class Access:
     # Piece requests sent ahead (``prefetch``): (alloc id, index, start, stop) -> (future
     # of the home's answer, where the home was).
     asked: dict = field(default_factory=dict)
+    # (alloc id, index) -> the home's write count of the chunk when its last piece was read
+    piece_writes: dict = field(default_factory=dict)
 
     @classmethod
     def here(cls) -> "Access":
@@ -160,23 +162,29 @@ class Access:
         and dropped again every time: as a piece it is one request to its home (known
         from the last one, ``Transfers.homes``) and no copy that a write must reach. Past
         ``REWRITTEN_READS`` such reads before its next write, it is copied again as a
-        replica, which serves the reads after it without a request."""
+        replica, which serves the reads after it without a request (the home's write count,
+        sent with each piece, tells a write since the last one)."""
         key = (spec.alloc_id, index)
         store = self.store
         nbytes = _nbytes(spec, shape)
         held = _covering(self.pieces, spec.alloc_id, index, 0, nbytes)
         if held is None:
             with store.lock:  # (one read per task: its reads after the first take the piece)
-                reads = store.rewritten.get(key)
-                if reads is None or not 0 < nbytes <= REWRITTEN_PIECE:
+                mark = store.rewritten.get(key)
+                if mark is None or not 0 < nbytes <= REWRITTEN_PIECE:
                     return None
-                if reads >= REWRITTEN_READS:
+                if mark[0] >= REWRITTEN_READS:
                     del store.rewritten[key]
                     return None
-                store.rewritten[key] = reads + 1
+                mark[0] += 1
             dst = self._read_piece(spec.alloc_id, index, 0, nbytes, store.backend.xp)
             if dst is None:  # its home is here now
                 return None
+            writes = self.piece_writes.get(key)
+            with store.lock:  # written since the last piece (no replica here to drop): count anew
+                if mark[1] is not None and writes != mark[1]:
+                    mark[0] = 1
+                mark[1] = writes
             held = (spec.alloc_id, index, 0, nbytes)
             self.pieces[held] = dst
         return self.pieces[held][:nbytes].view(spec.dtype).reshape(shape)
@@ -188,8 +196,8 @@ class Access:
         if self.store.local(*key) is not None or key in self.transient:
             return None
         nbytes = _nbytes(spec, spec.block_shape(spec.block(index)))
-        reads = self.store.rewritten.get(key)
-        if reads is None or reads >= REWRITTEN_READS or not 0 < nbytes <= REWRITTEN_PIECE:
+        mark = self.store.rewritten.get(key)
+        if mark is None or mark[0] >= REWRITTEN_READS or not 0 < nbytes <= REWRITTEN_PIECE:
             return None
         return 0, 0, nbytes
 
@@ -397,9 +405,17 @@ class Access:
             if desc is messages.MOVED:
                 where = None
                 continue
+            if desc.get("leaving"):
+                # A move is copying it away: its bytes are the home's last, unless the GVAT
+                # names the new home already (a write may have followed there: read that).
+                now = self.locate(alloc_id, index)
+                if now.home != where.home:
+                    where = now
+                    continue
             break
         else:
             raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while {w.address} read it")
+        self.piece_writes[key] = desc.get("writes")
         self.transfers.home_seen(key, where)
         try:
             dst = xp.empty(stop - start, dtype=np.uint8)

@@ -365,6 +365,11 @@ class ChunkStorePlugin(WorkerPlugin):
                     if span is not None and not (self.store.is_home(alloc_id, i)
                                                  and self.store.local(alloc_id, i) is held):
                         desc = messages.moved()
+                    elif span is not None and self.store.leaving(alloc_id, i):
+                        # A move is copying it away: once the GVAT names the new home, a
+                        # write may follow there before this copy is released. The reader
+                        # asks the GVAT (``Access._read_piece``).
+                        desc["leaving"] = True
                     out.append(desc)
                 else:
                     out.append(messages.moved())

@@ -81,10 +81,11 @@ class ChunkStore:
         # Read-only copies of chunks homed elsewhere: alloc id -> chunk index -> chunk.
         # The GVAT drops them (drop_replicas) before a write to the chunk completes.
         self._replicas: dict[int, dict[int, StoredChunk]] = {}
-        # Chunks whose read replica here a write made stale (alloc id, index) -> whole-chunk
-        # pieces read since (``dgvm.worker.access``, ``Access.rewritten``); the oldest
-        # forgotten past ``REWRITTEN_KEPT``.
-        self.rewritten: "collections.OrderedDict[tuple, int]" = collections.OrderedDict()
+        # Chunks whose read replica here a write made stale: (alloc id, index) -> [whole-chunk
+        # pieces read since its last write, the home's write count at the last one]
+        # (``dgvm.worker.access``, ``Access._rewritten``); the oldest forgotten past
+        # ``REWRITTEN_KEPT``.
+        self.rewritten: "collections.OrderedDict[tuple, list]" = collections.OrderedDict()
         # Copies that all-or-nothing launches wrote, until their commit (dgvm.worker.kernel_tasks):
         # launch id -> (alloc id of the output, {chunk index: new value}).
         self._staged: dict[str, tuple[int, dict]] = {}
@@ -493,12 +494,11 @@ class ChunkStore:
         if reads:
             held = self._replicas.get(alloc_id, {})
             indices = [i for i in indices if i in held and not held[i].durable]
-            with self.lock:
-                for i in indices:
-                    self.rewritten[(alloc_id, i)] = 0
-                    self.rewritten.move_to_end((alloc_id, i))
-                while len(self.rewritten) > REWRITTEN_KEPT:
-                    self.rewritten.popitem(last=False)
+            for i in indices:  # (under the store's lock: ``_locked``)
+                self.rewritten[(alloc_id, i)] = [0, None]
+                self.rewritten.move_to_end((alloc_id, i))
+            while len(self.rewritten) > REWRITTEN_KEPT:
+                self.rewritten.popitem(last=False)
         return self._drop(self._replicas, alloc_id, indices)
 
     def replicas(self, alloc_id: int) -> list[int]:
