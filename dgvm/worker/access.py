@@ -68,8 +68,6 @@ class Access:
     # Piece requests sent ahead (``prefetch``): (alloc id, index, start, stop) -> (future
     # of the home's answer, where the home was).
     asked: dict = field(default_factory=dict)
-    # (alloc id, index) -> the home's write count of the chunk when its last piece was read
-    piece_writes: dict = field(default_factory=dict)
 
     @classmethod
     def here(cls) -> "Access":
@@ -167,27 +165,30 @@ class Access:
         key = (spec.alloc_id, index)
         store = self.store
         nbytes = _nbytes(spec, shape)
-        held = _covering(self.pieces, spec.alloc_id, index, 0, nbytes)
-        if held is None:
-            with store.lock:  # (one read per task: its reads after the first take the piece)
+        if _covering(self.pieces, *key, 0, nbytes) is None and self._mark(key, nbytes) is None:
+            with store.lock:  # (past its reads as a piece, a replica from now on)
+                store.rewritten.pop(key, None)
+            return None
+        got = self._task_piece(*key, 0, nbytes, store.backend.xp)
+        if got is None:  # its home is here now
+            return None
+        buf, writes = got
+        if writes is not None:  # read now: one read per task, counted anew after a write
+            with store.lock:
                 mark = store.rewritten.get(key)
-                if mark is None or not 0 < nbytes <= REWRITTEN_PIECE:
-                    return None
-                if mark[0] >= REWRITTEN_READS:
-                    del store.rewritten[key]
-                    return None
-                mark[0] += 1
-            dst = self._read_piece(spec.alloc_id, index, 0, nbytes, store.backend.xp)
-            if dst is None:  # its home is here now
-                return None
-            writes = self.piece_writes.get(key)
-            with store.lock:  # written since the last piece (no replica here to drop): count anew
-                if mark[1] is not None and writes != mark[1]:
-                    mark[0] = 1
-                mark[1] = writes
-            held = (spec.alloc_id, index, 0, nbytes)
-            self.pieces[held] = dst
-        return self.pieces[held][:nbytes].view(spec.dtype).reshape(shape)
+                if mark is not None:
+                    mark[0] = 1 if mark[1] is not None and writes != mark[1] else mark[0] + 1
+                    mark[1] = writes
+        return buf.view(spec.dtype).reshape(shape)
+
+    def _mark(self, key: tuple, nbytes: int):
+        """The ``ChunkStore.rewritten`` mark of chunk ``key`` while ``_rewritten`` reads it
+        whole as a piece (at most ``REWRITTEN_PIECE`` bytes, fewer than ``REWRITTEN_READS``
+        reads since its last write), else None."""
+        mark = self.store.rewritten.get(key)
+        if mark is None or mark[0] >= REWRITTEN_READS or not 0 < nbytes <= REWRITTEN_PIECE:
+            return None
+        return mark
 
     def _rewritten_span(self, spec: ArraySpec, index: int):
         """(0, 0, its bytes) of chunk ``index`` when ``_rewritten`` would read it whole as
@@ -196,10 +197,7 @@ class Access:
         if self.store.local(*key) is not None or key in self.transient:
             return None
         nbytes = _nbytes(spec, spec.block_shape(spec.block(index)))
-        mark = self.store.rewritten.get(key)
-        if mark is None or mark[0] >= REWRITTEN_READS or not 0 < nbytes <= REWRITTEN_PIECE:
-            return None
-        return 0, 0, nbytes
+        return None if self._mark(key, nbytes) is None else (0, 0, nbytes)
 
     def locate(self, alloc_id: AllocId, index: int) -> Where:
         """The GVAT's answer for a chunk this worker needs: its home, path, version
@@ -312,14 +310,10 @@ class Access:
         first, start, stop = span
         shape = spec.block_shape(spec.block(index))
         itemsize = np.dtype(spec.dtype).itemsize
-        held = _covering(self.pieces, alloc_id, index, start, stop)
-        if held is None:
-            dst = self._read_piece(alloc_id, index, start, stop, xp)
-            if dst is None:
-                return None
-            held = (alloc_id, index, start, stop)
-            self.pieces[held] = dst
-        dst = self.pieces[held][first - held[2]:]
+        got = self._task_piece(alloc_id, index, start, stop, xp)
+        if got is None:
+            return None
+        dst = got[0][first - start:]
         strides, step = [], itemsize
         for n in reversed(shape):
             strides.insert(0, step)
@@ -378,7 +372,8 @@ class Access:
 
     def _read_piece(self, alloc_id: int, index: int, start: int, stop: int, xp):
         """Bytes ``[start, stop)`` of chunk ``index`` from its home, as a new 1-D uint8
-        array of ``xp``; None if its home is (now) this worker."""
+        array of ``xp``, and the home's write count of the chunk then; None if its home
+        is (now) this worker."""
         w, key = self.worker, (alloc_id, index)
         path = self.transfers["comm"]
         t0 = time.perf_counter()
@@ -415,7 +410,6 @@ class Access:
             break
         else:
             raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while {w.address} read it")
-        self.piece_writes[key] = desc.get("writes")
         self.transfers.home_seen(key, where)
         try:
             dst = xp.empty(stop - start, dtype=np.uint8)
@@ -430,7 +424,19 @@ class Access:
         self.store.stats.misses += 1
         self.store.stats.transient += 1
         self.store.stats.moved(path.name, stop - start, time.perf_counter() - t0, copy_s)
-        return dst
+        return dst, desc.get("writes")
+
+    def _task_piece(self, alloc_id: int, index: int, start: int, stop: int, xp):
+        """Bytes ``[start, stop)`` of chunk ``index`` (a 1-D uint8 array): of a piece this
+        task read before, or read now from its home and kept for the task, with the home's
+        write count then (None for a piece held); None if its home is here now."""
+        held = _covering(self.pieces, alloc_id, index, start, stop)
+        if held is not None:
+            return self.pieces[held][start - held[2]:stop - held[2]], None
+        got = self._read_piece(alloc_id, index, start, stop, xp)
+        if got is not None:
+            self.pieces[(alloc_id, index, start, stop)] = got[0]
+        return got
 
     @staticmethod
     def _same(before: Where, after: Where) -> bool:

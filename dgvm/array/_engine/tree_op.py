@@ -117,10 +117,8 @@ class Elementwise:
         its inputs' blocks end (a ``Reads``): each leaf of a part is a view of one chunk
         or a piece read from a neighbour, never a gathered copy of the region."""
         parts = self.boxes(lo, hi, read.edges) if len(lo) else [(lo, hi)]
-        if len(parts) > 1 or len(self.shapes) > 1:
-            # The pieces of other workers' chunks asked for together, before the first part
-            # runs (its leaves are mostly this chunk's own: those ask nothing).
-            for blo, bhi in parts:
+        if len(parts) > 1:  # the neighbours' pieces asked for together, before the first part runs
+            for blo, bhi in parts[1:]:
                 for i in range(len(self.shapes)):
                     read.prefetch(i, *self.region(i, blo, bhi))
         for blo, bhi in parts:

@@ -62,6 +62,7 @@ def run_assign(x, maps, sel_shape, keep, value, chunks) -> None:
     tree = _fusable(value, x)
     if tree is not None:
         d = value.deferred
+        deferred.evaluated(d)
         op = AssignTree(tuple(maps), sel_shape, keep, None, value.shape, tree, value.dtype.str)
         blockwise.run(op, x, [x, *d.inputs], "setitem", chunks)
         return
@@ -86,7 +87,6 @@ def _fusable(value, x):
         return None
     if any(a is x or not isinstance(a, ArrayCore) or a.alias is not None for a in d.inputs):
         return None
-    deferred.evaluated(d)
     return Elementwise.of(d.expr, d.inputs, d.views, value.shape)
 
 
