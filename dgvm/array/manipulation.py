@@ -145,6 +145,8 @@ def broadcast_arrays(*arrays):
 @empty_aware
 def flip(x, /, *, axis=None):
     """``x`` with the order of elements reversed along ``axis`` (None: all axes)."""
+    if x.ndim == 0 and axis is not None:  # (reductions take axis 0 of a 0-d array; flip does not)
+        raise np.exceptions.AxisError(f"flip: axis {axis} is out of bounds for an array of 0 dimensions")
     axes = normalize_axis(axis, x.ndim)
     return getitem(x, tuple(slice(None, None, -1) if a in axes else slice(None) for a in range(x.ndim)))
 
