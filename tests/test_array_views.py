@@ -383,3 +383,22 @@ def test_an_expression_assigned_to_a_selection_is_computed_as_it_is_written(case
     x[2:28:3, ::-2] = dnp.asarray(h[:9, :10] * -1, chunks=(4, 3))
     hx[2:28:3, ::-2] = h[:9, :10] * -1
     same(x, hx)
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunks=st.lists(st.integers(1, 7), min_size=1, max_size=6), start=st.integers(-50, 50),
+       stop=st.integers(-50, 50), step=st.sampled_from([-7, -3, -2, -1, 1, 2, 3, 5, 11]))
+def test_a_sliced_axis_is_cut_from_its_range_as_from_its_coordinates(chunks, start, stop, step):
+    """A view's chunks and the chunks a slice writes are found by arithmetic per block
+    (a slice of a long axis is a range of millions of coordinates, and this runs on the
+    caller for every operation): the same as from the coordinates themselves."""
+    from types import SimpleNamespace
+
+    from dgvm.array._engine.keys import chunks_selected
+    from dgvm.array._engine.placement import gathered_chunks
+
+    x = SimpleNamespace(chunks=(tuple(chunks),), numblocks=(len(chunks),))
+    r = range(sum(chunks))[start:stop:step]
+    coords = np.asarray(r, dtype=np.int64)
+    assert gathered_chunks(x, 0, r) == gathered_chunks(x, 0, coords)
+    assert chunks_selected(x, [r]) == chunks_selected(x, [coords])

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dgvm.array._engine.core import ArrayCore
+from dgvm.array._engine.placement import range_blocks
 from dgvm.array._engine.views import View
 
 
@@ -116,6 +117,8 @@ def chunks_selected(x, maps) -> list[int]:
     for a, m in enumerate(maps):
         if m is None:
             blocks.append(np.arange(len(x.chunks[a])))
+        elif isinstance(m, range):
+            blocks.append(np.array(sorted(b for b, _ in range_blocks(x.chunks[a], m)), dtype=np.intp))
         else:
             blocks.append(np.unique(np.searchsorted(np.cumsum(x.chunks[a]), np.asarray(m), side="right")))
     if not blocks:

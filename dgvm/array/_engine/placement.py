@@ -44,21 +44,43 @@ def result_like(like, shape, dtype, chunks, first_in=None):
     return type(like).allocated(shape, dtype, chunks, colocate=colocate, zero=False)
 
 
-def gathered_chunks(x, a: int, m: np.ndarray) -> tuple:
-    """Chunks along axis ``a`` of ``x`` gathered by the coordinates ``m``: cut where the
-    source block changes, so that most output chunks read one input chunk; never larger
-    than the input's largest."""
-    st = np.cumsum((0,) + x.chunks[a])
-    src_block = np.searchsorted(st, m, side="right") - 1
-    cuts = np.flatnonzero(np.diff(src_block)) + 1
-    edges = [0, *cuts.tolist(), len(m)]
+def range_blocks(chunks: tuple, r: range) -> list[tuple[int, int]]:
+    """(block, how many of ``r``'s coordinates fall in it) along an axis cut into
+    ``chunks``, in the order ``r`` visits the blocks: arithmetic per block, never per
+    coordinate (a view of a long axis is a range of millions)."""
+    fwd = r if r.step > 0 else r[::-1]
+    out, lo = [], 0
+    if fwd:
+        first, last, step, n = fwd.start, fwd[-1], fwd.step, len(fwd)
+        for b, size in enumerate(chunks):
+            hi = lo + size
+            if hi > first and lo <= last:
+                i_lo = max(0, -(-(lo - first) // step))  # the first index at or past lo
+                i_hi = min(n, -(-(hi - first) // step))
+                if i_lo < i_hi:
+                    out.append((b, i_hi - i_lo))
+            lo = hi
+    return out if r.step > 0 else out[::-1]
+
+
+def gathered_chunks(x, a: int, m) -> tuple:
+    """Chunks along axis ``a`` of ``x`` gathered by the coordinates ``m`` (an array, or a
+    range): cut where the source block changes, so that most output chunks read one input
+    chunk; never larger than the input's largest."""
+    if isinstance(m, range):
+        runs = [count for _, count in range_blocks(x.chunks[a], m)]
+    else:
+        st = np.cumsum((0,) + x.chunks[a])
+        src_block = np.searchsorted(st, m, side="right") - 1
+        edges = [0, *(np.flatnonzero(np.diff(src_block)) + 1).tolist(), len(m)]
+        runs = [e - s for s, e in zip(edges[:-1], edges[1:])]
     limit = max(x.chunks[a])
     out = []
-    for s, e in zip(edges[:-1], edges[1:]):
-        while e - s > limit:
+    for run in runs or [0]:
+        while run > limit:
             out.append(limit)
-            s += limit
-        out.append(e - s)
+            run -= limit
+        out.append(run)
     return tuple(out)
 
 

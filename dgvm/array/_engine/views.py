@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from dgvm.array._engine.placement import gathered_chunks
 
 
@@ -67,7 +65,7 @@ class View:
             if step[a] == 1 and start[a] == 0 and n == x.shape[a]:
                 chunks.append(x.chunks[a])  # the axis whole: its chunks as they are
             else:
-                chunks.append(gathered_chunks(x, a, start[a] + step[a] * np.arange(n)))
+                chunks.append(gathered_chunks(x, a, range(start[a], start[a] + step[a] * n, step[a])))
         return cls(tuple(axes), tuple(start), tuple(step), tuple(shape), tuple(chunks))
 
     def then(self, outer: "View") -> "View":
