@@ -387,13 +387,16 @@ def test_an_expression_assigned_to_a_selection_is_computed_as_it_is_written(case
 
 @settings(max_examples=300, deadline=None)
 @given(chunks=st.lists(st.integers(1, 7), min_size=1, max_size=6), start=st.integers(-50, 50),
-       stop=st.integers(-50, 50), step=st.sampled_from([-7, -3, -2, -1, 1, 2, 3, 5, 11]))
-def test_a_sliced_axis_is_cut_from_its_range_as_from_its_coordinates(chunks, start, stop, step):
-    """A view's chunks and the chunks a slice writes are found by arithmetic per block
-    (a slice of a long axis is a range of millions of coordinates, and this runs on the
-    caller for every operation): the same as from the coordinates themselves."""
+       stop=st.integers(-50, 50), step=st.sampled_from([-7, -3, -2, -1, 1, 2, 3, 5, 11]),
+       block=st.integers(0, 5))
+def test_a_sliced_axis_is_cut_from_its_range_as_from_its_coordinates(chunks, start, stop, step, block):
+    """A view's chunks, the chunks a slice writes (on the caller) and the positions it
+    writes in a chunk (on its worker) are found by arithmetic per block, for every
+    operation: a slice of a long axis is a range of millions of coordinates. The same as
+    from the coordinates themselves."""
     from types import SimpleNamespace
 
+    from dgvm.array._engine.assign_ops import Assign
     from dgvm.array._engine.keys import chunks_selected
     from dgvm.array._engine.placement import gathered_chunks
 
@@ -402,3 +405,11 @@ def test_a_sliced_axis_is_cut_from_its_range_as_from_its_coordinates(chunks, sta
     coords = np.asarray(r, dtype=np.int64)
     assert gathered_chunks(x, 0, r) == gathered_chunks(x, 0, coords)
     assert chunks_selected(x, [r]) == chunks_selected(x, [coords])
+    b = min(block, len(chunks) - 1)
+    lo, hi = [sum(chunks[:b])], [sum(chunks[:b + 1])]
+    by_range, by_coords = (Assign((m,), (len(r),), (0,), 1.0, None).coords(None, lo, hi) for m in (r, coords))
+    if by_coords is None:
+        assert by_range is None
+    else:
+        for got, want in zip(by_range, by_coords):
+            np.testing.assert_array_equal(got[0], want[0])

@@ -16,6 +16,7 @@ import numpy as np
 
 from dgvm.array._engine.index_ops import runs_of, within
 from dgvm.array._engine.mask_ops import exclusive
+from dgvm.array._engine.placement import range_within
 
 
 def _host(a):
@@ -50,6 +51,13 @@ class Assign:
             if m is None:
                 local.append(np.arange(hi[a] - lo[a]))
                 sel.append(np.arange(lo[a], hi[a]))
+                continue
+            if isinstance(m, range):  # (a slice: its places here by arithmetic, not a scan)
+                i, k = range_within(m, lo[a], hi[a])
+                if i == k:
+                    return None  # the key selects nothing in this chunk
+                local.append(np.arange(m[i] - lo[a], m[k - 1] - lo[a] + (1 if m.step > 0 else -1), m.step))
+                sel.append(np.arange(i, k))
                 continue
             m = np.asarray(m)
             j = np.flatnonzero((m >= lo[a]) & (m < hi[a]))

@@ -44,22 +44,30 @@ def result_like(like, shape, dtype, chunks, first_in=None):
     return type(like).allocated(shape, dtype, chunks, colocate=colocate, zero=False)
 
 
+def range_within(r: range, lo: int, hi: int) -> tuple[int, int]:
+    """The places ``[i, j)`` in ``r`` of its coordinates within ``[lo, hi)`` (they are
+    consecutive: a range is monotonic); ``i == j`` where there are none. Arithmetic, not a
+    scan: a slice of a long axis is a range of millions of coordinates."""
+    n = len(r)
+    fwd = r if r.step > 0 else r[::-1]
+    if not n or hi <= fwd.start or lo > fwd[-1]:
+        return 0, 0
+    i = max(0, -(-(lo - fwd.start) // fwd.step))  # the first place at or past lo
+    j = min(n, -(-(hi - fwd.start) // fwd.step))
+    if i >= j:
+        return 0, 0
+    return (i, j) if r.step > 0 else (n - j, n - i)
+
+
 def range_blocks(chunks: tuple, r: range) -> list[tuple[int, int]]:
     """(block, how many of ``r``'s coordinates fall in it) along an axis cut into
-    ``chunks``, in the order ``r`` visits the blocks: arithmetic per block, never per
-    coordinate (a view of a long axis is a range of millions)."""
-    fwd = r if r.step > 0 else r[::-1]
+    ``chunks``, in the order ``r`` visits the blocks (``range_within`` per block)."""
     out, lo = [], 0
-    if fwd:
-        first, last, step, n = fwd.start, fwd[-1], fwd.step, len(fwd)
-        for b, size in enumerate(chunks):
-            hi = lo + size
-            if hi > first and lo <= last:
-                i_lo = max(0, -(-(lo - first) // step))  # the first index at or past lo
-                i_hi = min(n, -(-(hi - first) // step))
-                if i_lo < i_hi:
-                    out.append((b, i_hi - i_lo))
-            lo = hi
+    for b, size in enumerate(chunks):
+        i, j = range_within(r, lo, lo + size)
+        if i < j:
+            out.append((b, j - i))
+        lo += size
     return out if r.step > 0 else out[::-1]
 
 

@@ -16,7 +16,7 @@ from dgvm.array._engine import blockwise, deferred, lineage
 from dgvm.array._engine.aliases import view_of, whole
 from dgvm.array._engine.assign_ops import Assign, AssignTree
 from dgvm.array._engine.core import ArrayCore
-from dgvm.array._engine.keys import fitted, storable
+from dgvm.array._engine.keys import chunks_selected, fitted, storable
 from dgvm.array._engine.tree_op import Elementwise
 from dgvm.array._engine.views import View
 
@@ -43,14 +43,14 @@ def write_view(target, value) -> None:
     if not isinstance(value, (ArrayCore, np.ndarray)):
         storable(value, base.dtype)
         blockwise.run(Assign(tuple(maps), sel, tuple(keep), value, None), base, [base], "setitem",
-                      _covered(base, maps))
+                      chunks_selected(base, maps))
         return
     value = _lined_up(value, v, len(target.shape) - len(vshape))
     if isinstance(value, np.ndarray):
         value = type(base).from_host(np.array(value, dtype=base.dtype, order="C"))  # (0-d stays 0-d)
     elif value is base:  # read from a copy: the write changes what it reads
         value = whole(value)
-    run_assign(base, maps, sel, tuple(keep), value, _covered(base, maps))
+    run_assign(base, maps, sel, tuple(keep), value, chunks_selected(base, maps))
 
 
 def run_assign(x, maps, sel_shape, keep, value, chunks) -> None:
@@ -91,7 +91,7 @@ def _fusable(value, x):
 
 
 def _maps(base, v: View):
-    """Per axis of the base, the coordinates the view covers (None: all of it; one
+    """Per axis of the base, the coordinates the view covers (a range; None: all of it; one
     coordinate for an axis an integer fixed), and the base axes the view walks, in order."""
     maps, keep = [], []
     for a in range(base.ndim):
@@ -100,23 +100,9 @@ def _maps(base, v: View):
             continue
         n = v.shape[v.axes.index(a)]
         whole_axis = v.start[a] == 0 and v.step[a] == 1 and n == base.shape[a]
-        maps.append(None if whole_axis else v.start[a] + v.step[a] * np.arange(n, dtype=np.int64))
+        maps.append(None if whole_axis else range(v.start[a], v.start[a] + v.step[a] * n, v.step[a]))
         keep.append(a)
     return maps, keep
-
-
-def _covered(base, maps) -> list[int]:
-    """The chunk indices of ``base`` holding some element the maps select (C order)."""
-    blocks = []
-    for a, m in enumerate(maps):
-        n = len(base.chunks[a])
-        if m is None:
-            blocks.append(np.arange(n))
-        else:
-            edges = np.cumsum(base.chunks[a])
-            blocks.append(np.unique(np.searchsorted(edges, m, side="right")))
-    grid = np.meshgrid(*blocks, indexing="ij")
-    return np.ravel_multi_index([g.reshape(-1) for g in grid], base.numblocks).tolist() if blocks else [0]
 
 
 def _lined_up(value, v: View, pad: int):
