@@ -45,19 +45,21 @@ class Assign:
 
     def coords(self, read, lo, hi):
         """Per axis of x: the selected positions in the chunk and their places in the
-        selection (host arrays, in the same order); None if the chunk has none."""
+        selection, in the same order: ranges for a slice or the whole axis (found by
+        arithmetic: a slice of a long axis has millions of coordinates, and a stencil step
+        writes one), host arrays for an index array; None if the chunk has none."""
         local, sel = [], []
         for a, m in enumerate(self.maps):
             if m is None:
-                local.append(np.arange(hi[a] - lo[a]))
-                sel.append(np.arange(lo[a], hi[a]))
+                local.append(range(hi[a] - lo[a]))
+                sel.append(range(lo[a], hi[a]))
                 continue
-            if isinstance(m, range):  # (a slice: its places here by arithmetic, not a scan)
+            if isinstance(m, range):
                 i, k = range_within(m, lo[a], hi[a])
                 if i == k:
                     return None  # the key selects nothing in this chunk
-                local.append(np.arange(m[i] - lo[a], m[k - 1] - lo[a] + (1 if m.step > 0 else -1), m.step))
-                sel.append(np.arange(i, k))
+                local.append(range(m[i] - lo[a], m[k - 1] - lo[a] + (1 if m.step > 0 else -1), m.step))
+                sel.append(range(i, k))
                 continue
             m = np.asarray(m)
             j = np.flatnonzero((m >= lo[a]) & (m < hi[a]))
@@ -79,7 +81,7 @@ class Assign:
         else:
             vsh = self.value_shape
             d = len(self.sel_shape) - len(vsh)
-            coords = [sel[self.keep[i + d]] for i in range(len(vsh))]
+            coords = [_array(sel[self.keep[i + d]]) for i in range(len(vsh))]
             vlo = [0 if n == 1 else int(c.min()) for n, c in zip(vsh, coords)]
             vhi = [1 if n == 1 else int(c.max()) + 1 for n, c in zip(vsh, coords)]
             region = self.value_region(read, vlo, vhi, xp)
@@ -144,17 +146,24 @@ class AssignTree(Assign):
         return True
 
 
+def _array(c):
+    """Positions ``c`` (a range or a host array) as a host array."""
+    return np.arange(c.start, c.stop, c.step) if isinstance(c, range) else c
+
+
 def _run(c) -> bool:
-    """Whether host positions ``c`` are a run of step 1."""
+    """Whether positions ``c`` (a range or a host array) are a run of step 1."""
+    if isinstance(c, range):
+        return len(c) > 0 and (c.step == 1 or len(c) == 1)
     return len(c) > 0 and int(c[-1]) - int(c[0]) == len(c) - 1 and (len(c) < 3 or bool((np.diff(c) == 1).all()))
 
 
 def _index(coords, xp):
-    """An index of the positions ``coords`` (one host array per axis): slices where they
-    are runs of step 1 (a copy, not a gather), else ``ix_``."""
+    """An index of the positions ``coords`` (a range or a host array per axis): slices
+    where they are runs of step 1 (a copy, not a gather), else ``ix_``."""
     if all(_run(c) for c in coords):
         return tuple(slice(int(c[0]), int(c[-1]) + 1) for c in coords)
-    return xp.ix_(*(xp.asarray(c) for c in coords))
+    return xp.ix_(*(xp.asarray(_array(c)) for c in coords))
 
 
 @dataclass
