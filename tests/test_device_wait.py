@@ -167,3 +167,19 @@ def test_every_task_waits_when_configured(case):
         assert _left_running(case.client) == before
     finally:
         _set_device_wait(case.client, "last")
+
+
+def test_a_chain_of_steps_leaves_each_steps_device_work_running_for_the_next(case):
+    """Each step of a chain reads the one before (``x += 1``): the next step's task has
+    arrived and waits only for this worker's running task, so that task leaves its device
+    work running (the next one queues behind it on the stream and waits for the device);
+    the values are NumPy's."""
+    h = np.random.default_rng(2).random((64, 64))
+    x = dnp.from_numpy(h, chunks=(64, 64))
+    x.wait()
+    before = _left_running(case.client)
+    for _ in range(30):
+        x += 1.0
+    np.testing.assert_allclose(dnp.asnumpy(x), h + 30.0, rtol=1e-12)
+    # (the caller may fall behind the worker now and then: then a step waits)
+    assert _left_running(case.client) - before >= 10

@@ -78,6 +78,7 @@ class DirectTasks:
         self.unready: "collections.OrderedDict[str, None]" = collections.OrderedDict()
         self.peer_asks = 0  # questions from other workers' tasks answered here (``ended_here``)
         self.waiting = 0  # tasks ready to run, waiting for a thread
+        self.behind = 0  # tasks waiting for earlier tasks of this worker to end
         self._waiting_lock = threading.Lock()  # (counted up on the loop, down in a thread)
 
     async def serve(self, comm, client: str | None = None):
@@ -135,7 +136,14 @@ class DirectTasks:
             for dep in msg.get("after", ()):
                 f = self.ended.get(dep)
                 if f is not None:
-                    await asyncio.shield(f)
+                    # (it runs here after that one: counted as ready, ``ready``)
+                    with self._waiting_lock:
+                        self.behind += 1
+                    try:
+                        await asyncio.shield(f)
+                    finally:
+                        with self._waiting_lock:
+                            self.behind -= 1
                 failed = self.failed.get(dep)
                 if failed is not None:  # it fails with the error of the task it follows
                     self._failed(key, failed)
@@ -301,5 +309,9 @@ class DirectTasks:
                     break
 
     def ready(self) -> bool:
-        """Is a direct task ready here, waiting only for a thread?"""
-        return self.waiting > 0
+        """Is a direct task ready here, waiting only for a thread or for earlier tasks of
+        this worker? Either runs here next, on the device's stream after the running
+        task's work, so that task may leave its work running (``finish_on_device``): in a
+        chain of steps, each reading the last (a stencil, a solver), the next step's host
+        work then overlaps this one's device work instead of following it."""
+        return self.waiting > 0 or self.behind > 0
