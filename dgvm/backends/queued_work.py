@@ -1,7 +1,8 @@
 """Device work that a task queued and left running when it returned.
 
 A task that queues kernels may return without waiting for them when another dgvm task
-is ready to run on its worker (``dgvm.worker.tasks``): Dask's steps between the two
+is ready to run on its worker, or waits there only for it (``dgvm.worker.tasks``,
+``DirectTasks.ready``): the steps between the two
 tasks (about a millisecond, ``benchmarks/task_timeline.py``) then overlap the device's
 work instead of leaving it idle. The last task of a run waits for the device, and so for
 the work of every task before it: one stream runs it all in order.
