@@ -413,3 +413,23 @@ def test_a_sliced_axis_is_cut_from_its_range_as_from_its_coordinates(chunks, sta
     else:
         for got, want in zip(by_range, by_coords):
             np.testing.assert_array_equal(got[0], want[0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(shape=st.lists(st.integers(1, 9), min_size=1, max_size=3), data=st.data())
+def test_a_chunks_positions_of_a_strided_slice_are_written_as_a_slice(shape, data):
+    """The positions a key writes in a chunk, ranges of any step (negative ones through
+    position 0 too) or runs of an index array, are written through a strided slice, the
+    same elements as the index gather (``ix_``) of their coordinates."""
+    from dgvm.array._engine.assign_ops import _array, _index
+
+    coords = []
+    for n in shape:
+        r = range(n)[data.draw(st.integers(-n - 1, n + 1)):data.draw(st.integers(-n - 1, n + 1)):
+                     data.draw(st.sampled_from([-3, -2, -1, 1, 2, 3]))] or range(0, 1)
+        coords.append(r if data.draw(st.booleans()) else np.asarray(r))
+    by_index, by_gather = np.zeros(shape), np.zeros(shape)
+    v = 1.0 + np.arange(np.prod([len(c) for c in coords])).reshape([len(c) for c in coords])
+    by_index[_index(coords, np)] = v
+    by_gather[np.ix_(*[np.asarray(_array(c)) for c in coords])] = v
+    np.testing.assert_array_equal(by_index, by_gather)

@@ -160,10 +160,17 @@ def _run(c) -> bool:
 
 def _index(coords, xp):
     """An index of the positions ``coords`` (a range or a host array per axis): slices
-    where they are runs of step 1 (a copy, not a gather), else ``ix_``."""
-    if all(_run(c) for c in coords):
-        return tuple(slice(int(c[0]), int(c[-1]) + 1) for c in coords)
+    where they are ranges or runs of step 1 (a strided copy, not a gather), else ``ix_``."""
+    if all(isinstance(c, range) or _run(c) for c in coords):
+        return tuple(_slice(c) for c in coords)
     return xp.ix_(*(xp.asarray(_array(c)) for c in coords))
+
+
+def _slice(c) -> slice:
+    """The slice of positions ``c``: a non-empty range, or a run of step 1."""
+    if not isinstance(c, range):
+        return slice(int(c[0]), int(c[-1]) + 1)
+    return slice(c.start, None if c.stop < 0 else c.stop, c.step)  # (stop -1: through 0)
 
 
 @dataclass
