@@ -53,3 +53,41 @@ def test_a_task_sent_back_unready_is_not_ended_for_those_that_ask():
     assert asked == {"unknown": ["U"]}  # not {}: U never ran
     assert follower == [{"key": "F", "unready": True}]  # its follower here goes back too
     assert logged == []  # neither ran: nothing for the dashboard
+
+
+def test_a_task_counts_as_ready_behind_a_running_one_only_if_it_runs_right_after_it():
+    """A task that waits for a task running on this worker lets that one leave its device
+    work running (``DirectTasks.ready``) only when it will run as soon as that one ends:
+    not one that must still ask another worker, one behind a task not running yet, or one
+    that follows a task that failed (it will not run)."""
+    def msg(key, after, peers=None):
+        return {"key": key, "after": after, "peers": peers or {}, "task": pickle.dumps((_noop, ())),
+                "indices": [], "results": None, "written": None}
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        worker = _Worker()
+        worker.logged = []
+        tasks = DirectTasks(worker, plugin=None)
+        for key in ("R", "X"):  # R runs here now; X has arrived and waits
+            tasks.ended[key] = loop.create_future()
+        tasks.running.add("R")
+        tasks.failed["Q"] = {"exception": "boom"}
+        answers, seen = [], []
+        for m in (msg("G", ["X"]), msg("P", ["R"], {"tcp://gone": ["A"]}), msg("H", ["Q", "R"])):
+            tasks._start(m, answers.append)
+            await asyncio.sleep(0.01)
+            seen.append(tasks.ready())
+        tasks._start(msg("F", ["R"]), answers.append)
+        await asyncio.sleep(0.01)
+        seen.append(tasks.ready())
+        tasks.running.discard("R")
+        for key in ("R", "X"):
+            tasks.ended.pop(key).set_result(None)
+        await asyncio.sleep(0.2)
+        return seen, answers, tasks.behind
+
+    seen, answers, behind = asyncio.run(main())
+    assert seen == [False, False, False, True]
+    assert {a["key"] for a in answers} == {"G", "P", "H", "F"} and behind == {}
+    assert {a["key"] for a in answers if a.get("unready")} == {"P"}

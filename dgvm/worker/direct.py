@@ -78,7 +78,9 @@ class DirectTasks:
         self.unready: "collections.OrderedDict[str, None]" = collections.OrderedDict()
         self.peer_asks = 0  # questions from other workers' tasks answered here (``ended_here``)
         self.waiting = 0  # tasks ready to run, waiting for a thread
-        self.behind = 0  # tasks waiting for earlier tasks of this worker to end
+        # key -> the task of this worker it runs right after (``ready``)
+        self.behind: dict[str, str] = {}
+        self.running: set[str] = set()  # tasks whose body runs in a thread now
         self._waiting_lock = threading.Lock()  # (counted up on the loop, down in a thread)
 
     async def serve(self, comm, client: str | None = None):
@@ -133,21 +135,30 @@ class DirectTasks:
     async def _run(self, key: str, msg: dict, answer, ended: asyncio.Future) -> None:
         start, status, chunks = time.time(), "error", 0
         try:
-            for dep in msg.get("after", ()):
+            after = msg.get("after", ())
+            # Behind the last of them still to end, it runs as soon as that one ends (no
+            # peers to ask, none failed or sent back), so it counts as ready while that
+            # one runs (``ready``).
+            pending = [dep for dep in after if dep in self.ended]
+            last = pending[-1] if pending and not msg.get("peers") and not any(
+                dep in self.failed or dep in self.unready for dep in after) else None
+            for dep in after:
                 f = self.ended.get(dep)
                 if f is not None:
-                    # (it runs here after that one: counted as ready, ``ready``)
-                    with self._waiting_lock:
-                        self.behind += 1
+                    if dep == last:
+                        with self._waiting_lock:
+                            self.behind[key] = dep
                     try:
                         await asyncio.shield(f)
                     finally:
-                        with self._waiting_lock:
-                            self.behind -= 1
+                        if dep == last:
+                            with self._waiting_lock:
+                                self.behind.pop(key, None)
                 failed = self.failed.get(dep)
                 if failed is not None:  # it fails with the error of the task it follows
                     self._failed(key, failed)
                     answer({"key": key, **failed})
+                    self._settle_device()
                     return
                 if dep in self.unready:
                     status = self._unready(key, answer)
@@ -267,6 +278,7 @@ class DirectTasks:
         event loop to send (``_reports``)."""
         with self._waiting_lock:
             self.waiting -= 1
+            self.running.add(key)
             started[0] = True
         reports: list = []
         _running.task = (self.worker, key, reports)
@@ -277,6 +289,8 @@ class DirectTasks:
             raise
         finally:
             _running.task = None
+            with self._waiting_lock:
+                self.running.discard(key)
 
     async def _reports(self, reports) -> None:
         """Hand the task's reports ((message, urgent) each) to the GVAT. An urgent one (it
@@ -309,9 +323,28 @@ class DirectTasks:
                     break
 
     def ready(self) -> bool:
-        """Is a direct task ready here, waiting only for a thread or for earlier tasks of
-        this worker? Either runs here next, on the device's stream after the running
-        task's work, so that task may leave its work running (``finish_on_device``): in a
-        chain of steps, each reading the last (a stencil, a solver), the next step's host
-        work then overlaps this one's device work instead of following it."""
-        return self.waiting > 0 or self.behind > 0
+        """Is a direct task ready here: waiting only for a thread, or to run as soon as a
+        task running here now ends (``behind`` it: no other worker to ask, nothing it
+        follows failed)? Either runs on the device's stream after the running task's
+        work, so that task may leave its work running (``finish_on_device``): in a chain
+        of steps, each reading the last (a stencil, a solver), the next step's host work
+        then overlaps this one's device work instead of following it."""
+        with self._waiting_lock:
+            return self.waiting > 0 or any(dep in self.running for dep in self.behind.values())
+
+    def _settle_device(self) -> None:
+        """A task that was to run after one that failed does not run: if that one left
+        its device work running for it (``ready``), wait for that work on a thread, so
+        that a fault in it is found now (and logged), not by some later unrelated task."""
+        store = getattr(self.plugin, "store", None)
+        backend = None if store is None else store.backend
+        if backend is None or backend.queued.done():
+            return
+
+        def wait():
+            try:
+                backend.synchronize()
+            except Exception:  # noqa: BLE001  (the context ended: the next task says so)
+                logger.exception("dgvm: device work left running by a failed task")
+
+        asyncio.get_running_loop().run_in_executor(None, wait)

@@ -205,8 +205,9 @@ def device_task(access: Access, what: str, out: ArraySpec, indices, may_leave: b
 
 
 def next_task_waits(worker) -> bool:
-    """Is another dgvm task ready to run on ``worker``, waiting only for a thread? It
-    finishes its own device work after this task's (``finish_on_device``)."""
+    """Is another dgvm task ready to run on ``worker``, waiting only for a thread or for
+    the running task (``DirectTasks.ready``)? It finishes its own device work after this
+    task's (``finish_on_device``)."""
     plugin = getattr(worker, "plugins", {}).get(messages.STORE_PLUGIN)
     if plugin is not None and plugin.direct.ready():
         return True
