@@ -433,3 +433,42 @@ def test_a_chunks_positions_of_a_strided_slice_are_written_as_a_slice(shape, dat
     by_index[_index(coords, np)] = v
     by_gather[np.ix_(*[np.asarray(_array(c)) for c in coords])] = v
     np.testing.assert_array_equal(by_index, by_gather)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_an_assignment_writes_each_chunk_as_numpy_writes_the_array(data):
+    """``Assign`` on each chunk of a 2-d array (the positions a key of slices of any step
+    and integers selects there, found as ranges, the value broadcast onto them and read
+    by the region each chunk needs) writes what NumPy's ``x[key] = value`` writes."""
+    from dgvm.array._engine.assign_ops import Assign
+
+    shape = [data.draw(st.integers(1, 9)) for _ in range(2)]
+    cuts = [sorted(data.draw(st.sets(st.integers(1, n - 1), max_size=3))) if n > 1 else [] for n in shape]
+    key, maps, keep = [], [], []
+    for a, n in enumerate(shape):
+        if data.draw(st.booleans()) or n == 1:
+            r = range(n)[data.draw(st.integers(-n, n)):data.draw(st.integers(-n, n)):
+                         data.draw(st.sampled_from([-3, -2, -1, 1, 2, 3]))] or range(0, 1)
+            key.append(slice(r.start, None if r.stop < 0 else r.stop, r.step))
+            maps.append(r)
+            keep.append(a)
+        else:
+            i = data.draw(st.integers(0, n - 1))
+            key.append(i)
+            maps.append(np.asarray([i]))
+    sel_shape = tuple(len(maps[a]) for a in keep)
+    vshape = tuple(1 if data.draw(st.booleans()) else n for n in sel_shape)[data.draw(st.integers(0, len(sel_shape))):]
+    value = 1.0 + np.arange(int(np.prod(vshape))).reshape(vshape)
+    want = np.zeros(shape)
+    want[tuple(key)] = value
+    got = np.zeros(shape)
+    op = Assign(tuple(maps), sel_shape, tuple(keep), None, vshape)
+    edges = [[0, *c, n] for c, n in zip(cuts, shape)]
+    for (r0, r1) in zip(edges[0][:-1], edges[0][1:]):
+        for (c0, c1) in zip(edges[1][:-1], edges[1][1:]):
+            def read(i, lo, hi, r0=r0, c0=c0):
+                src = got if i == 0 else value
+                return src[tuple(slice(l, h) for l, h in zip(lo, hi))]
+            op.block_into(read, [r0, c0], [r1, c1], np, got[r0:r1, c0:c1])
+    np.testing.assert_array_equal(got, want)

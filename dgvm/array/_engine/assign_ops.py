@@ -81,11 +81,11 @@ class Assign:
         else:
             vsh = self.value_shape
             d = len(self.sel_shape) - len(vsh)
-            coords = [_array(sel[self.keep[i + d]]) for i in range(len(vsh))]
-            vlo = [0 if n == 1 else int(c.min()) for n, c in zip(vsh, coords)]
-            vhi = [1 if n == 1 else int(c.max()) + 1 for n, c in zip(vsh, coords)]
+            coords = [sel[self.keep[i + d]] for i in range(len(vsh))]
+            vlo = [0 if n == 1 else _bounds(c)[0] for n, c in zip(vsh, coords)]
+            vhi = [1 if n == 1 else _bounds(c)[1] for n, c in zip(vsh, coords)]
             region = self.value_region(read, vlo, vhi, xp)
-            picks = [np.zeros(1, np.int64) if n == 1 else c - l for n, c, l in zip(vsh, coords, vlo)]
+            picks = [range(1) if n == 1 else _shifted(c, -l) for n, c, l in zip(vsh, coords, vlo)]
             value = region[_index(picks, xp)] if picks else region
             value = xp.broadcast_to(value, [len(sel[a]) for a in self.keep])
             value = value.reshape([len(v) for v in local])
@@ -144,6 +144,18 @@ class AssignTree(Assign):
         vhi = [int(sel[a][-1]) + 1 for a in self.keep]
         self.tree.into(self._tree_reads(read), vlo, vhi, xp, part)
         return True
+
+
+def _bounds(c) -> tuple[int, int]:
+    """The least position of ``c`` (a non-empty range or host array) and one past its largest."""
+    if isinstance(c, range):
+        return min(c[0], c[-1]), max(c[0], c[-1]) + 1
+    return int(c.min()), int(c.max()) + 1
+
+
+def _shifted(c, by: int):
+    """Positions ``c`` (a range or a host array) moved by ``by``."""
+    return range(c.start + by, c.stop + by, c.step) if isinstance(c, range) else c + by
 
 
 def _array(c):
