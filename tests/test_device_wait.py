@@ -11,6 +11,7 @@ import types
 import dask
 import numpy as np
 import pytest
+from distributed import Event
 from numba import cuda
 
 import dgvm
@@ -179,10 +180,18 @@ def test_a_chain_of_steps_leaves_each_steps_device_work_running_for_the_next(cas
     x.wait()
     home = x.alloc.homes()[0]
     before = _left_running(case.client)
-    # The worker's one thread sleeps while the steps arrive: each waits behind the last.
-    sleep = case.client.submit(time.sleep, 1.0, workers=[home], pure=False)
+    # The worker's one thread is held while the steps arrive: each waits behind the last.
+    started, go = Event(), Event()
+    held = case.client.submit(_hold, started, go, workers=[home], pure=False)
+    assert started.wait(60)
     for _ in range(30):
         x += 1.0
+    go.set()
     np.testing.assert_allclose(dnp.asnumpy(x), h + 30.0, rtol=1e-12)
-    sleep.result()
-    assert _left_running(case.client) - before >= 20
+    held.result()
+    assert _left_running(case.client) - before >= 25
+
+
+def _hold(started, go):
+    started.set()
+    go.wait(60)

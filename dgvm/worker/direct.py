@@ -78,8 +78,8 @@ class DirectTasks:
         self.unready: "collections.OrderedDict[str, None]" = collections.OrderedDict()
         self.peer_asks = 0  # questions from other workers' tasks answered here (``ended_here``)
         self.waiting = 0  # tasks ready to run, waiting for a thread
-        # key -> the task of this worker it runs right after (``ready``)
-        self.behind: dict[str, str] = {}
+        # key -> how many tasks run right after it ends (``ready``)
+        self.behind: dict[str, int] = {}
         self.running: set[str] = set()  # tasks whose body runs in a thread now
         self._waiting_lock = threading.Lock()  # (counted up on the loop, down in a thread)
 
@@ -135,25 +135,28 @@ class DirectTasks:
     async def _run(self, key: str, msg: dict, answer, ended: asyncio.Future) -> None:
         start, status, chunks = time.time(), "error", 0
         try:
-            after = msg.get("after", ())
+            after = list(dict.fromkeys(msg.get("after", ())))  # (a task read and written: listed twice)
             # Behind the last of them still to end, it runs as soon as that one ends (no
             # peers to ask, none failed or sent back), so it counts as ready while that
             # one runs (``ready``).
-            pending = [dep for dep in after if dep in self.ended]
+            pending = [i for i, dep in enumerate(after) if dep in self.ended]
             last = pending[-1] if pending and not msg.get("peers") and not any(
                 dep in self.failed or dep in self.unready for dep in after) else None
-            for dep in after:
+            for i, dep in enumerate(after):
                 f = self.ended.get(dep)
                 if f is not None:
-                    if dep == last:
+                    counted = i == last
+                    if counted:
                         with self._waiting_lock:
-                            self.behind[key] = dep
+                            self.behind[dep] = self.behind.get(dep, 0) + 1
                     try:
                         await asyncio.shield(f)
                     finally:
-                        if dep == last:
+                        if counted:
                             with self._waiting_lock:
-                                self.behind.pop(key, None)
+                                n = self.behind.pop(dep) - 1
+                                if n:
+                                    self.behind[dep] = n
                 failed = self.failed.get(dep)
                 if failed is not None:  # it fails with the error of the task it follows
                     self._failed(key, failed)
@@ -330,21 +333,25 @@ class DirectTasks:
         of steps, each reading the last (a stencil, a solver), the next step's host work
         then overlaps this one's device work instead of following it."""
         with self._waiting_lock:
-            return self.waiting > 0 or any(dep in self.running for dep in self.behind.values())
+            return self.waiting > 0 or any(key in self.behind for key in self.running)
 
     def _settle_device(self) -> None:
         """A task that was to run after one that failed does not run: if that one left
         its device work running for it (``ready``), wait for that work on a thread, so
         that a fault in it is found now (and logged), not by some later unrelated task."""
         store = getattr(self.plugin, "store", None)
-        backend = None if store is None else store.backend
-        if backend is None or backend.queued.done():
+        if store is None:
             return
+        backend = store.backend
 
         def wait():
             try:
-                backend.synchronize()
+                if not backend.queued.done():
+                    backend.synchronize()
             except Exception:  # noqa: BLE001  (the context ended: the next task says so)
-                logger.exception("dgvm: device work left running by a failed task")
+                logger.exception("dgvm: device work left running for a task that did not run")
 
-        asyncio.get_running_loop().run_in_executor(None, wait)
+        try:
+            asyncio.get_running_loop().run_in_executor(None, wait)
+        except RuntimeError:  # (the worker is closing: its threads are gone)
+            pass
