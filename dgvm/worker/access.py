@@ -18,6 +18,7 @@ import asyncio
 import bisect
 import contextlib
 import itertools
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -555,7 +556,7 @@ class Access:
 
 
 def _nbytes(spec: ArraySpec, shape: tuple) -> int:
-    return int(np.prod(shape)) * np.dtype(spec.dtype).itemsize
+    return math.prod(shape) * np.dtype(spec.dtype).itemsize
 
 
 def _covering(table: dict, alloc_id: int, index: int, start: int, stop: int):

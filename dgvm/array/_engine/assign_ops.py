@@ -58,7 +58,7 @@ class Assign:
                 i, k = range_within(m, lo[a], hi[a])
                 if i == k:
                     return None  # the key selects nothing in this chunk
-                local.append(range(m[i] - lo[a], m[k - 1] - lo[a] + (1 if m.step > 0 else -1), m.step))
+                local.append(_shifted(m[i:k], -lo[a]))
                 sel.append(range(i, k))
                 continue
             m = np.asarray(m)
@@ -82,8 +82,8 @@ class Assign:
             vsh = self.value_shape
             d = len(self.sel_shape) - len(vsh)
             coords = [sel[self.keep[i + d]] for i in range(len(vsh))]
-            vlo = [0 if n == 1 else _bounds(c)[0] for n, c in zip(vsh, coords)]
-            vhi = [1 if n == 1 else _bounds(c)[1] for n, c in zip(vsh, coords)]
+            bounds = [(0, 1) if n == 1 else _bounds(c) for n, c in zip(vsh, coords)]
+            vlo, vhi = [b[0] for b in bounds], [b[1] for b in bounds]
             region = self.value_region(read, vlo, vhi, xp)
             picks = [range(1) if n == 1 else _shifted(c, -l) for n, c, l in zip(vsh, coords, vlo)]
             value = region[_index(picks, xp)] if picks else region

@@ -18,7 +18,7 @@ from dgvm.array._engine.assign_ops import Assign, AssignTree
 from dgvm.array._engine.core import ArrayCore
 from dgvm.array._engine.keys import chunks_selected, fitted, storable
 from dgvm.array._engine.tree_op import Elementwise
-from dgvm.array._engine.views import View
+from dgvm.array._engine.views import View, walk
 
 
 def write_view(target, value) -> None:
@@ -100,7 +100,7 @@ def _maps(base, v: View):
             continue
         n = v.shape[v.axes.index(a)]
         whole_axis = v.start[a] == 0 and v.step[a] == 1 and n == base.shape[a]
-        maps.append(None if whole_axis else range(v.start[a], v.start[a] + v.step[a] * n, v.step[a]))
+        maps.append(None if whole_axis else walk(v.start[a], v.step[a], n))
         keep.append(a)
     return maps, keep
 

@@ -18,6 +18,12 @@ from dataclasses import dataclass
 from dgvm.array._engine.placement import gathered_chunks
 
 
+def walk(start: int, step: int, n: int) -> range:
+    """The input coordinates of a view axis of length ``n`` (kept a range: a view of a
+    long axis is millions of them)."""
+    return range(start, start + step * n, step)
+
+
 @dataclass(frozen=True)
 class View:
     axes: tuple
@@ -65,7 +71,7 @@ class View:
             if step[a] == 1 and start[a] == 0 and n == x.shape[a]:
                 chunks.append(x.chunks[a])  # the axis whole: its chunks as they are
             else:
-                chunks.append(gathered_chunks(x, a, range(start[a], start[a] + step[a] * n, step[a])))
+                chunks.append(gathered_chunks(x, a, walk(start[a], step[a], n)))
         return cls(tuple(axes), tuple(start), tuple(step), tuple(shape), tuple(chunks))
 
     def then(self, outer: "View") -> "View":
