@@ -37,6 +37,12 @@ class ClusterCase:
     capacities: list[int]
     speeds: list[float]
 
+    def needs_workers(self, n: int, why: str) -> None:
+        """Skip the test where this case has fewer than ``n`` workers (a cuda case has one
+        per visible GPU)."""
+        if len(self.capacities) < n:
+            pytest.skip(f"needs {n} workers ({why}); this {self.backend} case has {len(self.capacities)}")
+
     def store_used(self) -> dict[str, int]:
         """Bytes each worker's chunk store holds, asked of the stores themselves once the
         old homes of earlier moves released their copies (``dgvm.stats`` waits for them)."""

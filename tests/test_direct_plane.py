@@ -124,6 +124,7 @@ def test_a_write_is_answered_once_other_workers_copies_are_gone(case, monkeypatc
     each step reads one time more, so that replicas are made again.)"""
     from dgvm.worker.access import REWRITTEN_READS
 
+    case.needs_workers(2, "replicas are copies on another worker")
     client = case.client
     # (chunks read often elsewhere stay home: on two equal workers re-homing would bring
     # them all to the reader, leaving no copy to test)

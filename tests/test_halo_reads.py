@@ -20,6 +20,7 @@ def _moved(client) -> tuple[int, int]:
 
 
 def test_a_stencil_reads_only_its_neighbours_halo_rows(case):
+    case.needs_workers(2, "halo rows come from a neighbour")
     n, rows = 96, 24  # four row blocks of 24 x 96, spread over the workers
     h = np.random.default_rng(7).random((n, n))
     x = dnp.from_numpy(h, chunks=(rows, n), placement="round_robin")
@@ -62,6 +63,7 @@ def test_a_large_part_of_a_remote_chunk_is_fetched_whole_and_kept(case):
 
 
 def test_pieces_of_every_dtype_and_axis_come_back_as_numpys(case):
+    case.needs_workers(2, "pieces come from another worker")
     for dtype in ("int8", "float32", "complex128"):
         h = (np.arange(40 * 30) % 97).astype(dtype).reshape(40, 30)
         x = dnp.from_numpy(h, chunks=(10, 15), placement="round_robin")
@@ -95,6 +97,7 @@ def test_a_stencil_step_reads_views_and_pieces_never_a_gathered_copy(case):
     gathered into a copy of the region, in the fused assignment between two grids, in a
     step that reads its own target (computed whole first, then copied in) and in an
     elementwise result over views of differently chunked arrays."""
+    case.needs_workers(2, "pieces come from another worker")
     client = case.client
     n = 64
     h = np.random.default_rng(3).random((n, n))
@@ -204,6 +207,7 @@ def test_a_chunk_rewritten_between_reads_elsewhere_is_read_as_a_piece(case):
     a piece next time (one request to its home: nothing registered, no copy that the next
     write must reach), up to ``REWRITTEN_READS`` times before the chunk's next write, then
     copies it as a replica again. Every product is NumPy's."""
+    case.needs_workers(2, "pieces come from another worker")
     from dgvm.worker.access import REWRITTEN_READS
 
     rng = np.random.default_rng(3)
