@@ -142,6 +142,9 @@ def test_a_write_is_answered_once_other_workers_copies_are_gone(case, monkeypatc
         x += 1
         x.wait()  # answered: no replica of the written chunks may remain
         assert not any(replicas().values()), step
+        # ... and the homes know it: the next write of those chunks need not wait for the GVAT
+        assert not any(client.run(lambda dask_worker, i=x.alloc_id, n=x.alloc.nchunks:
+                                  dask_worker.extensions["dgvm"].may_have_copies(i, range(n))).values())
         a = a + 1
     np.testing.assert_array_equal(dnp.asnumpy(x @ x), a @ a)
 
@@ -206,3 +209,76 @@ def test_a_task_following_another_workers_task_is_ordered_by_the_workers(case):
         np.testing.assert_array_equal(dnp.asnumpy(out[::-1] + 1), np.ones(32, np.int64))
     for a_ in (x, y, out):
         a_.free()
+
+
+def test_a_homes_marks_of_copies_go_with_the_write_that_dropped_them_not_those_of_later_exports():
+    """A home chunk exported whole may have copies elsewhere: a write to it waits for the
+    GVAT. The GVAT's answer to such a write clears the marks of the exports made before
+    its report (their copies were dropped, or are refused as stale), not those of exports
+    since, whose copies may hold the new values; backups keep every write waiting."""
+    from dgvm import backends
+    from dgvm.worker.store import ChunkStore
+
+    store = ChunkStore(backends.create("cpu", 1 << 20, None), "tcp://here")
+    try:
+        assert not store.may_have_copies(5, [0, 1, 2])
+        store.shared(5, [0, 1])
+        upto = store.exports  # (a write's report is made now)
+        store.shared(5, [1])  # an export after it
+        assert store.may_have_copies(5, [0]) and store.may_have_copies(5, [1])
+        store.copies_dropped(5, [0, 1, 2], upto)
+        assert not store.may_have_copies(5, [0]) and store.may_have_copies(5, [1])
+        store.copies_dropped(5, [1], store.exports)
+        assert not store.may_have_copies(5, [0, 1, 2])
+    finally:
+        store.close()
+
+
+_gates: dict = {}
+
+
+def _gated(name, indices, after):
+    if not _gates[name].wait(60):
+        raise TimeoutError(f"{name} was never let through")
+    return name
+
+
+def test_a_task_behind_one_of_its_worker_waiting_on_the_caller_goes_right_after_it(case):
+    """A task that follows a task of its own worker which waits on the caller (for a task
+    of another worker to end) is sent right after that one, on the same connection, to
+    be ordered by its worker: not only once that one ended."""
+    import threading
+    import time
+
+    from dgvm.client.session import session_of
+    from dgvm.protocol.messages import TASK_PREFIX
+
+    if case.backend != "cpu":
+        pytest.skip("the gates are threading.Events of this process: in-process workers only")
+    case.needs_workers(2, "a task of another worker to wait for")
+    plane = session_of(case.client).part(direct.DirectPlane)
+    w0, w1 = sorted(w.address for w in dgvm.workers())[:2]
+    _gates.update({name: threading.Event() for name in ("other", "first", "next")})
+    _gates["next"].set()
+
+    def submit(name, worker, deps):
+        task, = plane.submit(_gated, (name,), {worker: []}, [deps], [f"{TASK_PREFIX}gated-{name}"], "", [])
+        return task
+
+    other = submit("other", w1, [])
+    first = submit("first", w0, [other])  # waits on the caller for `other` to end
+    follower = submit("next", w0, [first])
+    try:
+        time.sleep(0.2)
+        assert first.channel is None and follower.channel is None  # both wait on the caller
+        _gates["other"].set()
+        deadline = time.monotonic() + 30
+        while follower.channel is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert follower.channel is not None and first.channel is follower.channel
+        assert not first.done()  # (`first` holds its worker's thread until let through)
+    finally:
+        for gate in _gates.values():
+            gate.set()
+    assert [t.result(60) for t in (other, first, follower)] == ["other", "first", "next"]
+    _gates.clear()

@@ -25,12 +25,28 @@ def test_an_aligned_task_skips_the_tasks_of_other_chunks():
     # not recorded (they may have touched any chunk).
     assert ordering.after([2, 3], True, [a, b, unknown], []) == [b, unknown]
     # Writers of an input: skipped by an aligned task only.
-    assert ordering.after([0], True, [], [a, b, unknown]) == [a, unknown]
-    assert ordering.after([0], False, [], [a, b, unknown]) == [a, b, unknown]
+    assert ordering.after([0], True, [], [(7, [a, b, unknown])]) == [a, unknown]
+    assert ordering.after([0], False, [], [(7, [a, b, unknown])]) == [a, b, unknown]
     # A task that was not aligned is never recorded.
     c = _Task()
     ordering.record([c], [[5]], aligned=False)
     assert ordering.after([0], True, [c], []) == [c]
+
+
+def test_an_aligned_reader_skips_writers_of_other_chunks_whatever_they_read():
+    """A task writes only its own chunks of its output, whatever it read (a matrix
+    product reads whole rows): an aligned task that reads other chunks of that array does
+    not follow it; a task reading the array's chunks anyhow, or reading another array the
+    writer did not write (an allocation taken over from a released array), still does."""
+    p, q, unknown = _Task(), _Task(), _Task()
+    ordering = TaskChunks()
+    ordering.record([p, q], [[0, 1], [2, 3]], aligned=False)  # read anything
+    ordering.wrote([p, q], 7, [[0, 1], [2, 3]])  # wrote chunks 0, 1 and 2, 3 of allocation 7
+    assert ordering.after([2], True, [], [(7, [p, q, unknown])]) == [q, unknown]
+    assert ordering.after([2], False, [], [(7, [p, q, unknown])]) == [p, q, unknown]
+    assert ordering.after([2], True, [], [(8, [p, q])]) == [p, q]  # (not what they wrote)
+    # As writers or readers of the output, they may have read any chunk of it.
+    assert ordering.after([2], True, [p, q], []) == [p, q]
 
 
 def _transfers(client) -> int:

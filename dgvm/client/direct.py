@@ -66,7 +66,7 @@ def enabled() -> bool:
 class DirectTask:
     """One worker's task of one operation on the direct plane: a future."""
 
-    __slots__ = ("key", "worker", "status", "_value", "_tb", "_event", "_callbacks",
+    __slots__ = ("key", "worker", "status", "_value", "_tb", "_event", "_callbacks", "_on_sent",
                  "call", "deps", "channel", "written", "by_client", "__weakref__")
 
     def __init__(self, key: str, worker: str, call: tuple, deps: list):
@@ -77,6 +77,7 @@ class DirectTask:
         self._tb = None
         self._event = threading.Event()
         self._callbacks: list = []  # called on the client's event loop when it ends
+        self._on_sent: list = []  # called on the loop once it is handed to its connection
         # (pickled (fn, args), indices, allocations, rerun, results): kept until it ends,
         # to run again
         self.call = call
@@ -114,6 +115,7 @@ class DirectTask:
             return
         self._value, self._tb, self.status = value, tb, status
         self.call = self.deps = self.channel = None
+        self._on_sent = []  # (those waiting for it to be sent heard of its end: ``_then``)
         self._event.set()
         with _news:
             _news.notify_all()
@@ -133,6 +135,13 @@ class DirectTask:
             fn(self)
         else:
             self._callbacks.append(fn)
+
+    def _sent(self) -> None:
+        """(On the loop.) It was handed to its connection: the tasks of its worker that
+        waited for that go after it on the same connection."""
+        waiting, self._on_sent = self._on_sent, []
+        for fn in waiting:
+            fn(self)
 
 
 class Channel:
@@ -155,6 +164,7 @@ class Channel:
         if not self._flushing:
             self._flushing = True
             asyncio.ensure_future(self._flush())
+        task._sent()
 
     async def _flush(self) -> None:
         try:
@@ -284,20 +294,25 @@ class DirectPlane:
         # A task of another worker sent there on a live connection: that worker says when
         # it ended (``peers``; the worker sends the task back ``unready`` if it cannot).
         by_peers = not results and not task.by_client and config.get("dispatch.peers")
-        waiting, after, peers = [], [], {}
+        waiting, unsent, after, peers = [], [], [], {}
         for d in task.deps:
             if d.done():
                 continue
             if isinstance(d, DirectTask) and not results and channel is not None and d.channel is channel:
                 after.append(d.key)  # (sent before it on its connection: its worker orders them)
                 continue
+            if isinstance(d, DirectTask) and not results and d.channel is None and d.worker == task.worker:
+                # Of its worker, still waiting here to be sent: it goes right after that
+                # one, on the same connection, instead of waiting for it to end.
+                unsent.append(d)
+                continue
             if (by_peers and isinstance(d, DirectTask) and d.channel is not None and not d.channel.broken
                     and d.channel.address != task.worker):
                 peers.setdefault(d.channel.address, []).append(d.key)
                 continue
             waiting.append(d)
-        if waiting:
-            left = [len(waiting)]
+        if waiting or unsent:
+            left = [len(waiting) + len(unsent)]
 
             def one_ended(_):
                 left[0] -= 1
@@ -306,6 +321,16 @@ class DirectPlane:
 
             for d in waiting:
                 self._when_done(d, one_ended)
+            for d in unsent:  # (sent, or ended unsent: a failure, its client closing)
+                fired = [False]
+
+                def once(_, fired=fired):
+                    if not fired[0]:
+                        fired[0] = True
+                        one_ended(_)
+
+                d._on_sent.append(once)
+                d._then(once)
             return
         failed = next((d for d in task.deps if d.status in ("error", "cancelled", "lost")), None)
         if failed is not None:  # it fails with the error of the task it follows

@@ -89,7 +89,7 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
     out.before_write()  # deferred readers of out run first
     aligned = aligned and all(a.chunks == out.chunks for a in inputs)
     out_tasks = unfinished(out.pending.writes + out.pending.readers())
-    input_writers = unfinished([f for a in inputs for f in a.pending.writes])
+    input_writers = [(a.alloc.alloc_id, unfinished(a.pending.writes)) for a in inputs]
     client = out.alloc.client
     touched = out.alloc.session.part(TaskChunks)
     homes = out.alloc.by_home(chunks)
@@ -99,7 +99,7 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
         # All or nothing: an earlier failure must stop every first task, or those of the
         # other workers would stage copies that no second task ever takes. (Every earlier
         # task touched some chunk of out, so each follows all of them.)
-        deps = out_tasks + input_writers
+        deps = out_tasks + [f for _, writers in input_writers for f in writers]
     # (Both steps of a staged launch run again: a step 1 run again adds its copies to
     # those of the worker it runs on, and each step 2 takes its own chunks.)
     futures = submit(client, fn, task_args, homes, deps, name, rerun="writes" if then is None else "reads")
@@ -115,6 +115,7 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
         # values, so its error is raised at every read, never only once.
         failures.fill(futures)
         out.alloc.unfilled = False
+    touched.wrote(futures, out.alloc.alloc_id, homes.values())
     out.pending.wrote(futures)
     add_readers([a for a in inputs if a is not out], readers)
 

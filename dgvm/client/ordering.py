@@ -12,8 +12,10 @@ Most tasks are *aligned*: the task on a worker writes chunks ``I`` of its output
 chunks ``I`` (the same block indices) of inputs of the output's grid, nothing else: an
 elementwise result without broadcasting or views, a launch without halo. For these the
 block indices are recorded, and a later task skips an aligned one whose indices share
-none with its own. Everything else is kept: a task not recorded may have read or written
-any chunk.
+none with its own. Every task writes only its own chunks of its output, whatever it reads
+(a matrix product reads whole rows and columns): those are recorded too, and an aligned
+task skips a writer of its inputs that wrote none of the chunks it reads. Everything else
+is kept: a task not recorded may have read or written any chunk.
 
 A failure passes on chunk by chunk: a task that failed fails the later tasks of its
 chunks (Dask fails a task whose dependency failed), not those of other chunks. So after
@@ -27,14 +29,19 @@ from __future__ import annotations
 
 import weakref
 
+from dgvm.client.pending import unfinished
+
 
 class TaskChunks:
-    """The block indices each aligned task of a session touched, in every array it used
-    (a session part: ``session.part(TaskChunks)``). Weak: a future that is no longer held
-    by any array's pending lists needs no entry."""
+    """The block indices each aligned task of a session touched, in every array it used,
+    and the chunks each task wrote of its output (a session part:
+    ``session.part(TaskChunks)``). Weak: a future that is no longer held by any array's
+    pending lists needs no entry."""
 
     def __init__(self, session=None):
         self._touched: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        # future -> (alloc id of the array it wrote, the chunk indices it wrote of it)
+        self._wrote: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
     def record(self, futures, indices, aligned: bool) -> None:
         """Note that each task of ``futures`` (one per entry of ``indices``) touched only
@@ -43,9 +50,22 @@ class TaskChunks:
             for f, idx in zip(futures, indices):
                 self._touched[f] = frozenset(idx)
 
+    def wrote(self, futures, alloc_id: int, indices) -> None:
+        """Note that each task of ``futures`` wrote chunks ``indices[i]`` of allocation
+        ``alloc_id`` and no other chunk of it, whatever it read: a later task that reads
+        other chunks of it need not follow it."""
+        for f, idx in zip(futures, indices):
+            self._wrote[f] = (alloc_id, frozenset(idx))
+
     def _may_touch(self, f, indices: frozenset) -> bool:
         touched = self._touched.get(f)
         return touched is None or not touched.isdisjoint(indices)
+
+    def _may_have_written(self, f, alloc_id: int, indices: frozenset) -> bool:
+        wrote = self._wrote.get(f)
+        if wrote is not None and wrote[0] == alloc_id:
+            return not wrote[1].isdisjoint(indices)
+        return self._may_touch(f, indices)
 
     def after(self, indices, aligned: bool, out_tasks, input_writers) -> list:
         """The futures a task must follow that writes chunks ``indices`` of an output
@@ -53,13 +73,21 @@ class TaskChunks:
         grid).
 
         ``out_tasks``: the output's earlier writers and the readers since;
-        ``input_writers``: the writers of the inputs. A writer of the output wrote, and a
-        reader read, only the chunks it touched; an input's writer matters to an aligned
-        task only where it wrote the chunks the task reads."""
+        ``input_writers``: (alloc id, the writers of it) per input. A writer of the
+        output wrote, and a reader read, only the chunks it touched; an input's writer
+        matters to an aligned task only where it wrote the chunks the task reads."""
         idx = frozenset(indices)
         keep = [f for f in out_tasks if self._may_touch(f, idx)]
-        if aligned:
-            keep += [f for f in input_writers if self._may_touch(f, idx)]
-        else:
-            keep += list(input_writers)
+        for alloc_id, writers in input_writers:
+            if aligned:
+                keep += [f for f in writers if self._may_have_written(f, alloc_id, idx)]
+            else:
+                keep += list(writers)
         return keep
+
+    def reads(self, indices, inputs) -> list:
+        """The futures a task that only reads chunks ``indices`` of each of ``inputs``
+        (arrays of one grid) must follow: their writers that may have written those."""
+        idx = frozenset(indices)
+        return [f for a in inputs for f in unfinished(a.pending.writes)
+                if self._may_have_written(f, a.alloc.alloc_id, idx)]

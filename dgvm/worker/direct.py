@@ -296,12 +296,13 @@ class DirectTasks:
                 self.running.discard(key)
 
     async def _reports(self, reports) -> None:
-        """Hand the task's reports ((message, urgent) each) to the GVAT. An urgent one (it
+        """Hand the task's reports ((message, urgent, the store's ``exports`` then) each)
+        to the GVAT. An urgent one (it
         wrote chunks other workers may hold copies of) is a request, answered once those
         copies were dropped or refreshed; the others go on the worker's stream, in order,
         and the task is answered without waiting for them: no copy of what they wrote
         exists elsewhere, and a copy made from now on is made of the new values."""
-        for message, urgent in reports:
+        for message, urgent, exports in reports:
             if not urgent:
                 self.worker.batched_stream.send(message)
                 continue
@@ -312,6 +313,9 @@ class DirectTasks:
                 try:
                     await messages.call(self.worker.scheduler, messages.LAUNCHED, worker=self.worker.address,
                                         **message)
+                    store = getattr(self.plugin, "store", None)
+                    if message["wrote"] and store is not None:  # every replica of them the GVAT knew of is gone
+                        store.copies_dropped(message["alloc_id"], message["wrote"], exports)
                     break
                 except OSError:  # the scheduler is away: it may come back (``scheduler-wait``)
                     if time.monotonic() > deadline:

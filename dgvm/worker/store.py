@@ -81,10 +81,11 @@ class ChunkStore:
         # Read-only copies of chunks homed elsewhere: alloc id -> chunk index -> chunk.
         # The GVAT drops them (drop_replicas) before a write to the chunk completes.
         self._replicas: dict[int, dict[int, StoredChunk]] = {}
-        # Chunks whose read replica here a write made stale: (alloc id, index) -> [whole-chunk
-        # pieces read since its last write, the home's write count at the last one]
-        # (``dgvm.worker.access``, ``Access._rewritten``); the oldest forgotten past
-        # ``REWRITTEN_KEPT``.
+        # Small chunks of other workers read here whole as pieces, not (yet) as replicas:
+        # those whose read replica here a write made stale, and those read here before any
+        # replica of them. (alloc id, index) -> [whole-chunk pieces read since its last
+        # write, the home's write count at the last one] (``dgvm.worker.access``,
+        # ``Access._rewritten``); the oldest forgotten past ``REWRITTEN_KEPT``.
         self.rewritten: "collections.OrderedDict[tuple, list]" = collections.OrderedDict()
         # Copies that all-or-nothing launches wrote, until their commit (dgvm.worker.kernel_tasks):
         # launch id -> (alloc id of the output, {chunk index: new value}).
@@ -97,11 +98,16 @@ class ChunkStore:
         self._leaving: set[tuple[int, int]] = set()
         self._writes: dict[tuple[int, int], int] = {}
         self._write_events: dict[tuple[int, int], object] = {}  # (alloc id, index) -> ``last_write``
-        # Home chunks other workers may hold copies of (alloc id -> chunk indices): exported
-        # (a replica, a backup, a move), or homes here since a move or promotion. A write
-        # to one of them is answered only once the GVAT dropped or refreshed those copies
-        # (``dgvm.worker.direct``); a write to any other chunk need not wait for that.
-        self._shared: dict[int, set[int]] = {}
+        # Home chunks other workers may hold copies of (alloc id -> {chunk index: mark}):
+        # exported (a replica, a backup, a move), or homes here since a move or promotion.
+        # A write to one of them is answered only once the GVAT dropped or refreshed those
+        # copies (``dgvm.worker.direct``); a write to any other chunk need not wait for that.
+        # Each mark is the number of the export that made it (``shared``), so that the
+        # GVAT's answer to such a write clears the marks of the exports before it
+        # (``copies_dropped``), not those of exports since.
+        self._shared: dict[int, dict[int, int]] = {}
+        self._exports = 0  # marks made so far (``shared``)
+        self._shared_lock = threading.Lock()  # (exports mark outside the store's lock)
         # Tasks run again here after their worker left: key -> the (alloc id, chunk index)
         # their first run wrote for good (copies hold it), or messages.ALL_WRITTEN.
         self.done_writing: dict[str, object] = {}
@@ -264,7 +270,8 @@ class ChunkStore:
         self._leaving = {key for key in self._leaving if key[0] != alloc_id}
         self._writes = {key: n for key, n in self._writes.items() if key[0] != alloc_id}
         self._write_events = {key: e for key, e in self._write_events.items() if key[0] != alloc_id}
-        self._shared.pop(alloc_id, None)
+        with self._shared_lock:
+            self._shared.pop(alloc_id, None)
         self.changed.notify_all()  # writes waiting for a move find the chunk gone
         return sum(c.nbytes for c in (*chunks.values(), *replicas.values()))
 
@@ -392,15 +399,42 @@ class ChunkStore:
         return self._write_events.get((alloc_id, index))
 
     def shared(self, alloc_id: int, indices) -> None:
-        """Other workers may hold copies of these home chunks from now on (one set
-        operation: exports mark them outside the store's lock)."""
-        self._shared.setdefault(alloc_id, set()).update(indices)
+        """Other workers may hold copies of these home chunks from now on (exports mark
+        them outside the store's lock, under a lock of their own)."""
+        with self._shared_lock:
+            self._exports += 1
+            marks = self._shared.setdefault(alloc_id, {})
+            for i in indices:
+                marks[int(i)] = self._exports
+
+    @property
+    def exports(self) -> int:
+        """The number of the last mark ``shared`` made (``copies_dropped``'s bound)."""
+        return self._exports
+
+    def copies_dropped(self, alloc_id: int, indices, upto: int) -> None:
+        """The GVAT answered the report of a write to home chunks ``indices``, made when
+        ``exports`` was ``upto``: it dropped every read replica of them it knew of then.
+        A copy from an export marked by then was either among those, or its reader
+        located the chunk before that write's report and the GVAT refuses it as stale
+        (``GVAT.add_replica``). So those chunks' marks up to ``upto`` go, and their next
+        write need not wait for the GVAT; marks of later exports stay. (Backups are
+        the allocation's ``copies``, which ``may_have_copies`` checks apart.)"""
+        with self._shared_lock:
+            marks = self._shared.get(alloc_id)
+            if not marks:
+                return
+            for i in indices:
+                if marks.get(i, upto + 1) <= upto:
+                    del marks[i]
+            if not marks:
+                del self._shared[alloc_id]
 
     def may_have_copies(self, alloc_id: int, indices) -> bool:
         """Whether another worker may hold a copy of one of these home chunks: they were
         shared (``shared``), or the allocation keeps backups."""
         held = self._shared.get(alloc_id)
-        if held is not None and not held.isdisjoint(indices):
+        if held and any(i in held for i in indices):
             return True
         return int((self._meta.get(alloc_id) or {}).get("copies", 1)) > 1
 
@@ -494,12 +528,25 @@ class ChunkStore:
         if reads:
             held = self._replicas.get(alloc_id, {})
             indices = [i for i in indices if i in held and not held[i].durable]
-            for i in indices:  # (under the store's lock: ``_locked``)
-                self.rewritten[(alloc_id, i)] = [0, None]
-                self.rewritten.move_to_end((alloc_id, i))
-            while len(self.rewritten) > REWRITTEN_KEPT:
-                self.rewritten.popitem(last=False)
+            for i in indices:
+                self._read_whole((alloc_id, i), anew=True)
         return self._drop(self._replicas, alloc_id, indices)
+
+    @_locked
+    def read_whole(self, key: tuple) -> list:
+        """The ``rewritten`` mark of chunk ``key`` of another worker, made now (no
+        whole-chunk piece of it read yet) if it has none: it is read whole as a piece
+        until read often enough between two writes (``Access._rewritten``)."""
+        return self._read_whole(key, anew=False)
+
+    def _read_whole(self, key: tuple, anew: bool) -> list:
+        mark = None if anew else self.rewritten.get(key)
+        if mark is None:
+            mark = self.rewritten[key] = [0, None]
+        self.rewritten.move_to_end(key)
+        while len(self.rewritten) > REWRITTEN_KEPT:
+            self.rewritten.popitem(last=False)
+        return mark
 
     def replicas(self, alloc_id: int) -> list[int]:
         return sorted(self._replicas.get(alloc_id, {}))

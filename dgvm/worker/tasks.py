@@ -69,9 +69,11 @@ def send_report(access: Access, alloc_id: int, wrote: list, reads: dict) -> None
         # take the write first; chunks read from other workers may move here (re-homing),
         # and the caller sees those moves and misses once the operation is done, as the
         # cost of a remote read anyway is a round trip.
+        # (With the number of the last export of this store: the GVAT's answer clears the
+        # written chunks' export marks up to it, ``ChunkStore.copies_dropped``.)
         urgent = (bool(wrote) and access.store.may_have_copies(alloc_id, wrote)) or any(
             r["remote"] for r in reads.values())
-        task[2].append((message, urgent))
+        task[2].append((message, urgent, access.store.exports))
         return
     worker.loop.add_callback(worker.batched_stream.send, message)
 

@@ -21,6 +21,8 @@ from dgvm.array._engine import blockwise_tasks, deferred, lineage
 from dgvm.array._engine.placement import homes_of
 from dgvm.array._engine.tree_op import Elementwise, result_placement
 from dgvm.client.dispatch import add_readers, dispatch, gather, submit
+from dgvm.client.ordering import TaskChunks
+from dgvm.client.session import session_of
 from dgvm.protocol import chunk_grid
 from dgvm.protocol.records import ArraySpec
 
@@ -71,10 +73,16 @@ def _collect(op, x, name: str) -> dict[tuple, object]:
         grid = ArraySpec(-1, "", x.shape, x.dtype.str, x.chunks)  # x's chunks, not stored
         fn, args, readers = blockwise_tasks.collect_tree_here, (tree, x.dtype, specs, grid), d.inputs
         homes = homes_of(where)
+        aligned = tree.aligned and all(a.chunks == x.chunks for a in readers)
     else:
         fn, args, readers = blockwise_tasks.collect_here, (ArraySpec.of(x),), [x]
         homes = x.alloc.by_home()
-    deps = [f for a in readers for f in a.pending.writers()]
+        aligned = True
+    if aligned:  # each worker's task reads its chunks' block indices of each input only
+        touched = session_of(x.client).part(TaskChunks)
+        deps = {w: touched.reads(idx, readers) for w, idx in homes.items()}
+    else:
+        deps = [f for a in readers for f in a.pending.writers()]
     futures = submit(x.client, fn, (op, *args), homes, deps, name, rerun="reads")
     add_readers(readers, futures)
     out = {}
