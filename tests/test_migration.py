@@ -22,6 +22,7 @@ def homes(x) -> list[str]:
 
 
 def test_rehome_after_remote_reads(case):
+    case.needs_workers(2, "remote reads")
     n = len(case.capacities)
     x, out = spread_and_gather(8 * n, 8)
     try:
@@ -91,6 +92,7 @@ def test_launch_placed_before_a_move_still_lands(case):
 
 
 def test_migrate_moves_data_and_memory(case):
+    case.needs_workers(2, "a worker to move to")
     buf = dgvm.malloc(4 * MiB, chunk_bytes=MiB, placement="packed")
     try:
         data = np.random.default_rng(0).integers(0, 255, 4 * MiB, dtype=np.uint8)
@@ -118,6 +120,7 @@ def test_a_migrate_after_a_write_moves_the_chunk_whose_write_report_comes_late(c
     """The write's answer reaches the caller straight from the worker; its report to the
     GVAT may still be on the way when the caller asks for the move, and land while the
     chunk is copied: the chunk, copied after that write, is moved all the same."""
+    case.needs_workers(2, "a worker to move to")
     from dgvm.protocol.messages import PULL, REPORT
 
     client = case.client
@@ -184,6 +187,7 @@ def _holds(case, worker: str, alloc_id: int) -> list[int]:
 
 
 def test_the_old_home_releases_in_the_background_before_its_next_task(case):
+    case.needs_workers(2, "a worker to move to")
     x = dnp.from_numpy(np.arange(1000.0), chunks=1000, placement="packed")
     out = dnp.zeros(1000, chunks=1000, colocate=x)
     old = x.alloc.home(0)
@@ -266,6 +270,7 @@ def _until(cond, what, timeout=10.0):
 
 
 def test_ipc_mappings_are_kept_see_new_writes_and_close_before_the_holder_frees(case):
+    case.needs_workers(2, "a peer to map")
     if case.backend != "cuda":
         pytest.skip("IPC mappings are the cuda path's (cpu peers map whole arenas once)")
     n = len(case.capacities)
@@ -307,6 +312,7 @@ def test_ipc_mappings_are_kept_see_new_writes_and_close_before_the_holder_frees(
 
 
 def test_darray_migrate_by_block_over_comm(case):
+    case.needs_workers(2, "a worker to move to")
     with dask.config.set({"dgvm.transfer.same-host": False}):
         a = np.arange(64.0).reshape(8, 8)
         x = dnp.from_numpy(a, chunks=(4, 4), placement="packed")
@@ -323,6 +329,7 @@ def test_darray_migrate_by_block_over_comm(case):
 
 
 def test_rebalance_evens_out_memory(case):
+    case.needs_workers(2, "memory to even out between workers")
     def fractions():
         return [w.used / w.capacity for w in dgvm.workers()]
 
@@ -341,6 +348,7 @@ def test_rebalance_evens_out_memory(case):
 
 
 def test_no_room_for_a_replica_reads_chunk_by_chunk(case, monkeypatch):
+    case.needs_workers(2, "a replica on another worker")
     n = 4 * MiB // 8  # elements per chunk: 4 MiB chunks
     workers = {w.address: w for w in dgvm.workers()}
     small = min(workers, key=lambda a: workers[a].capacity)
@@ -381,6 +389,7 @@ def test_no_room_for_a_replica_reads_chunk_by_chunk(case, monkeypatch):
 
 
 def test_migrate_without_room_raises_and_changes_nothing(case):
+    case.needs_workers(2, "a worker to move to")
     workers = {w.address: w for w in dgvm.workers()}
     small = min(workers, key=lambda a: workers[a].capacity)
     n = workers[small].free + MiB  # one chunk larger than the small worker's free memory

@@ -54,6 +54,7 @@ def _transfers(client) -> int:
 
 
 def test_a_loop_of_elementwise_results_moves_nothing_between_workers(case):
+    case.needs_workers(2, "chunks spread over workers")
     h = np.random.default_rng(3).random((200, 300))
     x = dnp.from_numpy(h, chunks=(50, 100), placement="round_robin")
     x.wait()
