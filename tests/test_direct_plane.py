@@ -282,3 +282,41 @@ def test_a_task_behind_one_of_its_worker_waiting_on_the_caller_goes_right_after_
             gate.set()
     assert [t.result(60) for t in (other, first, follower)] == ["other", "first", "next"]
     _gates.clear()
+
+
+def _hold_next_task(dask_worker, seconds):
+    """Make the next direct task this worker runs start ``seconds`` late (once)."""
+    import time
+
+    tasks = dask_worker.plugins["dgvm-store"].direct
+
+    def late(*args):
+        del tasks._call  # (once: the class's method again)
+        time.sleep(seconds)
+        return type(tasks)._call(tasks, *args)
+
+    tasks._call = late
+
+
+def test_a_write_of_some_chunks_leaves_the_earlier_writers_of_the_others_to_be_followed(case):
+    """``x += 1`` writes every chunk, ``x[:8] = -1`` then only chunk 0: a later reader of
+    chunk 1 follows the ``x += 1`` task that wrote it, though that task still waited on
+    the caller (for a slow reader on another worker) when the reader was sent."""
+    if case.backend != "cpu":
+        pytest.skip("holds an in-process worker's thread")
+    case.needs_workers(2, "chunks on two workers")
+    h = np.arange(16.0 * 4).reshape(16, 4)
+    x = dnp.from_numpy(h, chunks=(8, 4), placement="round_robin")
+    home0, home1 = x.alloc.homes()[:2]
+    assert home0 != home1
+    case.client.run(_hold_next_task, seconds=1.0, workers=[home0])
+    z = x[::-1] + 0  # reads chunk 1 on chunk 0's worker, held there for a second
+    x += 1  # its task on chunk 1's worker follows that reader: it waits on the caller
+    x[:8] = -1.0  # chunk 0 only
+    w = (x * 2).persist()  # aligned: chunk 1's task must follow `x += 1`'s there
+    want = h + 1
+    want[:8] = -1.0
+    np.testing.assert_array_equal(dnp.asnumpy(w), want * 2)
+    np.testing.assert_array_equal(dnp.asnumpy(z), h[::-1])
+    for a in (x, z, w):
+        a.free()

@@ -7,7 +7,6 @@ from numba import cuda
 
 import dgvm
 import dgvm.array as dnp
-from dgvm.worker.access import REWRITTEN_READS
 
 from test_examples import load
 
@@ -43,11 +42,6 @@ def spread_and_gather(size, chunks):
     return x, out
 
 
-# Elements of a chunk past ``access.REWRITTEN_PIECE`` bytes (2 MiB of float64): a miss of
-# one copies it as a replica at once (a smaller one is read as a piece first).
-BIG = 1 << 18
-
-
 def free(*arrays):
     for a in arrays:
         a.free()
@@ -77,16 +71,13 @@ def test_hits_and_misses_are_exact(case):
     try:
         owner = out.alloc.home(0)
         remote = sum(x.alloc.home(k) != owner for k in range(n))
-        launches = REWRITTEN_READS + 3
         with dask.config.set({"dgvm.migration.rehome-after": 0}):  # no re-homing here
-            for _ in range(launches):
+            for _ in range(3):
                 dgvm.launch(axpy, 1.0, x, y, out=out)
             dgvm.wait(out)
         s = dgvm.stats()["allocations"][x.alloc_id]
-        # A small remote chunk is read as a piece (a miss) by the first REWRITTEN_READS
-        # launches, copied as a replica (a miss) by the next; all hits after that.
-        misses = remote * (REWRITTEN_READS + 1)
-        assert (s["misses"], s["hits"]) == (misses, launches * n - misses)
+        # first launch: a miss per remote chunk; later launches: all hits (replicas)
+        assert (s["misses"], s["hits"]) == (remote, 3 * n - remote)
         assert s["replicas"] == remote
         assert np.allclose(dnp.asnumpy(out), np.arange(8.0 * n) + 1)
     finally:
@@ -95,13 +86,13 @@ def test_hits_and_misses_are_exact(case):
 
 def test_write_bumps_version_and_drops_replicas(case):
     case.needs_workers(2, "replicas on another worker")
-    x, out = spread_and_gather(4 * BIG, BIG)
+    x, out = spread_and_gather(16, 4)
     try:
         dgvm.launch(axpy, 1.0, x, x, out=out)
         dgvm.wait(out)
         before = {c.index: c.version for c in dgvm.table(alloc_id=x.alloc_id, chunks=True)[0].chunks}
         assert dgvm.stats()["allocations"][x.alloc_id]["replicas"] > 0
-        x.write_blocks(np.full(4 * BIG, 10.0))  # writes at the homes
+        x.write_blocks(np.full(16, 10.0))  # writes at the homes
         info = dgvm.table(alloc_id=x.alloc_id, chunks=True)[0]
         assert all(c.version == before[c.index] + 1 for c in info.chunks)
         assert dgvm.stats()["allocations"][x.alloc_id]["replicas"] == 0
@@ -114,10 +105,10 @@ def test_write_bumps_version_and_drops_replicas(case):
 def test_comm_path_when_same_host_paths_are_off(case):
     case.needs_workers(2, "a transfer between workers")
     with dask.config.set({"dgvm.transfer.same-host": False}):
-        x, out = spread_and_gather(4 * BIG, BIG)
+        x, out = spread_and_gather(64, 16)
         try:
             dgvm.launch(axpy, 3.0, x, x, out=out)
-            assert np.allclose(dnp.asnumpy(out), 4 * np.arange(4.0 * BIG))
+            assert np.allclose(dnp.asnumpy(out), 4 * np.arange(64.0))
             paths = dgvm.stats()["allocations"][x.alloc_id]["paths"]
             assert set(paths) == {"comm"} and paths["comm"]["bytes"] > 0
         finally:
@@ -126,7 +117,7 @@ def test_comm_path_when_same_host_paths_are_off(case):
 
 def test_same_host_path_is_used(case):
     case.needs_workers(2, "a transfer between workers")
-    x, out = spread_and_gather(4 * BIG, BIG)
+    x, out = spread_and_gather(64, 16)
     try:
         dgvm.launch(axpy, 1.0, x, x, out=out)
         dgvm.wait(out)

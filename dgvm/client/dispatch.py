@@ -116,7 +116,10 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
         failures.fill(futures)
         out.alloc.unfilled = False
     touched.wrote(futures, out.alloc.alloc_id, homes.values())
-    out.pending.wrote(futures)
+    if chunks is None:
+        out.pending.wrote(futures)
+    else:  # some chunks written: what may have touched the others stays to be followed
+        out.pending.wrote(futures, *touched.beyond(out.pending, frozenset(i for idx in homes.values() for i in idx)))
     add_readers([a for a in inputs if a is not out], readers)
 
 

@@ -85,6 +85,18 @@ class TaskChunks:
                 keep += list(writers)
         return keep
 
+    def beyond(self, pending, written: frozenset) -> tuple[list, list]:
+        """The unfinished writers and the readers in ``pending`` (an array's) that may
+        have touched chunks other than ``written``: a write of only those chunks leaves
+        them to be followed by what uses the others. (A writer may have read any chunk of
+        the array unless it was aligned: what it wrote does not bound that.)"""
+        def other(f):
+            touched = self._touched.get(f)
+            return touched is None or not touched <= written
+
+        return ([f for f in unfinished(pending.writes) if other(f)],
+                [f for f in pending.readers() if other(f)])
+
     def reads(self, indices, inputs) -> list:
         """The futures a task that only reads chunks ``indices`` of each of ``inputs``
         (arrays of one grid) must follow: their writers that may have written those."""

@@ -45,9 +45,11 @@ class Pending:
     def all(self) -> list:
         return self.writes + self.reads
 
-    def wrote(self, futures) -> None:
-        """``futures`` are the array's new writers; the readers before them are done with it."""
-        self.writes, self.reads = list(futures), []
+    def wrote(self, futures, writes=(), reads=()) -> None:
+        """``futures`` are the array's new writers; the readers before them are done with
+        it. (A write of some chunks keeps the earlier ``writes`` and ``reads`` that may
+        have touched the others.)"""
+        self.writes, self.reads = list(futures) + list(writes), list(reads)
 
     def read_by(self, futures) -> None:
         """``futures`` read the array: a later write waits for them."""

@@ -4,11 +4,7 @@ A chunk held here (home or replica) is a hit. Otherwise it is a miss: the GVAT s
 its home is and which transfer path to use, the chunk is copied here once and kept as a
 read replica registered in the GVAT, so the next launch that needs it is a hit. A replica
 that does not fit, even after evicting replicas this task does not use, is not made: the
-chunk is read for the current output chunk only (a transient read). A small chunk (at most
-``REWRITTEN_PIECE`` bytes) is read whole as a piece instead until it was read
-``REWRITTEN_READS`` times without a write between (``Access._rewritten``): a replica is
-worth its registration, and the wait of the home's next write for the GVAT to drop it,
-only for a chunk read again and again as it is.
+chunk is read for the current output chunk only (a transient read).
 
 A task that needs only a small part of a chunk held elsewhere (the halo row of a stencil's
 shifted view) reads just the bytes that part spans from the chunk's home, for itself
@@ -189,17 +185,11 @@ class Access:
     def _mark(self, key: tuple, nbytes: int):
         """The ``ChunkStore.rewritten`` mark of chunk ``key`` while ``_rewritten`` reads it
         whole as a piece (at most ``REWRITTEN_PIECE`` bytes, fewer than ``REWRITTEN_READS``
-        reads since its last write), else None. A small chunk read here for the first
-        time gets one: it is read as a piece until it was read ``REWRITTEN_READS`` times
-        between two writes, and only then copied as a replica. A chunk written between
-        every two reads (a solver's vectors) so never becomes a replica, which would make
-        each of its writes wait for the GVAT to drop it."""
-        if not 0 < nbytes <= REWRITTEN_PIECE:
-            return None
+        reads since its last write), else None."""
         mark = self.store.rewritten.get(key)
-        if mark is None:
-            mark = self.store.read_whole(key)
-        return None if mark[0] >= REWRITTEN_READS else mark
+        if mark is None or mark[0] >= REWRITTEN_READS or not 0 < nbytes <= REWRITTEN_PIECE:
+            return None
+        return mark
 
     def _rewritten_span(self, spec: ArraySpec, index: int):
         """(0, 0, its bytes) of chunk ``index`` when ``_rewritten`` would read it whole as

@@ -81,11 +81,10 @@ class ChunkStore:
         # Read-only copies of chunks homed elsewhere: alloc id -> chunk index -> chunk.
         # The GVAT drops them (drop_replicas) before a write to the chunk completes.
         self._replicas: dict[int, dict[int, StoredChunk]] = {}
-        # Small chunks of other workers read here whole as pieces, not (yet) as replicas:
-        # those whose read replica here a write made stale, and those read here before any
-        # replica of them. (alloc id, index) -> [whole-chunk pieces read since its last
-        # write, the home's write count at the last one] (``dgvm.worker.access``,
-        # ``Access._rewritten``); the oldest forgotten past ``REWRITTEN_KEPT``.
+        # Chunks whose read replica here a write made stale: (alloc id, index) -> [whole-chunk
+        # pieces read since its last write, the home's write count at the last one]
+        # (``dgvm.worker.access``, ``Access._rewritten``); the oldest forgotten past
+        # ``REWRITTEN_KEPT``.
         self.rewritten: "collections.OrderedDict[tuple, list]" = collections.OrderedDict()
         # Copies that all-or-nothing launches wrote, until their commit (dgvm.worker.kernel_tasks):
         # launch id -> (alloc id of the output, {chunk index: new value}).
@@ -528,25 +527,12 @@ class ChunkStore:
         if reads:
             held = self._replicas.get(alloc_id, {})
             indices = [i for i in indices if i in held and not held[i].durable]
-            for i in indices:
-                self._read_whole((alloc_id, i), anew=True)
+            for i in indices:  # (under the store's lock: ``_locked``)
+                self.rewritten[(alloc_id, i)] = [0, None]
+                self.rewritten.move_to_end((alloc_id, i))
+            while len(self.rewritten) > REWRITTEN_KEPT:
+                self.rewritten.popitem(last=False)
         return self._drop(self._replicas, alloc_id, indices)
-
-    @_locked
-    def read_whole(self, key: tuple) -> list:
-        """The ``rewritten`` mark of chunk ``key`` of another worker, made now (no
-        whole-chunk piece of it read yet) if it has none: it is read whole as a piece
-        until read often enough between two writes (``Access._rewritten``)."""
-        return self._read_whole(key, anew=False)
-
-    def _read_whole(self, key: tuple, anew: bool) -> list:
-        mark = None if anew else self.rewritten.get(key)
-        if mark is None:
-            mark = self.rewritten[key] = [0, None]
-        self.rewritten.move_to_end(key)
-        while len(self.rewritten) > REWRITTEN_KEPT:
-            self.rewritten.popitem(last=False)
-        return mark
 
     def replicas(self, alloc_id: int) -> list[int]:
         return sorted(self._replicas.get(alloc_id, {}))
