@@ -249,6 +249,7 @@ def test_a_task_behind_one_of_its_worker_waiting_on_the_caller_goes_right_after_
     be ordered by its worker: not only once that one ended."""
     import threading
     import time
+    import uuid
 
     from dgvm.client.session import session_of
     from dgvm.protocol.messages import TASK_PREFIX
@@ -262,12 +263,17 @@ def test_a_task_behind_one_of_its_worker_waiting_on_the_caller_goes_right_after_
     _gates["next"].set()
 
     def submit(name, worker, deps):
-        task, = plane.submit(_gated, (name,), {worker: []}, [deps], [f"{TASK_PREFIX}gated-{name}"], "", [])
+        key = f"{TASK_PREFIX}gated-{name}-{uuid.uuid4().hex[:8]}"
+        task, = plane.submit(_gated, (name,), {worker: []}, [deps], [key], "", [])
         return task
 
-    other = submit("other", w1, [])
-    first = submit("first", w0, [other])  # waits on the caller for `other` to end
-    follower = submit("next", w0, [first])
+    with dask.config.set({"dgvm.dispatch.peers": False}):  # (the caller orders across workers)
+        other = submit("other", w1, [])
+        first = submit("first", w0, [other])  # waits on the caller for `other` to end
+        follower = submit("next", w0, [first])
+        chain = [follower]
+        for _ in range(400):  # (a long chain behind it is sent step by step, not in one nest of calls)
+            chain.append(submit("next", w0, [chain[-1]]))
     try:
         time.sleep(0.2)
         assert first.channel is None and follower.channel is None  # both wait on the caller
@@ -281,6 +287,7 @@ def test_a_task_behind_one_of_its_worker_waiting_on_the_caller_goes_right_after_
         for gate in _gates.values():
             gate.set()
     assert [t.result(60) for t in (other, first, follower)] == ["other", "first", "next"]
+    assert [t.result(60) for t in chain] == ["next"] * len(chain)
     _gates.clear()
 
 
@@ -310,8 +317,8 @@ def test_a_write_of_some_chunks_leaves_the_earlier_writers_of_the_others_to_be_f
     home0, home1 = x.alloc.homes()[:2]
     assert home0 != home1
     case.client.run(_hold_next_task, seconds=1.0, workers=[home0])
-    z = x[::-1] + 0  # reads chunk 1 on chunk 0's worker, held there for a second
-    x += 1  # its task on chunk 1's worker follows that reader: it waits on the caller
+    z = x[::-1] + 0  # (not aligned: its tasks may read any chunk of x) held on home0
+    x += 1  # its task on home1 follows z's task on home0: it waits on the caller
     x[:8] = -1.0  # chunk 0 only
     w = (x * 2).persist()  # aligned: chunk 1's task must follow `x += 1`'s there
     want = h + 1
@@ -319,4 +326,23 @@ def test_a_write_of_some_chunks_leaves_the_earlier_writers_of_the_others_to_be_f
     np.testing.assert_array_equal(dnp.asnumpy(w), want * 2)
     np.testing.assert_array_equal(dnp.asnumpy(z), h[::-1])
     for a in (x, z, w):
+        a.free()
+
+
+def test_a_reductions_partial_follows_the_writer_of_its_own_chunk_waiting_on_the_caller(case):
+    """A reduction's partial on a worker reads only that worker's chunks: it follows their
+    writer there (not the writers of other chunks), even one that still waits on the
+    caller when the reduction is sent."""
+    if case.backend != "cpu":
+        pytest.skip("holds an in-process worker's thread")
+    case.needs_workers(2, "chunks on two workers")
+    h = np.arange(16.0 * 4).reshape(16, 4)
+    x = dnp.from_numpy(h, chunks=(8, 4), placement="round_robin")
+    home0, home1 = x.alloc.homes()[:2]
+    case.client.run(_hold_next_task, seconds=1.0, workers=[home0])
+    z = (x[::-1] + 0).persist()  # (not aligned) held on home0
+    x += 1  # its task on home1 waits on the caller for z's task on home0
+    assert float(x.sum()) == (h + 1).sum()
+    np.testing.assert_array_equal(dnp.asnumpy(z), h[::-1])
+    for a in (x, z):
         a.free()

@@ -14,7 +14,11 @@ from dgvm.client.ordering import TaskChunks
 
 
 class _Task:
-    """Stands in for a future: ordering only needs it hashable and weakly referable."""
+    """Stands in for a future: ordering only needs it hashable and weakly referable, and
+    not finished."""
+
+    status = "pending"
+    key = "a-task"
 
 
 def test_an_aligned_task_skips_the_tasks_of_other_chunks():
@@ -109,3 +113,27 @@ def test_a_staged_launch_after_a_failure_on_one_worker_stages_nothing(case):
         # The error, kept by the failed tasks' futures, holds this frame and its arrays.
         for a in (out, y, e, x):
             a.free()
+
+
+def test_a_write_of_some_chunks_leaves_pending_what_touched_the_others():
+    """After a write of chunk 0 only: a writer of chunk 1 stays a writer (its readers
+    follow it); a reader of chunk 1 stays a reader (its next writer follows it); what
+    touched chunk 0 alone goes (the new write followed it). A writer that may have read
+    any chunk stays a reader only when the new write is aligned: later writers skip an
+    aligned write's tasks of other chunks, but follow every task of one that is not."""
+    class _Pending:
+        def __init__(self, writes, reads):
+            self.writes, self.reads = writes, reads
+
+        def readers(self):
+            return list(self.reads)
+
+    w0, w1, anyhow, r0, r1, r_any = (_Task() for _ in range(6))
+    ordering = TaskChunks()
+    ordering.record([w0, w1, r0, r1], [[0], [1], [0], [1]], aligned=True)
+    ordering.wrote([w0, w1], 7, [[0], [1]])
+    ordering.wrote([anyhow], 7, [[0]])  # wrote chunk 0, read who knows what
+    pending = _Pending([w0, w1, anyhow], [r0, r1, r_any])
+    written = frozenset([0])
+    assert ordering.beyond(pending, 7, written, aligned=True) == ([w1], [anyhow, r1, r_any])
+    assert ordering.beyond(pending, 7, written, aligned=False) == ([w1], [r1])

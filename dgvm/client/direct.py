@@ -138,10 +138,14 @@ class DirectTask:
 
     def _sent(self) -> None:
         """(On the loop.) It was handed to its connection: the tasks of its worker that
-        waited for that go after it on the same connection."""
+        waited for that go after it on the same connection. (Each in a callback of its
+        own: a long chain of them is sent one loop step after another, not in one nest
+        of calls.)"""
         waiting, self._on_sent = self._on_sent, []
-        for fn in waiting:
-            fn(self)
+        if waiting:
+            loop = asyncio.get_running_loop()
+            for fn in waiting:
+                loop.call_soon(fn, self)
 
 
 class Channel:

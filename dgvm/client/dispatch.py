@@ -119,7 +119,8 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
     if chunks is None:
         out.pending.wrote(futures)
     else:  # some chunks written: what may have touched the others stays to be followed
-        out.pending.wrote(futures, *touched.beyond(out.pending, frozenset(i for idx in homes.values() for i in idx)))
+        written = frozenset(i for idx in homes.values() for i in idx)
+        out.pending.wrote(futures, *touched.beyond(out.pending, out.alloc.alloc_id, written, aligned))
     add_readers([a for a in inputs if a is not out], readers)
 
 

@@ -83,19 +83,42 @@ class TaskChunks:
                 keep += [f for f in writers if self._may_have_written(f, alloc_id, idx)]
             else:
                 keep += list(writers)
-        return keep
+        return list(dict.fromkeys(keep))  # (the output may be an input too)
 
-    def beyond(self, pending, written: frozenset) -> tuple[list, list]:
-        """The unfinished writers and the readers in ``pending`` (an array's) that may
-        have touched chunks other than ``written``: a write of only those chunks leaves
-        them to be followed by what uses the others. (A writer may have read any chunk of
-        the array unless it was aligned: what it wrote does not bound that.)"""
-        def other(f):
+    def beyond(self, pending, alloc_id: int, written: frozenset, aligned: bool) -> tuple[list, list]:
+        """What a write of only chunks ``written`` of an array (allocation ``alloc_id``)
+        leaves pending, as (writers, readers), from its ``pending`` before the write:
+        what later tasks that use the other chunks must still follow, since they may skip
+        the new write's tasks (``after``).
+
+        A writer stays a writer if it may have written other chunks (read-after-write:
+        aligned readers of those follow it). Readers, and, when the new write is
+        ``aligned``, writers that may have read any chunk, stay readers if they may have
+        touched other chunks (write-after-read: later writers of those follow them). When
+        the new write is not aligned, later writers follow all of its tasks, which
+        followed every reader that was not recorded (``after``): those need not stay."""
+        def touched_other(f) -> bool:
             touched = self._touched.get(f)
             return touched is None or not touched <= written
 
-        return ([f for f in unfinished(pending.writes) if other(f)],
-                [f for f in pending.readers() if other(f)])
+        def wrote_other(f) -> bool:
+            wrote = self._wrote.get(f)
+            if wrote is not None and wrote[0] == alloc_id:
+                return not wrote[1] <= written
+            return touched_other(f)
+
+        def read_other(f) -> bool:
+            touched = self._touched.get(f)
+            return not touched <= written if touched is not None else aligned
+
+        writers, readers = [], []
+        for f in unfinished(pending.writes):
+            if wrote_other(f):
+                writers.append(f)
+            elif read_other(f):
+                readers.append(f)
+        readers += [f for f in pending.readers() if read_other(f)]
+        return writers, readers
 
     def reads(self, indices, inputs) -> list:
         """The futures a task that only reads chunks ``indices`` of each of ``inputs``

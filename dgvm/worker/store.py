@@ -417,8 +417,9 @@ class ChunkStore:
         A copy from an export marked by then was either among those, or its reader
         located the chunk before that write's report and the GVAT refuses it as stale
         (``GVAT.add_replica``). So those chunks' marks up to ``upto`` go, and their next
-        write need not wait for the GVAT; marks of later exports stay. (Backups are
-        the allocation's ``copies``, which ``may_have_copies`` checks apart.)"""
+        write need not wait for the GVAT; marks of later exports stay. (A chunk with
+        backups stays marked: the write's report has its backups refreshed, each an
+        export from this home while the report is awaited, so marked past ``upto``.)"""
         with self._shared_lock:
             marks = self._shared.get(alloc_id)
             if not marks:
