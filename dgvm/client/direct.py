@@ -193,6 +193,10 @@ class Channel:
         if self.broken:  # closed while it connected
             self.comm.abort()
             return
+        # Its messages are small (arrays travel as frames, unpacked or not): Dask's walk of
+        # each message's size, to decide whether to serialize it on a thread, costs more
+        # than the serializing. (The worker's end does the same, ``DirectTasks.serve``.)
+        self.comm.allow_offload = False
         await self.comm.write({"op": messages.DIRECT, "client": client.id, "reply": False})
         asyncio.ensure_future(self._read())
 

@@ -541,7 +541,8 @@ class GVATPlugin(SchedulerPlugin):
                 for a, idx in drop.items()]
         if refresh:
             jobs.append(self.durability.refresh(self.gvat.allocations[alloc_id], refresh, key))
-        await asyncio.gather(*jobs)
+        if jobs:  # (most writes have no copy elsewhere)
+            await asyncio.gather(*jobs)
 
     async def move(self, alloc, indices, target, reason: str) -> list[int]:
         """Make ``target`` the home of chunks ``indices`` of ``alloc``: it pulls them (or

@@ -86,6 +86,7 @@ class DirectTasks:
     async def serve(self, comm, client: str | None = None):
         """RPC handler (``messages.DIRECT``): the client's connection, read until it closes.
         Each message is a list of tasks; answers go back in batches on the same comm."""
+        comm.allow_offload = False  # (``Channel._connect``)
         answers: list = []
         flushing = asyncio.Event()
         done = False
@@ -200,7 +201,9 @@ class DirectTasks:
                 return
             await self._reports(reports)
             status, chunks = "finished", len(indices)
-            answer({"key": key, "result": to_serialize(result)})
+            # (A number or None goes as it is; anything else, arrays above all, as frames.)
+            plain = result is None or type(result) in (bool, int, float, str)
+            answer({"key": key, "result": result if plain else to_serialize(result)})
         except Exception as e:  # noqa: BLE001  (never leave a task unanswered)
             logger.exception("dgvm: direct task %s", key)
             failed = error_message(e)
