@@ -68,7 +68,12 @@ def main(argv=None) -> int:
 
     backend = backends.resolve(args.backend)
     kw = {} if backend == "cuda" else {"device_memory": "1GiB"}
-    client = dgvm.connect(n_workers=2, backend=backend, dashboard_address=None, **kw)
+    n_workers = 2
+    if backend == "cuda":  # (one worker per GPU: two where there are, else one)
+        from dgvm.backends.cuda import gpu_count
+
+        n_workers = max(1, min(2, gpu_count()))
+    client = dgvm.connect(n_workers=n_workers, backend=backend, dashboard_address=None, **kw)
     try:
         workers = list(client.scheduler_info()["workers"])
         x = dnp.random.random((args.n, args.n), chunks=-(-args.n // 4))
@@ -83,7 +88,7 @@ def main(argv=None) -> int:
             "x.mean(axis=0).wait()": lambda: x.mean(axis=0).wait(),
         }
         bw = sum(w.bandwidth for w in dgvm.workers(client=client))
-        print(f"backend {backend}, x {args.n}x{args.n} float64 in 4x4 blocks, 2 workers; "
+        print(f"backend {backend}, x {args.n}x{args.n} float64 in 4x4 blocks, {n_workers} workers; "
               f"median of {args.reps} runs, ms")
         print(f"hardware floor: one pass over x (read or write) takes {1e3 * 8 * args.n ** 2 / bw:.2f} ms "
               f"at the {bw / 1e9:.0f} GB/s the workers measured ((x + 1) moves two passes)")

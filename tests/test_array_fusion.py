@@ -254,6 +254,7 @@ def misses(case) -> int:
 
 
 def test_a_transpose_is_read_in_place_and_its_replicas_reused(case):
+    case.needs_workers(2, "blocks of other workers to fetch")
     h = np.random.default_rng(4).random((360, 360))
     # A 6x6 grid placed round robin: with 2 or 3 workers, blocks (i, j) and (j, i) are on
     # different workers for many pairs (their chunk indices differ by 5 (i - j)).
