@@ -66,6 +66,7 @@ def _assert_coherent(client, alloc_id: int, k: int) -> None:
 
 
 def test_malloc_keeps_every_chunk_on_k_workers_through_writes(case):
+    case.needs_workers(2, "copies of each chunk on two workers")
     client = case.client
     buf = dgvm.malloc(40_000, chunk_bytes=4_000, replicas=2, client=client)
     try:
@@ -89,6 +90,7 @@ def test_malloc_keeps_every_chunk_on_k_workers_through_writes(case):
 
 
 def test_array_writes_keep_copies_current(case):
+    case.needs_workers(2, "copies of each chunk on two workers")
     client = case.client
     ref = np.arange(6_000, dtype=np.float64).reshape(60, 100)
     x = da.from_numpy(ref, chunks=(20, 50), replicas=2, client=client)
@@ -119,6 +121,7 @@ def test_persist_changes_the_copies_of_an_array(case):
 
 
 def test_the_config_default_and_creation_functions(case):
+    case.needs_workers(2, "copies of each chunk on two workers")
     client = case.client
     with dask.config.set({"dgvm.replicas": 2}):
         a = da.zeros((100, 100), chunks=(50, 100), client=client)
@@ -136,6 +139,7 @@ def test_the_config_default_and_creation_functions(case):
 
 
 def test_bad_replicas_are_refused_and_leave_nothing(case):
+    case.needs_workers(2, "copies of each chunk on two workers")
     client = case.client
     n = len(client.scheduler_info()["workers"])
     with pytest.raises(InvalidArgument, match=rf"replicas={n + 1}.*{n} live workers"):
@@ -157,6 +161,7 @@ def test_bad_replicas_are_refused_and_leave_nothing(case):
 
 
 def test_moves_keep_the_copies(case):
+    case.needs_workers(2, "copies of each chunk on two workers")
     client = case.client
     ref = np.arange(4_000, dtype=np.int64)
     x = da.from_numpy(ref, chunks=500, replicas=2, client=client)
