@@ -274,8 +274,11 @@ def test_ipc_mappings_are_kept_see_new_writes_and_close_before_the_holder_frees(
     if case.backend != "cuda":
         pytest.skip("IPC mappings are the cuda path's (cpu peers map whole arenas once)")
     n = len(case.capacities)
+    # Chunks of 2 MiB: past ``access.REWRITTEN_PIECE``, a chunk whose replica a write
+    # dropped is copied again (a smaller one would be read as a piece, over comm).
+    big = 1 << 18
     with dask.config.set({"dgvm.migration.rehome-after": 100}):  # homes stay put
-        x, out = spread_and_gather(8 * n, 8)
+        x, out = spread_and_gather(big * n, big)
         try:
             owner = out.alloc.home(0)
             remote = sum(w != owner for w in homes(x))
@@ -283,9 +286,9 @@ def test_ipc_mappings_are_kept_see_new_writes_and_close_before_the_holder_frees(
             dgvm.wait(out)
             first = _ipc(case)[owner]
             assert first["opened"] >= remote > 0
-            x.write_blocks(np.full(8 * n, 3.0))  # in place at the homes; replicas dropped
+            x.write_blocks(np.full(big * n, 3.0))  # in place at the homes; replicas dropped
             dgvm.launch(axpy, 1.0, x, x, out=out)  # misses again, through kept mappings
-            assert np.array_equal(dnp.asnumpy(out), np.full(8 * n, 6.0))
+            assert np.array_equal(dnp.asnumpy(out), np.full(big * n, 6.0))
             again = _ipc(case)[owner]
             assert again["opened"] == first["opened"] and again["reused"] >= first["reused"] + remote
             # A chunk going back and forth: each end keeps the other's buffer open.
