@@ -116,7 +116,7 @@ def main(argv=None) -> int:
 
         requests = {
             f"GVAT request ({messages.WORKERS})": lambda: call_scheduler(messages.WORKERS, client),
-            f"worker request ({messages.STORE_INFO}), both": lambda: call_workers(
+            f"worker request ({messages.STORE_INFO}), each worker at once": lambda: call_workers(
                 messages.STORE_INFO, {w: {} for w in workers}, client),
         }
         for name, fn in requests.items():

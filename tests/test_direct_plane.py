@@ -240,6 +240,8 @@ _gates: dict = {}
 def _gated(name, indices, after):
     if not _gates[name].wait(60):
         raise TimeoutError(f"{name} was never let through")
+    if name.startswith("fail"):
+        raise ValueError(f"{name} fails")
     return name
 
 
@@ -346,3 +348,41 @@ def test_a_reductions_partial_follows_the_writer_of_its_own_chunk_waiting_on_the
     np.testing.assert_array_equal(dnp.asnumpy(z), h[::-1])
     for a in (x, z):
         a.free()
+
+
+def test_a_long_chain_behind_a_task_whose_dependency_failed_fails_whole(case):
+    """400 tasks of one worker, each behind the last, behind one that waits on the caller
+    for another worker's task: that task fails, and every task of the chain fails with
+    its error (each in a loop step of its own, not one inside the other's end)."""
+    import threading
+    import uuid
+
+    from dgvm.client.session import session_of
+    from dgvm.protocol.messages import TASK_PREFIX
+
+    if case.backend != "cpu":
+        pytest.skip("the gates are threading.Events of this process: in-process workers only")
+    case.needs_workers(2, "a task of another worker to wait for")
+    plane = session_of(case.client).part(direct.DirectPlane)
+    w0, w1 = sorted(w.address for w in dgvm.workers())[:2]
+    _gates.update({"fail-first": threading.Event(), "next": threading.Event()})
+    _gates["next"].set()
+
+    def submit(name, worker, deps):
+        key = f"{TASK_PREFIX}gated-{name}-{uuid.uuid4().hex[:8]}"
+        task, = plane.submit(_gated, (name,), {worker: []}, [deps], [key], "", [])
+        return task
+
+    with dask.config.set({"dgvm.dispatch.peers": False}):
+        failing = submit("fail-first", w1, [])
+        chain = [submit("next", w0, [failing])]
+        for _ in range(400):
+            chain.append(submit("next", w0, [chain[-1]]))
+    _gates["fail-first"].set()
+    try:
+        for t in [failing, *chain]:
+            assert isinstance(t.exception(60), ValueError), t
+    finally:
+        for gate in _gates.values():
+            gate.set()
+        _gates.clear()

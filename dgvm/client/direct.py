@@ -324,8 +324,9 @@ class DirectPlane:
 
             def one_ended(_):
                 left[0] -= 1
-                if left[0] == 0:
-                    self._place(task)
+                if left[0] == 0:  # (in a callback of its own: a failure ending a long
+                    # chain of them would otherwise fail each inside the last one's end)
+                    asyncio.get_running_loop().call_soon(self._place, task)
 
             for d in waiting:
                 self._when_done(d, one_ended)

@@ -201,8 +201,10 @@ class DirectTasks:
                 return
             await self._reports(reports)
             status, chunks = "finished", len(indices)
-            # (A number or None goes as it is; anything else, arrays above all, as frames.)
-            plain = result is None or type(result) in (bool, int, float, str)
+            # (None, a bool, a float or an int msgpack takes goes as it is; anything else,
+            # arrays above all, as frames.)
+            plain = result is None or type(result) in (bool, float) or (
+                type(result) is int and -(1 << 63) <= result < (1 << 64))
             answer({"key": key, "result": result if plain else to_serialize(result)})
         except Exception as e:  # noqa: BLE001  (never leave a task unanswered)
             logger.exception("dgvm: direct task %s", key)
