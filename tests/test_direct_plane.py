@@ -307,10 +307,10 @@ def _hold_next_task(dask_worker, seconds):
     tasks._call = late
 
 
-def test_a_write_of_some_chunks_leaves_the_earlier_writers_of_the_others_to_be_followed(case):
-    """``x += 1`` writes every chunk, ``x[:8] = -1`` then only chunk 0: a later reader of
-    chunk 1 follows the ``x += 1`` task that wrote it, though that task still waited on
-    the caller (for a slow reader on another worker) when the reader was sent."""
+def _write_waiting_on_the_caller(case):
+    """(h, x, z): x of two row chunks on two workers, ``z = x[::-1] + 0`` held on chunk
+    0's worker for a second, and ``x += 1`` sent, whose task on chunk 1's worker follows
+    z's task there (z is not aligned: it may read any chunk of x), so waits on the caller."""
     if case.backend != "cpu":
         pytest.skip("holds an in-process worker's thread")
     case.needs_workers(2, "chunks on two workers")
@@ -319,8 +319,16 @@ def test_a_write_of_some_chunks_leaves_the_earlier_writers_of_the_others_to_be_f
     home0, home1 = x.alloc.homes()[:2]
     assert home0 != home1
     case.client.run(_hold_next_task, seconds=1.0, workers=[home0])
-    z = x[::-1] + 0  # (not aligned: its tasks may read any chunk of x) held on home0
-    x += 1  # its task on home1 follows z's task on home0: it waits on the caller
+    z = (x[::-1] + 0).persist()
+    x += 1
+    return h, x, z
+
+
+def test_a_write_of_some_chunks_leaves_the_earlier_writers_of_the_others_to_be_followed(case):
+    """``x += 1`` writes every chunk, ``x[:8] = -1`` then only chunk 0: a later reader of
+    chunk 1 follows the ``x += 1`` task that wrote it, though that task still waited on
+    the caller (for a slow reader on another worker) when the reader was sent."""
+    h, x, z = _write_waiting_on_the_caller(case)
     x[:8] = -1.0  # chunk 0 only
     w = (x * 2).persist()  # aligned: chunk 1's task must follow `x += 1`'s there
     want = h + 1
@@ -335,15 +343,7 @@ def test_a_reductions_partial_follows_the_writer_of_its_own_chunk_waiting_on_the
     """A reduction's partial on a worker reads only that worker's chunks: it follows their
     writer there (not the writers of other chunks), even one that still waits on the
     caller when the reduction is sent."""
-    if case.backend != "cpu":
-        pytest.skip("holds an in-process worker's thread")
-    case.needs_workers(2, "chunks on two workers")
-    h = np.arange(16.0 * 4).reshape(16, 4)
-    x = dnp.from_numpy(h, chunks=(8, 4), placement="round_robin")
-    home0, home1 = x.alloc.homes()[:2]
-    case.client.run(_hold_next_task, seconds=1.0, workers=[home0])
-    z = (x[::-1] + 0).persist()  # (not aligned) held on home0
-    x += 1  # its task on home1 waits on the caller for z's task on home0
+    h, x, z = _write_waiting_on_the_caller(case)
     assert float(x.sum()) == (h + 1).sum()
     np.testing.assert_array_equal(dnp.asnumpy(z), h[::-1])
     for a in (x, z):
