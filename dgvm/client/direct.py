@@ -138,14 +138,11 @@ class DirectTask:
 
     def _sent(self) -> None:
         """(On the loop.) It was handed to its connection: the tasks of its worker that
-        waited for that go after it on the same connection. (Each in a callback of its
-        own: a long chain of them is sent one loop step after another, not in one nest
-        of calls.)"""
+        waited for that go after it on the same connection (each placed in a loop
+        callback of its own: ``_try_place``)."""
         waiting, self._on_sent = self._on_sent, []
-        if waiting:
-            loop = asyncio.get_running_loop()
-            for fn in waiting:
-                loop.call_soon(fn, self)
+        for fn in waiting:
+            fn(self)
 
 
 class Channel:
@@ -324,8 +321,8 @@ class DirectPlane:
 
             def one_ended(_):
                 left[0] -= 1
-                if left[0] == 0:  # (in a callback of its own: a failure ending a long
-                    # chain of them would otherwise fail each inside the last one's end)
+                if left[0] == 0:  # (in a callback of its own: a long chain of them,
+                    # sent or failing, would otherwise place each inside the last one's call)
                     asyncio.get_running_loop().call_soon(self._place, task)
 
             for d in waiting:

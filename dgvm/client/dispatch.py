@@ -15,7 +15,7 @@ import uuid
 import dask
 from dgvm.client import direct as plane
 from dgvm.client import failures
-from dgvm.client.ordering import TaskChunks
+from dgvm.client.ordering import TaskChunks, input_writers
 from dgvm.client.pending import unfinished
 from dgvm.client.session import ensure_open, session_of
 from dgvm.protocol.errors import detached_task_errors
@@ -89,17 +89,17 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
     out.before_write()  # deferred readers of out run first
     aligned = aligned and all(a.chunks == out.chunks for a in inputs)
     out_tasks = unfinished(out.pending.writes + out.pending.readers())
-    input_writers = [(a.alloc.alloc_id, unfinished(a.pending.writes)) for a in inputs]
+    writers = input_writers(inputs)
     client = out.alloc.client
     touched = out.alloc.session.part(TaskChunks)
     homes = out.alloc.by_home(chunks)
     if then is None:
-        deps = {w: touched.after(idx, aligned, out_tasks, input_writers) for w, idx in homes.items()}
+        deps = {w: touched.after(idx, aligned, out_tasks, writers) for w, idx in homes.items()}
     else:
         # All or nothing: an earlier failure must stop every first task, or those of the
         # other workers would stage copies that no second task ever takes. (Every earlier
         # task touched some chunk of out, so each follows all of them.)
-        deps = out_tasks + [f for _, writers in input_writers for f in writers]
+        deps = out_tasks + [f for _, fs in writers for f in fs]
     # (Both steps of a staged launch run again: a step 1 run again adds its copies to
     # those of the worker it runs on, and each step 2 takes its own chunks.)
     futures = submit(client, fn, task_args, homes, deps, name, rerun="writes" if then is None else "reads")

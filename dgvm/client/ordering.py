@@ -61,11 +61,17 @@ class TaskChunks:
         touched = self._touched.get(f)
         return touched is None or not touched.isdisjoint(indices)
 
-    def _may_have_written(self, f, alloc_id: int, indices: frozenset) -> bool:
+    def _written(self, f, alloc_id: int) -> frozenset | None:
+        """The chunks of allocation ``alloc_id`` that ``f`` may have written: those it
+        wrote of it, else those it touched (aligned); None: any."""
         wrote = self._wrote.get(f)
         if wrote is not None and wrote[0] == alloc_id:
-            return not wrote[1].isdisjoint(indices)
-        return self._may_touch(f, indices)
+            return wrote[1]
+        return self._touched.get(f)
+
+    def _may_have_written(self, f, alloc_id: int, indices: frozenset) -> bool:
+        written = self._written(f, alloc_id)
+        return written is None or not written.isdisjoint(indices)
 
     def after(self, indices, aligned: bool, out_tasks, input_writers) -> list:
         """The futures a task must follow that writes chunks ``indices`` of an output
@@ -97,15 +103,9 @@ class TaskChunks:
         touched other chunks (write-after-read: later writers of those follow them). When
         the new write is not aligned, later writers follow all of its tasks, which
         followed every reader that was not recorded (``after``): those need not stay."""
-        def touched_other(f) -> bool:
-            touched = self._touched.get(f)
-            return touched is None or not touched <= written
-
         def wrote_other(f) -> bool:
-            wrote = self._wrote.get(f)
-            if wrote is not None and wrote[0] == alloc_id:
-                return not wrote[1] <= written
-            return touched_other(f)
+            chunks = self._written(f, alloc_id)
+            return chunks is None or not chunks <= written
 
         def read_other(f) -> bool:
             touched = self._touched.get(f)
@@ -120,9 +120,8 @@ class TaskChunks:
         readers += [f for f in pending.readers() if read_other(f)]
         return writers, readers
 
-    def reads(self, indices, inputs) -> list:
-        """The futures a task that only reads chunks ``indices`` of each of ``inputs``
-        (arrays of one grid) must follow: their writers that may have written those."""
-        idx = frozenset(indices)
-        return [f for a in inputs for f in unfinished(a.pending.writes)
-                if self._may_have_written(f, a.alloc.alloc_id, idx)]
+
+def input_writers(inputs) -> list:
+    """(alloc id, its unfinished writers) of each of ``inputs`` (arrays), as ``after``
+    takes them."""
+    return [(a.alloc.alloc_id, unfinished(a.pending.writes)) for a in inputs]

@@ -21,7 +21,7 @@ from dgvm.array._engine import blockwise_tasks, deferred, lineage
 from dgvm.array._engine.placement import homes_of
 from dgvm.array._engine.tree_op import Elementwise, result_placement
 from dgvm.client.dispatch import add_readers, dispatch, gather, submit
-from dgvm.client.ordering import TaskChunks
+from dgvm.client.ordering import TaskChunks, input_writers
 from dgvm.client.session import session_of
 from dgvm.protocol import chunk_grid
 from dgvm.protocol.records import ArraySpec
@@ -79,8 +79,8 @@ def _collect(op, x, name: str) -> dict[tuple, object]:
         homes = x.alloc.by_home()
         aligned = True
     if aligned:  # each worker's task reads its chunks' block indices of each input only
-        touched = session_of(x.client).part(TaskChunks)
-        deps = {w: touched.reads(idx, readers) for w, idx in homes.items()}
+        touched, writers = session_of(x.client).part(TaskChunks), input_writers(readers)
+        deps = {w: touched.after(idx, True, [], writers) for w, idx in homes.items()}
     else:
         deps = [f for a in readers for f in a.pending.writers()]
     futures = submit(x.client, fn, (op, *args), homes, deps, name, rerun="reads")
