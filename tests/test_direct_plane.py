@@ -386,3 +386,65 @@ def test_a_long_chain_behind_a_task_whose_dependency_failed_fails_whole(case):
         for gate in _gates.values():
             gate.set()
         _gates.clear()
+
+
+def _hold_next_job(dask_worker, gate):
+    """Make the next job this worker's task threads take (a task of either plane) wait
+    until ``_gates[gate]`` is set (once)."""
+    pool = dask_worker.executors["default"]
+
+    def submit(fn, *args, **kwargs):
+        del pool.submit  # (once: the class's method again)
+
+        def late(*a, **k):
+            if not _gates[gate].wait(60):
+                raise TimeoutError(f"{gate} was never let through")
+            return fn(*a, **k)
+
+        return type(pool).submit(pool, late, *args, **kwargs)
+
+    pool.submit = submit
+
+
+@pytest.mark.parametrize("plane", ["direct", "tasks"])
+def test_a_task_that_fails_early_stands_for_the_tasks_it_follows_until_they_end(case, plane):
+    """``y += a`` fails (the launch that wrote ``a``, on another worker, failed) while the
+    tasks it follows on its worker still wait there: ``y += 1``, held, and ``z = y * 2``
+    behind it. The failed task ends at once; once its error was raised, a later write of
+    ``y`` still follows both: ``z`` is ``(y + 1) * 2``, not made of the later write's
+    values."""
+    import threading
+
+    if case.backend != "cpu":
+        pytest.skip("holds an in-process worker's thread")
+    case.needs_workers(2, "the failing launch on another worker")
+    h = np.arange(16.0 * 4).reshape(16, 4)
+    _gates["held"] = threading.Event()
+    try:
+        with dask.config.set({"dgvm.dispatch.plane": plane}):
+            y = dnp.from_numpy(h, chunks=(16, 4))
+            home = y.alloc.homes()[0]
+            other = next(w.address for w in dgvm.workers() if w.address != home)
+            src = dnp.from_numpy(np.arange(4.0), chunks=(4,))
+            a = dnp.empty((4,), chunks=(4,))
+            for arr in (src, a):
+                if arr.alloc.homes()[0] != other:
+                    arr.migrate(0, other)
+            case.client.run(_hold_next_job, gate="held", workers=[home])
+            y += 1  # held
+            z = (y * 2).persist()  # behind it, on its worker
+            held = [*y.pending.writes, *z.pending.writes]
+            dgvm.launch(fails, src, out=a)  # fails on the other worker
+            y += a  # follows both, and the failed launch: fails at once
+            with pytest.raises(Exception, match="element 3 is bad"):
+                y.wait()
+            assert not any(f.done() for f in held)
+            assert set(held) <= set(y.pending.writers())  # (through the failed task)
+            y[...] = -5.0  # follows what the failed task followed
+            _gates["held"].set()
+            np.testing.assert_array_equal(dnp.asnumpy(z), (h + 1) * 2)
+            np.testing.assert_array_equal(dnp.asnumpy(y), np.full_like(h, -5.0))
+            for arr in (y, z, src, a):
+                arr.free()
+    finally:
+        _gates.pop("held").set()

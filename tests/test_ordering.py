@@ -137,3 +137,75 @@ def test_a_write_of_some_chunks_leaves_pending_what_touched_the_others():
     written = frozenset([0])
     assert ordering.beyond(pending, 7, written, aligned=True) == ([w1], [anyhow, r1, r_any])
     assert ordering.beyond(pending, 7, written, aligned=False) == ([w1], [r1])
+
+
+class _Ending(_Task):
+    """A stand-in future whose end the test sets."""
+
+    def __init__(self, key):
+        self.key, self._callbacks = key, []
+
+    def _then(self, fn):
+        self._callbacks.append(fn)
+
+    def end(self, status):
+        self.status = status
+        for fn in self._callbacks:
+            fn(self)
+
+
+def test_a_failed_task_stands_for_the_tasks_it_followed_until_they_end():
+    """``w`` followed ``c`` and ``r``, and ``n`` followed ``w``: ``w`` failed while both
+    still ran. Writers and readers lists, and what a free waits for, name ``c`` and ``r``
+    through it (through ``n`` too once ``n`` failed); a finished one stands for nothing,
+    and one that finished forgets what it followed."""
+    from dgvm.client import failures
+    from dgvm.client.pending import Pending, still_reading, unfinished
+
+    c, r, w, n, ok = (_Ending(k) for k in "crwno")
+    failures.submitted([w], [[c, r]])
+    failures.submitted([n], [[w]])
+    failures.submitted([ok], [[c]])
+    w.end("error")
+    assert unfinished([w]) == [w, c, r]  # its error not raised yet: still followed itself
+    failures.tell([w])
+    assert failures.told(w)
+    assert unfinished([w]) == [c, r] and still_reading([w]) == [c, r]
+    n.end("error")
+    assert unfinished([n]) == [n, c, r]
+    pending = Pending()
+    pending.wrote([w])
+    assert pending.writers() == [c, r] and pending.take() == [w, c, r]
+    c.end("finished")
+    assert unfinished([w]) == [r]
+    r.end("error")  # a failure it stood for: what that one followed (nothing)
+    assert unfinished([w]) == [] and still_reading([n]) == []
+    assert failures._followed.get(ok) == [c]
+    ok.end("finished")
+    assert failures._followed.get(ok) is None and failures.behind(ok) == []
+
+
+@pytest.mark.parametrize("plane", ["direct", "tasks"])
+def test_tasks_that_finished_hold_nothing_they_followed(case, plane):
+    """A loop of 50 writes sent without waiting: each task holds the one before until it
+    finishes; none does once they all did (a long loop keeps no chain of them)."""
+    import time
+
+    import dask
+
+    from dgvm.client import failures
+
+    with dask.config.set({"dgvm.dispatch.plane": plane}):
+        x = dnp.zeros(64, chunks=16)
+        tasks = []
+        for _ in range(50):
+            x += 1
+            tasks += x.pending.writes
+        x.wait()
+    deadline = time.monotonic() + 30  # (a direct task's callbacks run just after its wait ends)
+    while any(failures._followed.get(f) for f in tasks) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(failures._followed.get(f) for f in tasks)
+    assert not [f for f in list(failures._followed.keys()) if f.status == "finished"]
+    np.testing.assert_array_equal(dnp.asnumpy(x), np.full(64, 50.0))
+    x.free()

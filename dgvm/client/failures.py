@@ -28,7 +28,17 @@ task again where its result was held, and the scheduler fails it there with ``Ch
 the scheduler names it to its client first (``ran``): no wait raises its failure and no
 new task follows it, or an array that lost nothing would fail its next use.
 
+A failed task may end before the tasks it followed: one that follows a failed task fails
+at once, on the caller or on its worker, though others it follows still wait or run
+there; Dask fails a task as soon as one of its dependencies failed. Until those end, the
+failed task stands for them (``behind``): the arrays' pending lists keep what a later
+task must follow through it (``dgvm.client.pending``), or a write after the error was
+raised would run beside a read it should follow, and a free beside a task still using the
+memory.
+
 State per task, held weakly: a future no array's pending lists hold any more needs none.
+The tasks a task followed are held strongly until it finishes: a Dask future the caller
+no longer holds is released, and its task's end could not be seen any more.
 """
 
 from __future__ import annotations
@@ -47,9 +57,10 @@ class _Operation:
         self.fill = False
 
 
-# Task -> its operation; task -> weak references to the tasks it was ordered after.
+# Task -> its operation; task -> the tasks it was ordered after (until it finishes).
 _operation: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _followed: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+FAILED = ("error", "cancelled", "lost")  # a Dask future's; a direct task's is "error"
 # Keys of tasks that had finished on a worker that left (their failure is no one's).
 _ran: "collections.OrderedDict[str, None]" = collections.OrderedDict()
 RAN_REMEMBERED = 65536
@@ -61,7 +72,35 @@ def submitted(futures, deps) -> None:
     for f, after in zip(futures, deps):
         _operation[f] = op
         if after:
-            _followed[f] = [weakref.ref(d) for d in after]
+            _followed[f] = list(after)
+            if hasattr(f, "_then"):  # a direct task: called on the client's loop
+                f._then(_ended)
+            else:  # a Dask future
+                f.add_done_callback(_ended)
+
+
+def _ended(future) -> None:
+    """A task that finished stands for none of those it followed."""
+    if future.status == "finished":
+        _followed.pop(future, None)
+
+
+def behind(future) -> list:
+    """The tasks ``future`` was ordered after, directly or through failed ones, that have
+    not ended: what it stands for, if it failed (nothing, if not)."""
+    if future.status not in FAILED:
+        return []
+    out, stack, seen = [], [future], {id(future)}
+    while stack:
+        for d in _followed.get(stack.pop(), ()):
+            if id(d) in seen or d.status == "finished":
+                continue
+            seen.add(id(d))
+            if d.status in FAILED:
+                stack.append(d)
+            else:
+                out.append(d)
+    return out
 
 
 def ran(keys) -> None:
@@ -109,7 +148,6 @@ def tell(futures) -> None:
         op = _operation.get(f)
         if op is not None:
             op.told = True
-        for ref in _followed.get(f, ()):
-            dep = ref()
-            if dep is not None and dep.status == "error":
+        for dep in _followed.get(f, ()):
+            if dep.status == "error":
                 stack.append(dep)

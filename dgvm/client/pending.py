@@ -7,7 +7,7 @@ and records the new tasks here.
 
 from __future__ import annotations
 
-from dgvm.client.failures import told
+from dgvm.client.failures import FAILED, behind, told
 
 
 def unfinished(futures) -> list:
@@ -15,14 +15,32 @@ def unfinished(futures) -> list:
     needs no dependency on it (a dependency on a task of another worker would even fetch
     its result there first), and reader lists stay short in long loops. Failed tasks stay
     until their error was raised (``dgvm.client.failures``): it belongs to whoever waits
-    next, and the tasks that follow one never run."""
-    return [f for f in futures if f.status != "finished" and not told(f)]
+    next, and the tasks that follow one never run. A failed task that ended before the
+    tasks it followed stands for them until they end (``failures.behind``)."""
+    out = []
+    for f in futures:
+        if f.status == "finished":
+            continue
+        if f.status in FAILED:
+            if not told(f):
+                out.append(f)
+            out += behind(f)
+        else:
+            out.append(f)
+    return out
 
 
 def still_reading(futures) -> list:
     """The readers a later writer must wait for: those not finished. A reader that failed
-    reads no more, and its error belongs to its own output, not to the array it read."""
-    return [f for f in futures if f.status not in ("finished", "error", "cancelled")]
+    reads no more, and its error belongs to its own output, not to the array it read;
+    it stands for the tasks it followed that have not ended (``failures.behind``)."""
+    out = []
+    for f in futures:
+        if f.status in FAILED:
+            out += behind(f)
+        elif f.status != "finished":
+            out.append(f)
+    return out
 
 
 class Pending:
@@ -43,7 +61,9 @@ class Pending:
         return still_reading(self.reads)
 
     def all(self) -> list:
-        return self.writes + self.reads
+        """Every task that may still use the array's memory (and failed ones)."""
+        futures = self.writes + self.reads
+        return futures + [d for f in futures for d in behind(f)]
 
     def wrote(self, futures, writes=(), reads=()) -> None:
         """``futures`` are the array's new writers; the readers before them are done with
@@ -57,6 +77,6 @@ class Pending:
 
     def take(self) -> list:
         """Forget every task (the memory is being given back); return them."""
-        futures = self.writes + self.reads
+        futures = self.all()
         self.writes, self.reads = [], []
         return futures
