@@ -40,3 +40,15 @@ def tune(stream) -> None:
     seconds = interval()
     if stream is not None and seconds is not None:
         stream.interval = seconds
+
+
+def send_small(stream, message: dict) -> None:
+    """(On the loop.) Send ``message``, one of the small ones a worker's stream carries
+    (task reports, marks): its batches are serialized on the loop without Dask's walk of
+    each batch's size first, which decides whether to serialize it on a thread and costs
+    more than the serializing. (Set here, where the stream's comm is known: it is made
+    after the plugin starts, and again when the scheduler comes back.)"""
+    comm = stream.comm
+    if comm is not None and comm.allow_offload:
+        comm.allow_offload = False
+    stream.send(message)

@@ -55,7 +55,8 @@ logger = logging.getLogger("dgvm.client")
 STRANDED_WAIT = 120.0
 INLINE_BODY = 1 << 20  # bytes of a pickled task body sent inside its message; larger: a frame
 
-_news = threading.Condition()  # notified whenever a direct task ends
+_news = threading.Condition()  # notified whenever a direct task ends, if one waits on it
+_news_waiting = [0]  # threads in ``wait_first`` (under ``_news``): a wake costs a switch
 
 
 def enabled() -> bool:
@@ -117,8 +118,9 @@ class DirectTask:
         self.call = self.deps = self.channel = None
         self._on_sent = []  # (those waiting for it to be sent heard of its end: ``_then``)
         self._event.set()
-        with _news:
-            _news.notify_all()
+        if _news_waiting[0]:  # (read unlocked: a waiter counted after this sees the status)
+            with _news:
+                _news.notify_all()
         callbacks, self._callbacks = self._callbacks, []
         for fn in callbacks:
             try:
@@ -465,7 +467,11 @@ def wait_first(futures) -> list:
         running = list(dask_wait(dask, return_when="FIRST_COMPLETED").not_done)
         return running + [f for f in direct if not f.done()]
     with _news:
-        _news.wait_for(lambda: any(f.done() for f in direct))
+        _news_waiting[0] += 1
+        try:
+            _news.wait_for(lambda: any(f.done() for f in direct))
+        finally:
+            _news_waiting[0] -= 1
     return [f for f in direct if not f.done()]
 
 

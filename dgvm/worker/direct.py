@@ -34,7 +34,7 @@ import time
 from distributed.core import Status, error_message
 from distributed.protocol import pickle, to_serialize
 
-from dgvm import config
+from dgvm import config, streams
 from dgvm.protocol import messages
 from dgvm.protocol.errors import DgvmError
 
@@ -311,7 +311,7 @@ class DirectTasks:
         exists elsewhere, and a copy made from now on is made of the new values."""
         for message, urgent, exports in reports:
             if not urgent:
-                self.worker.batched_stream.send(message)
+                streams.send_small(self.worker.batched_stream, message)
                 continue
             message = {k: v for k, v in message.items() if k != "op"}
             wait = config.get_seconds("scheduler-wait")

@@ -605,7 +605,7 @@ class ChunkStorePlugin(WorkerPlugin):
         worker handed to it so far (the GVAT has counted them once it arrives)."""
         await self._after_releases(after_release)  # the figures after the moves so far
         if mark is not None:
-            self.worker.batched_stream.send({"op": messages.MARK, "token": arguments.text("mark", mark)})
+            streams.send_small(self.worker.batched_stream, {"op": messages.MARK, "token": arguments.text("mark", mark)})
         return {"address": self.worker.address, **self.metrics()}
 
 

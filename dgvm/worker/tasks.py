@@ -14,7 +14,7 @@ import traceback
 from distributed.protocol import to_serialize
 from distributed.utils import sync
 
-from dgvm import config, dask_compat
+from dgvm import config, dask_compat, streams
 from dgvm.protocol import messages
 from dgvm.protocol.errors import ChunkLost, DgvmError, InvalidAddress, KernelError
 from dgvm.protocol.messages import TASK_PREFIX
@@ -73,7 +73,7 @@ def send_report(access: Access, alloc_id: int, wrote: list, reads: dict) -> None
         urgent = bool(wrote) and access.store.may_have_copies(alloc_id, wrote)
         task[2].append((message, urgent, access.store.exports))
         return
-    worker.loop.add_callback(worker.batched_stream.send, message)
+    worker.loop.add_callback(streams.send_small, worker.batched_stream, message)
 
 
 def report(out: ArraySpec, indices, access: Access) -> None:
