@@ -17,10 +17,7 @@ MiB = 2**20
 
 
 def homes(x) -> list[str]:
-    """Each chunk's home, as the GVAT says (translate of its first byte) once it counted
-    the reads of every task that ended so far (``dgvm.stats`` waits for their reports,
-    and for the moves they made)."""
-    dgvm.stats()
+    """Each chunk's home, as the GVAT says (translate of its first byte)."""
     return [loc.worker for loc in dgvm.translate_many([c.vaddr for c in x.chunk_info()])]
 
 
@@ -85,8 +82,6 @@ def test_launch_placed_before_a_move_still_lands(case):
         owner = out.alloc.home(0)
         try:
             dgvm.launch(axpy, 1.0, x, x, out=out)  # out = 2 x0; x moves to out's worker
-            out.wait()
-            dgvm.stats()  # (once its reports were counted: the move is done)
             # placed now, with x's old homes: the workers there send results to the new ones
             dgvm.launch(axpy, 2.0, out, out, out=x)  # x = 3 out = 6 x0
             assert np.array_equal(dnp.asnumpy(x), 6 * np.arange(8.0 * n))

@@ -115,9 +115,6 @@ LEFT_TOPIC = "dgvm-worker-left"
 OPERATIONS_TOPIC = "dgvm-operations"
 # A task's report to the GVAT of what it wrote and read: worker -> scheduler.
 REPORT = "dgvm-launched"
-# {"token"}: every report the worker handed to its stream before this was handled
-# (``GVATPlugin.stats`` asks for one): worker -> scheduler.
-MARK = "dgvm-mark"
 # An old home's release of moved chunks (dgvm.scheduler.releases): scheduler -> worker.
 RELEASE = "dgvm-release"
 # A move ended without moving these chunks: their old home lets writes go on (a move

@@ -98,8 +98,6 @@ class GVATPlugin(SchedulerPlugin):
         # address -> (uid, its store's counters as its launch reports told them, the
         # largest of each): newer than its last heartbeat's once a task reported since
         self._reported: dict[str, tuple[int, dict]] = {}
-        # token -> (worker, done once the mark came on that worker's stream): ``stats``
-        self._marks: dict[str, tuple[str, asyncio.Future]] = {}
 
     # Handlers the scheduler serves (messages.SCHEDULER_HANDLERS; a test checks both).
     def handlers(self) -> dict:
@@ -152,7 +150,6 @@ class GVATPlugin(SchedulerPlugin):
         # released while their cluster closes), and Dask would log each as a failure.
         scheduler.handlers.update(messages.serve(self.handlers()))
         scheduler.stream_handlers[messages.REPORT] = self._launched_stream
-        scheduler.stream_handlers[messages.MARK] = self._marked
         scheduler.extensions[messages.EXTENSION] = self
         # A task's result stays where it ran: lost elsewhere, Dask would run the task again
         # or leave its future waiting for ever (dask_compat.ReduceReplicasKeepingPinned).
@@ -194,9 +191,6 @@ class GVATPlugin(SchedulerPlugin):
             logger.warning("dgvm worker %s left holding %d chunks; those with no copy elsewhere "
                            "(replicas) are lost", worker, rec.chunks)
         self.releases.worker_left(worker)
-        for token, (address, done) in list(self._marks.items()):  # (a stats call or two at most)
-            if address == worker and not done.done():
-                done.set_result(None)
         # Clients hear of it, its arena goes; its stranded tasks fail (``transition``).
         self.departures.left(worker, rec.uid if rec is not None else None)
         if rec is not None:
@@ -696,13 +690,10 @@ class GVATPlugin(SchedulerPlugin):
         return self.releases.last_sent(arguments.text("worker", worker))
 
     async def stats(self):
-        """Counters per worker (asked of the live stores) and per allocation, once the
-        reports of every task that ended before the call were counted (those of the
-        direct plane that wrote no chunk with copies elsewhere, or only read, come on
-        the workers' streams after their tasks were answered: ``_stream_marked``)."""
+        """Counters per worker (asked of the live stores) and per allocation."""
         live = [r.address for r in self.gvat.inventory.live()]
         answers = await asyncio.gather(  # the stores' figures after every move so far
-            *(self._stream_marked(a, messages.STORE_INFO, after_release=self.releases.last_sent(a))
+            *(self._ask(a, messages.STORE_INFO, after_release=self.releases.last_sent(a))
               for a in live),
             return_exceptions=True,
         )
@@ -715,31 +706,6 @@ class GVATPlugin(SchedulerPlugin):
             for a in self.gvat.allocations.values()
         }
         return {"workers": workers, "allocations": allocations}
-
-    async def _stream_marked(self, worker: str, handler: str, **kwargs):
-        """``_ask(worker, handler, mark=token)``, then wait until the mark the worker then
-        sent on its stream arrived: every report it sent before was handled (a stream's
-        handlers run in order, each awaited), re-homing moves included. Bounded by
-        ``scheduler-wait``, and over once the worker left."""
-        token = uuid.uuid4().hex
-        done = asyncio.get_running_loop().create_future()
-        self._marks[token] = (worker, done)
-        try:
-            answer = await self._ask(worker, handler, mark=token, **kwargs)
-            try:
-                await asyncio.wait_for(asyncio.shield(done), config.get_seconds("scheduler-wait"))
-            except asyncio.TimeoutError:
-                logger.warning("dgvm: the reports of %s did not reach the GVAT within %s; its "
-                               "figures may miss the last tasks'", worker, config.get("scheduler-wait"))
-            return answer
-        finally:
-            self._marks.pop(token, None)
-
-    def _marked(self, token: str, **_) -> None:
-        """Stream handler (``messages.MARK``): the reports sent before it were handled."""
-        entry = self._marks.get(token)
-        if entry is not None and not entry[1].done():
-            entry[1].set_result(None)
 
     def translate(self, vaddrs: list[int]) -> Translation:
         return self.gvat.translate_many(arguments.integers("vaddrs", vaddrs))

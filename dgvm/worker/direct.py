@@ -12,12 +12,10 @@ the error with the worker's traceback.
 Before it answers, the GVAT has the task's report of the chunks it wrote that other
 workers may hold copies of (a request, awaited: ``_reports``), as on Dask's task path,
 where every report precedes the task's completion on the worker's stream: no later task,
-on any worker, can read a replica the write made stale, and backups hold the write. The
-report of a write to chunks of which no copy exists, and of reads, goes on the worker's
-stream, off the operation's path: a copy made later is made of the new values, and the
-GVAT learns the new version before it counts that copy or soon after (then it drops it);
-reads are counted, and chunks read here often enough move here, soon after the task
-ended (``dgvm.stats()`` waits until every report sent before it was handled).
+on any worker, can read a replica the write made stale, and backups hold the write. So does the report of a task that read chunks of other workers (they may move here, and
+the caller sees its misses counted once the operation is done). The report of a write to
+chunks of which no copy exists goes on the worker's stream, off the operation's path: a copy made later is made of the new values, and the GVAT learns the
+new version before it counts that copy or soon after (then it drops it).
 
 A task that follows a failed one fails with its error without running (Dask's rule for a
 task whose dependency failed, ``dgvm.client.failures``).

@@ -599,13 +599,8 @@ class ChunkStorePlugin(WorkerPlugin):
         scheduler that restarted, or one this worker came back to)."""
         return await self._run(self._open_store().report, arguments.text("scheduler", scheduler))
 
-    async def info(self, after_release: ReleaseTicket | None = None, mark: str | None = None) -> dict:
-        """This store's address and figures, after the releases sent to it so far.
-        ``mark``: a token sent back on the worker's stream, after the task reports this
-        worker handed to it so far (the GVAT has counted them once it arrives)."""
+    async def info(self, after_release: ReleaseTicket | None = None) -> dict:
         await self._after_releases(after_release)  # the figures after the moves so far
-        if mark is not None:
-            streams.send_small(self.worker.batched_stream, {"op": messages.MARK, "token": arguments.text("mark", mark)})
         return {"address": self.worker.address, **self.metrics()}
 
 

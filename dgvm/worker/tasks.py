@@ -65,12 +65,14 @@ def send_report(access: Access, alloc_id: int, wrote: list, reads: dict) -> None
     message = messages.report(alloc_id, wrote, reads, access.store.stats.to_dict(), current_key(access))
     task = direct.running()
     if task is not None:
-        # The plane waits for it only where coherence needs it: copies elsewhere must
-        # drop or take the write first. Reads (counts, re-homing) go on the stream, off
-        # the operation's path; ``dgvm.stats()`` waits for them (``GVATPlugin.stats``).
+        # The plane waits for it only where that counts: copies elsewhere must drop or
+        # take the write first; chunks read from other workers may move here (re-homing),
+        # and the caller sees those moves and misses once the operation is done, as the
+        # cost of a remote read anyway is a round trip.
         # (With the number of the last export of this store: the GVAT's answer clears the
         # written chunks' export marks up to it, ``ChunkStore.copies_dropped``.)
-        urgent = bool(wrote) and access.store.may_have_copies(alloc_id, wrote)
+        urgent = (bool(wrote) and access.store.may_have_copies(alloc_id, wrote)) or any(
+            r["remote"] for r in reads.values())
         task[2].append((message, urgent, access.store.exports))
         return
     worker.loop.add_callback(streams.send_small, worker.batched_stream, message)
