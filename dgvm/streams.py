@@ -43,11 +43,13 @@ def tune(stream) -> None:
 
 
 def send_small(stream, message: dict) -> None:
-    """(On the loop.) Send ``message``, one of the small ones a worker's stream carries
-    (task reports, marks): its batches are serialized on the loop without Dask's walk of
-    each batch's size first, which decides whether to serialize it on a thread and costs
-    more than the serializing. (Set here, where the stream's comm is known: it is made
-    after the plugin starts, and again when the scheduler comes back.)"""
+    """(On the loop.) Send ``message``, a task's report, on a worker's stream to the
+    scheduler: its comm serializes (and reads) messages on the loop without Dask's walk of
+    each one's size first, which decides whether to do it on a thread and costs more than
+    the serializing of the small messages this comm carries each operation (reports, task
+    completions; a message above Dask's offload threshold, 10 MiB, would hold the loop
+    while it is serialized). Set here, where the stream's comm is known: it is made after
+    the plugin starts, and again when the scheduler comes back."""
     comm = stream.comm
     if comm is not None and comm.allow_offload:
         comm.allow_offload = False
