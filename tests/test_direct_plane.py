@@ -406,13 +406,14 @@ def _hold_next_job(dask_worker, gate):
     pool.submit = submit
 
 
+@pytest.mark.parametrize("then", ["write", "read"])
 @pytest.mark.parametrize("plane", ["direct", "tasks"])
-def test_a_task_that_fails_early_stands_for_the_tasks_it_follows_until_they_end(case, plane):
+def test_a_task_that_fails_early_stands_for_the_tasks_it_follows_until_they_end(case, plane, then):
     """``y += a`` fails (the launch that wrote ``a``, on another worker, failed) while the
     tasks it follows on its worker still wait there: ``y += 1``, held, and ``z = y * 2``
     behind it. The failed task ends at once; once its error was raised, a later write of
-    ``y`` still follows both: ``z`` is ``(y + 1) * 2``, not made of the later write's
-    values."""
+    ``y`` still follows both (``z`` is ``(y + 1) * 2``, not made of the later write's
+    values), and a read of ``y`` waits for ``y += 1``."""
     import threading
 
     if case.backend != "cpu":
@@ -440,10 +441,15 @@ def test_a_task_that_fails_early_stands_for_the_tasks_it_follows_until_they_end(
                 y.wait()
             assert not any(f.done() for f in held)
             assert set(held) <= set(y.pending.writers())  # (through the failed task)
-            y[...] = -5.0  # follows what the failed task followed
-            _gates["held"].set()
+            if then == "write":
+                y[...] = -5.0  # follows what the failed task followed
+                _gates["held"].set()
+                want = np.full_like(h, -5.0)
+            else:  # the read waits for the held write: let it through a little later
+                threading.Timer(0.3, _gates["held"].set).start()
+                want = h + 1
+            np.testing.assert_array_equal(dnp.asnumpy(y), want)
             np.testing.assert_array_equal(dnp.asnumpy(z), (h + 1) * 2)
-            np.testing.assert_array_equal(dnp.asnumpy(y), np.full_like(h, -5.0))
             for arr in (y, z, src, a):
                 arr.free()
     finally:

@@ -145,7 +145,7 @@ class _Ending(_Task):
     def __init__(self, key):
         self.key, self._callbacks = key, []
 
-    def _then(self, fn):
+    def on_end(self, fn):
         self._callbacks.append(fn)
 
     def end(self, status):
@@ -183,6 +183,36 @@ def test_a_failed_task_stands_for_the_tasks_it_followed_until_they_end():
     assert failures._followed.get(ok) == [c]
     ok.end("finished")
     assert failures._followed.get(ok) is None and failures.behind(ok) == []
+
+
+def test_a_chain_of_failed_tasks_holds_only_what_still_runs():
+    """2000 tasks, each behind the one before, fail one after the other while the task the
+    first followed still runs: each stands for that one alone, holds no failed task alive
+    (only weakly, for ``tell``), and answers without walking the chain."""
+    import gc
+    import weakref
+
+    from dgvm.client import failures
+    from dgvm.client.pending import unfinished
+
+    running = _Ending("running")
+    chain = [_Ending("t0")]
+    failures.submitted([chain[0]], [[running]])
+    for i in range(1, 2000):
+        chain.append(_Ending(f"t{i}"))
+        failures.submitted([chain[-1]], [[chain[-2]]])
+    for t in chain:
+        t.end("error")
+    last = chain[-1]
+    assert failures.behind(last) == [running] and failures._stands_for[last] == [running]
+    first = weakref.ref(chain[0])
+    del chain[:-1], t
+    gc.collect()
+    assert first() is None  # (no failed task holds another)
+    failures.tell([last])
+    assert unfinished([last]) == [running]
+    running.end("finished")
+    assert unfinished([last]) == [] and failures._stands_for[last] == []
 
 
 @pytest.mark.parametrize("plane", ["direct", "tasks"])

@@ -131,6 +131,13 @@ class DirectTask:
     def _fail(self, error: Exception, tb=None) -> None:
         self._end("error", error, tb)
 
+    def on_end(self, fn) -> None:
+        """(Any thread.) Call ``fn(self)`` once the task ended: on the loop, or here if it
+        has; ``fn`` may be called twice (it may end while this runs)."""
+        self._callbacks.append(fn)
+        if self.done():  # (its callbacks may have been taken before the append)
+            fn(self)
+
     def _then(self, fn) -> None:
         """Call ``fn(self)`` on the loop when the task ends (now, if it has)."""
         if self.done():

@@ -163,8 +163,9 @@ def wait_raising(futures) -> None:
     """Wait for the tasks of ``futures`` to end; raise the first error here as soon as one
     fails, as it was raised on its worker (``DArray.wait`` waits so for an array's
     writers). An error is raised once (``dgvm.client.failures``): failures raised before
-    are passed over."""
-    futures = [f for f in futures if not failures.told(f)]
+    are passed over, but not what they stand for (``failures.behind``): an earlier write
+    they followed may still run."""
+    futures = unfinished(futures)
 
     def untold_failures():
         return [f for f in futures if f.status == "error" and not failures.told(f)]

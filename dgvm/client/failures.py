@@ -37,8 +37,9 @@ raised would run beside a read it should follow, and a free beside a task still 
 memory.
 
 State per task, held weakly: a future no array's pending lists hold any more needs none.
-The tasks a task followed are held strongly until it finishes: a Dask future the caller
-no longer holds is released, and its task's end could not be seen any more.
+The tasks a task followed are held strongly until it ends (a Dask future the caller no
+longer holds is released, and its task's end could not be seen any more), and those a
+failed task stands for until they end.
 """
 
 from __future__ import annotations
@@ -57,9 +58,12 @@ class _Operation:
         self.fill = False
 
 
-# Task -> its operation; task -> the tasks it was ordered after (until it finishes).
+# Task -> its operation. Task -> the tasks it was ordered after, until it ends; then, if
+# it failed, the failed ones among them (weakly: ``tell``) and the tasks it stands for.
 _operation: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _followed: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_failed_after: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_stands_for: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 FAILED = ("error", "cancelled", "lost")  # a Dask future's; a direct task's is "error"
 # Keys of tasks that had finished on a worker that left (their failure is no one's).
 _ran: "collections.OrderedDict[str, None]" = collections.OrderedDict()
@@ -73,16 +77,41 @@ def submitted(futures, deps) -> None:
         _operation[f] = op
         if after:
             _followed[f] = list(after)
-            if hasattr(f, "_then"):  # a direct task: called on the client's loop
-                f._then(_ended)
+            if hasattr(f, "on_end"):  # a direct task
+                f.on_end(_ended)
             else:  # a Dask future
                 f.add_done_callback(_ended)
 
 
 def _ended(future) -> None:
-    """A task that finished stands for none of those it followed."""
-    if future.status == "finished":
-        _followed.pop(future, None)
+    """(Any thread; maybe twice.) A task that finished stands for none of those it
+    followed; one that failed keeps the failed ones weakly and, strongly, only those
+    still running: what it stands for is flat, so a chain of failed tasks holds no
+    failed task alive and is not walked again at each use."""
+    deps = _followed.get(future)
+    if deps is None:
+        return
+    if future.status in FAILED:
+        _failed_after[future] = [weakref.ref(d) for d in deps if d.status in FAILED]
+        _stands_for[future] = _running(deps)  # (before it leaves ``_followed``: ``behind``)
+    _followed.pop(future, None)
+
+
+def _running(tasks) -> list:
+    """Those of ``tasks`` that have not ended, and in place of each failed one those it
+    stands for."""
+    out, seen, stack = [], set(), list(reversed(tasks))  # (in their order)
+    while stack:
+        d = stack.pop()
+        if id(d) in seen or d.status == "finished":
+            continue
+        seen.add(id(d))
+        if d.status not in FAILED:
+            out.append(d)
+            continue
+        stands = _stands_for.get(d)
+        stack += reversed(stands if stands is not None else _followed.get(d, ()))
+    return out
 
 
 def behind(future) -> list:
@@ -90,17 +119,14 @@ def behind(future) -> list:
     not ended: what it stands for, if it failed (nothing, if not)."""
     if future.status not in FAILED:
         return []
-    out, stack, seen = [], [future], {id(future)}
-    while stack:
-        for d in _followed.get(stack.pop(), ()):
-            if id(d) in seen or d.status == "finished":
-                continue
-            seen.add(id(d))
-            if d.status in FAILED:
-                stack.append(d)
-            else:
-                out.append(d)
-    return out
+    stands = _stands_for.get(future)
+    if stands is None:  # (its end was not handled yet)
+        return _running(_followed.get(future, ()))
+    if not stands:
+        return stands
+    now = _running(stands)
+    _stands_for[future] = now  # (those that ended since are forgotten)
+    return now
 
 
 def ran(keys) -> None:
@@ -148,6 +174,8 @@ def tell(futures) -> None:
         op = _operation.get(f)
         if op is not None:
             op.told = True
-        for dep in _followed.get(f, ()):
-            if dep.status == "error":
+        failed = _failed_after.get(f)
+        deps = [ref() for ref in failed] if failed is not None else _followed.get(f, ())
+        for dep in deps:
+            if dep is not None and dep.status == "error":
                 stack.append(dep)
