@@ -287,7 +287,7 @@ class ArrayCore:
             failures.fill(alloc.pending.writes)  # if they fail, this result has no values
         except BaseException:
             self._alloc = None
-            after = alloc.pending.writes  # a reused allocation: tasks may still run on it
+            after = alloc.pending.all()  # a reused allocation: tasks may still run on it
             if after:
                 releases_of(alloc.client).free_later(alloc, after)
             else:
