@@ -133,6 +133,11 @@ class Backend(abc.ABC):
         that waits for that write only, not for other work queued on the device meanwhile."""
         return self.read(handle, nbytes, offset, length)
 
+    def written_out(self, written) -> bool:
+        """Has the write ``written`` (a ``record_event``; None: none known) run, so that
+        ``read_after`` waits for no device work? Always, where work runs as it is queued."""
+        return True
+
     def to_host(self, array) -> np.ndarray:
         """The bytes of a device array (of ``xp``) as a new host uint8 array."""
         a = array.get() if hasattr(array, "get") else np.array(array, copy=True)

@@ -178,6 +178,10 @@ class CudaBackend(Backend):
         stream.wait_event(written)
         return self.view(handle, nbytes)[offset : offset + length].get(stream=stream)
 
+    def written_out(self, written):
+        # (No write known: its zero-fill may be queued, and a read waits for all work.)
+        return self.one_stream and written is not None and written.done
+
     def other_used(self):
         """The part of dgvm's remaining budget that the GPU cannot actually give, because
         something else (contexts, other programs) holds it. With the whole GPU as capacity,

@@ -42,6 +42,7 @@ PLUGIN_NAME = messages.STORE_PLUGIN
 RETIRE_WAIT = 2.0  # seconds a free waits for buffers peers had mapped to come back
 RELEASE_WAIT = 30.0  # seconds a request waits for the releases sent here before it
 SLOW_RELEASE = 5.0  # seconds past which a release is logged
+INLINE_PIECE = 1 << 20  # bytes of a piece read on the event loop when its write has run
 
 
 class ChunkStorePlugin(WorkerPlugin):
@@ -342,6 +343,12 @@ class ChunkStorePlugin(WorkerPlugin):
             queued = self.store.backend.queued
             if not queued.done():
                 await loop.run_in_executor(None, queued.wait)
+            return self._export(alloc_id, indices, path, to, span)
+        if span is not None and span[1] - span[0] <= INLINE_PIECE and all(
+                self.store.backend.written_out(self.store.last_write(alloc_id, i)) for i in indices):
+            # A piece (a neighbour's halo rows) whose last write has run: a copy of
+            # microseconds, read here rather than on a thread (two wake-ups less on the
+            # path of a task waiting for it).
             return self._export(alloc_id, indices, path, to, span)
         return await loop.run_in_executor(self._export_executor, self._export, alloc_id, indices, path, to, span)
 
