@@ -183,3 +183,32 @@ def test_free_needs_no_memory_on_a_full_cluster(case):
     x = dnp.full((n,), 3.0, chunks=n // 16)  # the room is back
     assert float(x[:2].sum()) == 6.0
     x.free()
+
+
+@pytest.mark.parametrize("plane", ["direct", "tasks"])
+def test_an_error_raised_through_a_freed_array_is_told_to_the_first(case, plane):
+    """``out = fails(x)`` raises; ``b = fails(out)`` and ``c = add_one(b)`` fail behind it.
+    ``b`` is freed; ``c.wait()`` raises the error: ``out``'s operation is told through the
+    freed one, so ``out.wait()`` does not raise it again."""
+    import gc
+
+    import dask
+
+    cpu_only(case)
+    with dask.config.set({"dgvm.dispatch.plane": plane}):
+        x, out = spread(np.arange(30, dtype=np.int64))
+        b = dnp.from_numpy(np.zeros(30, dtype=np.int64), chunks=5, colocate=x)
+        c = dnp.from_numpy(np.zeros(30, dtype=np.int64), chunks=5, colocate=x)
+        try:
+            dgvm.launch(fails, x, out=out)
+            dgvm.launch(fails, out, out=b)  # staged: its readers are not its writers
+            dgvm.launch(add_one, b, out=c)
+            b.free()
+            del b
+            gc.collect()
+            with pytest.raises(dgvm.KernelError, match="'fails' failed"):
+                c.wait()
+            out.wait()  # told already
+        finally:
+            for a in (x, out, c):
+                a.free()

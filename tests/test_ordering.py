@@ -239,3 +239,83 @@ def test_tasks_that_finished_hold_nothing_they_followed(case, plane):
     assert not [f for f in list(failures._followed.keys()) if f.status == "finished"]
     np.testing.assert_array_equal(dnp.asnumpy(x), np.full(64, 50.0))
     x.free()
+
+
+def test_tell_reaches_through_a_failed_task_no_one_holds():
+    """t1 failed, t2 behind it, t3 behind t2; t2 is dropped. t3's error raised: t1's
+    operation is told too (its error is the one raised)."""
+    import gc
+
+    from dgvm.client import failures
+
+    src, t1, t2, t3 = (_Ending(k) for k in ("src", "t1", "t2", "t3"))
+    failures.submitted([t1], [[src]])
+    failures.submitted([t2], [[t1]])
+    failures.submitted([t3], [[t2]])
+    for t in (src, t1, t2, t3):
+        t.end("error")
+    del t, t2
+    gc.collect()
+    failures.tell([t3])
+    assert failures.told(t1)
+
+
+class _SwitchAfterGet(dict):
+    """A table whose next ``get`` lets another thread's step run right after it answers
+    (a thread switch at the worst moment)."""
+
+    step = None
+
+    def get(self, key, default=None):
+        value = super().get(key, default)
+        step, type(self).step = type(self).step, None
+        if step is not None:
+            step()
+        return value
+
+
+@pytest.mark.parametrize("table", ["_stands_for", "_failure"])
+def test_a_failed_tasks_end_handled_between_two_lookups_loses_nothing(monkeypatch, table):
+    """``f`` failed; its end is handled (Dask's callback thread) right between a reader's
+    lookups: ``behind`` still names what it stands for, and ``tell`` still reaches the
+    failure it followed."""
+    from dgvm.client import failures
+
+    src, running, f = _Ending("src"), _Ending("running"), _Ending("f")
+    failures.submitted([f], [[src, running]])
+    src.end("error")
+    f.status = "error"  # its callback not run yet
+    monkeypatch.setattr(failures, table, _SwitchAfterGet())
+    failures.submitted([src], [[]])  # (its operation, to be told)
+    _SwitchAfterGet.step = lambda: failures._ended(f)
+    if table == "_stands_for":
+        assert failures.behind(f) == [running]
+    else:
+        failures.tell([f])
+        assert failures.told(src)
+
+
+def test_a_wait_waits_for_what_a_told_failure_stands_for_and_raises_none_of_its_errors():
+    """y's writer ``f`` failed at once (the writer of its input failed), behind ``w``
+    (``y += 1``) and ``r`` (``z = y * 2``), both still running; f's error was raised. A
+    wait of y waits for both; r then fails with its own error, which is z's: the wait
+    does not raise it, and it stays to be raised by z's wait."""
+    import threading
+
+    from dgvm.client import failures
+    from dgvm.client.direct import DirectTask
+    from dgvm.client.dispatch import wait_raising
+
+    def task(key):
+        return DirectTask(key, "a-worker", None, [])
+
+    a, w, r, f = (task(k) for k in "awrf")
+    failures.submitted([a, w], [[], []])
+    failures.submitted([r], [[w]])
+    failures.submitted([f], [[w, r, a]])
+    a._fail(RuntimeError("a's error"))
+    f._fail(RuntimeError("a's error"))
+    failures.tell([f])
+    threading.Timer(0.2, lambda: (w._end("finished", None), r._fail(ValueError("z's own error")))).start()
+    wait_raising([f])  # y.wait()
+    assert w.done() and r.done() and not failures.told(r)

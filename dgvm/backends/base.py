@@ -135,7 +135,8 @@ class Backend(abc.ABC):
 
     def written_out(self, written) -> bool:
         """Has the write ``written`` (a ``record_event``; None: none known) run, so that
-        ``read_after`` waits for no device work? Always, where work runs as it is queued."""
+        ``read_after`` waits for no device work? Always, where work runs as it is queued
+        (``record_event`` gives None); a backend that queues work says otherwise."""
         return True
 
     def to_host(self, array) -> np.ndarray:

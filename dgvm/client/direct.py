@@ -137,6 +137,10 @@ class DirectTask:
         self._callbacks.append(fn)
         if self.done():  # (its callbacks may have been taken before the append)
             fn(self)
+            try:
+                self._callbacks.remove(fn)  # (if they were not: kept for nothing)
+            except ValueError:
+                pass
 
     def _then(self, fn) -> None:
         """Call ``fn(self)`` on the loop when the task ends (now, if it has)."""

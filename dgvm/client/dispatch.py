@@ -163,20 +163,32 @@ def wait_raising(futures) -> None:
     """Wait for the tasks of ``futures`` to end; raise the first error here as soon as one
     fails, as it was raised on its worker (``DArray.wait`` waits so for an array's
     writers). An error is raised once (``dgvm.client.failures``): failures raised before
-    are passed over, but not what they stand for (``failures.behind``): an earlier write
-    they followed may still run."""
-    futures = unfinished(futures)
+    are passed over, but what they stand for (``failures.behind``: an earlier write they
+    followed may still run) is waited for, its errors left to their own arrays."""
+    own = [f for f in futures if not failures.told(f)]
 
     def untold_failures():
-        return [f for f in futures if f.status == "error" and not failures.told(f)]
+        return [f for f in own if f.status == "error" and not failures.told(f)]
 
-    running = futures
+    running = own
     while running and not untold_failures():
         # Until the first failure (a lost worker's comes at once), not the last task.
         running = plane.wait_first(running)
     failed = untold_failures()
     if failed:
-        _ended(failed, futures)
+        _ended(failed, own)
         failures.tell(failed)
         with detached_task_errors():
             failed[0].result()  # raises the remote exception (KernelError, OutOfDeviceMemory, ...)
+    _stood_for(futures)
+
+
+def _stood_for(futures) -> None:
+    """Wait, without raising their errors, for the tasks the failed ones among
+    ``futures`` stand for (``failures.behind``), and for those the ones among them that
+    fail meanwhile stand for in turn."""
+    while True:
+        running = [d for f in futures for d in failures.behind(f)]
+        if not running:
+            return
+        plane.wait(running)

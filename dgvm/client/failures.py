@@ -39,7 +39,7 @@ memory.
 State per task, held weakly: a future no array's pending lists hold any more needs none.
 The tasks a task followed are held strongly until it ends (a Dask future the caller no
 longer holds is released, and its task's end could not be seen any more), and those a
-failed task stands for until they end.
+failed task stands for until a use finds them ended.
 """
 
 from __future__ import annotations
@@ -58,11 +58,22 @@ class _Operation:
         self.fill = False
 
 
+class _Failure:
+    """A failed task's place among failures: its operation and the failures it followed
+    (``tell`` tells them all). Holds no task, so a chain of failed tasks keeps none alive."""
+
+    __slots__ = ("op", "after")
+
+    def __init__(self, op):
+        self.op = op
+        self.after: list = []
+
+
 # Task -> its operation. Task -> the tasks it was ordered after, until it ends; then, if
-# it failed, the failed ones among them (weakly: ``tell``) and the tasks it stands for.
+# it failed, its ``_Failure`` and the tasks it stands for.
 _operation: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _followed: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_failed_after: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_failure: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _stands_for: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 FAILED = ("error", "cancelled", "lost")  # a Dask future's; a direct task's is "error"
 # Keys of tasks that had finished on a worker that left (their failure is no one's).
@@ -85,16 +96,41 @@ def submitted(futures, deps) -> None:
 
 def _ended(future) -> None:
     """(Any thread; maybe twice.) A task that finished stands for none of those it
-    followed; one that failed keeps the failed ones weakly and, strongly, only those
-    still running: what it stands for is flat, so a chain of failed tasks holds no
-    failed task alive and is not walked again at each use."""
+    followed; one that failed keeps its ``_Failure`` and, strongly, only the tasks still
+    running behind it: flat, so a chain of failed tasks holds no failed task alive and
+    is not walked again at each use. (Written before ``_followed`` lets go; readers read
+    ``_followed`` first.)"""
     deps = _followed.get(future)
     if deps is None:
         return
     if future.status in FAILED:
-        _failed_after[future] = [weakref.ref(d) for d in deps if d.status in FAILED]
-        _stands_for[future] = _running(deps)  # (before it leaves ``_followed``: ``behind``)
+        _node(future, deps)
+        _stands_for[future] = _running(deps)
     _followed.pop(future, None)
+
+
+def _node(task, deps=None) -> _Failure:
+    """The ``_Failure`` of failed ``task`` (made now, with those of the failed tasks it
+    followed, where their ends were not handled yet)."""
+    if deps is None:
+        deps = _followed.get(task, ())
+    node = _failure.get(task)
+    if node is not None:
+        return node
+    node = _failure.setdefault(task, _Failure(_operation.get(task)))
+    work = [(node, deps)]
+    while work:
+        n, ds = work.pop()
+        for d in ds:
+            if d.status != "error":  # (the errors raised with it: ``tell``)
+                continue
+            d_deps = _followed.get(d, ())
+            dn = _failure.get(d)
+            if dn is None:
+                dn = _failure.setdefault(d, _Failure(_operation.get(d)))
+                work.append((dn, d_deps))
+            n.after.append(dn)
+    return node
 
 
 def _running(tasks) -> list:
@@ -109,8 +145,9 @@ def _running(tasks) -> list:
         if d.status not in FAILED:
             out.append(d)
             continue
+        deps = _followed.get(d, ())  # (first: ``_ended`` writes the other before this goes)
         stands = _stands_for.get(d)
-        stack += reversed(stands if stands is not None else _followed.get(d, ()))
+        stack += reversed(stands if stands is not None else deps)
     return out
 
 
@@ -119,14 +156,15 @@ def behind(future) -> list:
     not ended: what it stands for, if it failed (nothing, if not)."""
     if future.status not in FAILED:
         return []
+    deps = _followed.get(future, ())  # (first: as in ``_running``)
     stands = _stands_for.get(future)
     if stands is None:  # (its end was not handled yet)
-        return _running(_followed.get(future, ()))
+        return _running(deps)
     if not stands:
-        return stands
+        return []
     now = _running(stands)
     _stands_for[future] = now  # (those that ended since are forgotten)
-    return now
+    return list(now)
 
 
 def ran(keys) -> None:
@@ -164,18 +202,15 @@ def tell(futures) -> None:
     """The error of the failed ones among ``futures`` was raised to a caller: tell their
     operations, and the failed operations they were ordered after (their error is the
     one raised)."""
-    stack = [f for f in futures if f.status == "error"]
+    stack = [_node(f) for f in futures if f.status == "error"]
     seen = set()
     while stack:
-        f = stack.pop()
-        if id(f) in seen:
+        node = stack.pop()
+        if id(node) in seen:
             continue
-        seen.add(id(f))
-        op = _operation.get(f)
-        if op is not None:
-            op.told = True
-        failed = _failed_after.get(f)
-        deps = [ref() for ref in failed] if failed is not None else _followed.get(f, ())
-        for dep in deps:
-            if dep is not None and dep.status == "error":
-                stack.append(dep)
+        seen.add(id(node))
+        if node.op is not None:
+            node.op.told = True
+        # Told for good: a later tell that reaches this one need not go on.
+        stack += node.after
+        node.after = []

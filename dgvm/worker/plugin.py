@@ -344,7 +344,7 @@ class ChunkStorePlugin(WorkerPlugin):
             if not queued.done():
                 await loop.run_in_executor(None, queued.wait)
             return self._export(alloc_id, indices, path, to, span)
-        if span is not None and span[1] - span[0] <= INLINE_PIECE and all(
+        if span is not None and (span[1] - span[0]) * len(indices) <= INLINE_PIECE and all(
                 self.store.backend.written_out(self.store.last_write(alloc_id, i)) for i in indices):
             # A piece (a neighbour's halo rows) whose last write has run: a copy of
             # microseconds, read here rather than on a thread (two wake-ups less on the
