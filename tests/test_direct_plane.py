@@ -293,24 +293,30 @@ def test_a_task_behind_one_of_its_worker_waiting_on_the_caller_goes_right_after_
     _gates.clear()
 
 
-def _hold_next_task(dask_worker, seconds):
-    """Make the next direct task this worker runs start ``seconds`` late (once)."""
-    import time
+def _hold_next_job(dask_worker, gate):
+    """Make the next job this worker's task threads take (a task of either plane) wait
+    until ``_gates[gate]`` is set (once)."""
+    pool = dask_worker.executors["default"]
 
-    tasks = dask_worker.plugins["dgvm-store"].direct
+    def submit(fn, *args, **kwargs):
+        del pool.submit  # (once: the class's method again)
 
-    def late(*args):
-        del tasks._call  # (once: the class's method again)
-        time.sleep(seconds)
-        return type(tasks)._call(tasks, *args)
+        def late(*a, **k):
+            if not _gates[gate].wait(60):
+                raise TimeoutError(f"{gate} was never let through")
+            return fn(*a, **k)
 
-    tasks._call = late
+        return type(pool).submit(pool, late, *args, **kwargs)
+
+    pool.submit = submit
 
 
 def _write_waiting_on_the_caller(case):
     """(h, x, z): x of two row chunks on two workers, ``z = x[::-1] + 0`` held on chunk
     0's worker for a second, and ``x += 1`` sent, whose task on chunk 1's worker follows
     z's task there (z is not aligned: it may read any chunk of x), so waits on the caller."""
+    import threading
+
     if case.backend != "cpu":
         pytest.skip("holds an in-process worker's thread")
     case.needs_workers(2, "chunks on two workers")
@@ -318,7 +324,9 @@ def _write_waiting_on_the_caller(case):
     x = dnp.from_numpy(h, chunks=(8, 4), placement="round_robin")
     home0, home1 = x.alloc.homes()[:2]
     assert home0 != home1
-    case.client.run(_hold_next_task, seconds=1.0, workers=[home0])
+    gate = _gates["held-a-second"] = threading.Event()
+    case.client.run(_hold_next_job, gate="held-a-second", workers=[home0])
+    threading.Timer(1.0, gate.set).start()
     z = (x[::-1] + 0).persist()
     x += 1
     return h, x, z
@@ -386,24 +394,6 @@ def test_a_long_chain_behind_a_task_whose_dependency_failed_fails_whole(case):
         for gate in _gates.values():
             gate.set()
         _gates.clear()
-
-
-def _hold_next_job(dask_worker, gate):
-    """Make the next job this worker's task threads take (a task of either plane) wait
-    until ``_gates[gate]`` is set (once)."""
-    pool = dask_worker.executors["default"]
-
-    def submit(fn, *args, **kwargs):
-        del pool.submit  # (once: the class's method again)
-
-        def late(*a, **k):
-            if not _gates[gate].wait(60):
-                raise TimeoutError(f"{gate} was never let through")
-            return fn(*a, **k)
-
-        return type(pool).submit(pool, late, *args, **kwargs)
-
-    pool.submit = submit
 
 
 @pytest.mark.parametrize("then", ["write", "read"])

@@ -116,7 +116,7 @@ class DirectTask:
             return
         self._value, self._tb, self.status = value, tb, status
         self.call = self.deps = self.channel = None
-        self._on_sent = []  # (those waiting for it to be sent heard of its end: ``_then``)
+        self._on_sent = []  # (those waiting for it to be sent heard of its end: ``on_end``)
         self._event.set()
         if _news_waiting[0]:  # (read unlocked: a waiter counted after this sees the status)
             with _news:
@@ -132,8 +132,9 @@ class DirectTask:
         self._end("error", error, tb)
 
     def on_end(self, fn) -> None:
-        """(Any thread.) Call ``fn(self)`` once the task ended: on the loop, or here if it
-        has; ``fn`` may be called twice (it may end while this runs)."""
+        """Call ``fn(self)`` once the task ended: on the loop, or here if it has. Called on
+        the loop, once; from another thread it may be called twice (the task may end
+        while this runs)."""
         self._callbacks.append(fn)
         if self.done():  # (its callbacks may have been taken before the append)
             fn(self)
@@ -141,13 +142,6 @@ class DirectTask:
                 self._callbacks.remove(fn)  # (if they were not: kept for nothing)
             except ValueError:
                 pass
-
-    def _then(self, fn) -> None:
-        """Call ``fn(self)`` on the loop when the task ends (now, if it has)."""
-        if self.done():
-            fn(self)
-        else:
-            self._callbacks.append(fn)
 
     def _sent(self) -> None:
         """(On the loop.) It was handed to its connection: the tasks of its worker that
@@ -349,7 +343,7 @@ class DirectPlane:
                         one_ended(_)
 
                 d._on_sent.append(once)
-                d._then(once)
+                d.on_end(once)
             return
         failed = next((d for d in task.deps if d.status in ("error", "cancelled", "lost")), None)
         if failed is not None:  # it fails with the error of the task it follows
@@ -382,7 +376,7 @@ class DirectPlane:
 
     def _when_done(self, dep, fn) -> None:
         if isinstance(dep, DirectTask):
-            dep._then(fn)
+            dep.on_end(fn)
         else:  # a Dask future: its callbacks run in a thread of their own
             loop = self.client.loop
             dep.add_done_callback(lambda f: loop.add_callback(fn, f))
@@ -498,7 +492,7 @@ async def ended(client, futures) -> None:
     for f in direct:
         if not f.done():
             w = loop.create_future()
-            f._then(lambda _, w=w: w.done() or w.set_result(None))
+            f.on_end(lambda _, w=w: w.done() or w.set_result(None))
             waits.append(w)
     if waits:
         await asyncio.wait(waits)
