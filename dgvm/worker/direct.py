@@ -135,29 +135,30 @@ class DirectTasks:
 
     async def _run(self, key: str, msg: dict, answer, ended: asyncio.Future) -> None:
         start, status, chunks = time.time(), "error", 0
+        # The questions to other workers go out at once, while those of this worker end.
+        asks = [asyncio.ensure_future(self._peer_ended(peer, keys))
+                for peer, keys in (msg.get("peers") or {}).items()]
         try:
             after = list(dict.fromkeys(msg.get("after", ())))  # (a task read and written: listed twice)
-            # Behind the last of them still to end, it runs as soon as that one ends (no
-            # peers to ask, none failed or sent back), so it counts as ready while that
-            # one runs (``ready``).
+            # Behind the last of them still to end, it runs as soon as that one ends and
+            # the other workers answer (nothing it follows failed or went back), so it
+            # counts as ready while that one runs (``ready``). If it then does not run
+            # (a task it follows failed, or went back unready), it waits for the device
+            # work left running for it (``_settle_device``).
             pending = [i for i, dep in enumerate(after) if dep in self.ended]
-            last = pending[-1] if pending and not msg.get("peers") and not any(
+            last = pending[-1] if pending and not any(
                 dep in self.failed or dep in self.unready for dep in after) else None
             for i, dep in enumerate(after):
                 f = self.ended.get(dep)
                 if f is not None:
                     counted = i == last
                     if counted:
-                        with self._waiting_lock:
-                            self.behind[dep] = self.behind.get(dep, 0) + 1
+                        self._behind(dep, +1)
                     try:
                         await asyncio.shield(f)
                     finally:
                         if counted:
-                            with self._waiting_lock:
-                                n = self.behind.pop(dep) - 1
-                                if n:
-                                    self.behind[dep] = n
+                            self._behind(dep, -1)
                 failed = self.failed.get(dep)
                 if failed is not None:  # it fails with the error of the task it follows
                     self._failed(key, failed)
@@ -167,11 +168,12 @@ class DirectTasks:
                 if dep in self.unready:
                     status = self._unready(key, answer)
                     return
-            for peer, keys in (msg.get("peers") or {}).items():
-                ended_there = await self._peer_ended(peer, keys)
+            for ask in asks:
+                ended_there = await ask
                 if "failed" in ended_there:  # it fails with the error of the task it follows
                     self._failed(key, ended_there["failed"])
                     answer({"key": key, **ended_there["failed"]})
+                    self._settle_device()
                     return
                 if ended_there:  # not known there (any more): its client orders it instead
                     status = self._unready(key, answer)
@@ -213,6 +215,8 @@ class DirectTasks:
             self._failed(key, failed)
             answer({"key": key, **failed})
         finally:
+            for ask in asks:
+                ask.cancel()  # (a task that did not get that far)
             self.ended.pop(key, None)
             if status == "finished":
                 _remember(self.finished, key, None)
@@ -265,7 +269,14 @@ class DirectTasks:
                         del self.arrivals[key]
             f = self.ended.get(key)
             if f is not None:
-                await asyncio.shield(f)
+                # The asker runs once it ends: so it may leave its device work running
+                # (``ready``); what reads its chunks there waits for that work (an export
+                # waits for the chunk's last write).
+                self._behind(key, +1)
+                try:
+                    await asyncio.shield(f)
+                finally:
+                    self._behind(key, -1)
             failed = self.failed.get(key)
             if failed is not None:
                 return {"failed": failed}
@@ -276,7 +287,18 @@ class DirectTasks:
     def _unready(self, key: str, answer) -> str:
         _remember(self.unready, key, None)
         answer({"key": key, "unready": True})
+        self._settle_device()
         return "unready"
+
+    def _behind(self, key: str, n: int) -> None:
+        """Count one more (``n`` = 1) or one less (-1) task that runs as soon as task
+        ``key`` ends, here or on another worker (``ready``)."""
+        with self._waiting_lock:
+            n += self.behind.get(key, 0)
+            if n:
+                self.behind[key] = n
+            else:
+                self.behind.pop(key, None)
 
     def _failed(self, key: str, failed: dict) -> None:
         _remember(self.failed, key, failed)
@@ -336,18 +358,22 @@ class DirectTasks:
 
     def ready(self) -> bool:
         """Is a direct task ready here: waiting only for a thread, or to run as soon as a
-        task running here now ends (``behind`` it: no other worker to ask, nothing it
-        follows failed)? Either runs on the device's stream after the running task's
-        work, so that task may leave its work running (``finish_on_device``): in a chain
+        task running here now ends (``behind`` it: nothing it follows failed; it may still
+        wait for other workers' answers, asked meanwhile), or is a task of another worker
+        waiting for the one running here (``ended_here``)? The first two run on the
+        device's stream after the running task's work, and what the last reads of this
+        worker's chunks waits for that work (an export waits for the chunk's last write),
+        so the running task may leave its work running (``finish_on_device``): in a chain
         of steps, each reading the last (a stencil, a solver), the next step's host work
-        then overlaps this one's device work instead of following it."""
+        and messages then overlap this one's device work instead of following it."""
         with self._waiting_lock:
             return self.waiting > 0 or any(key in self.behind for key in self.running)
 
     def _settle_device(self) -> None:
-        """A task that was to run after one that failed does not run: if that one left
-        its device work running for it (``ready``), wait for that work on a thread, so
-        that a fault in it is found now (and logged), not by some later unrelated task."""
+        """A task that was to run after another does not run (one it follows failed, or it
+        goes back unready): if that one left its device work running for it (``ready``),
+        wait for that work on a thread, so that a fault in it is found now (and logged),
+        not by some later unrelated task."""
         store = getattr(self.plugin, "store", None)
         if store is None:
             return
