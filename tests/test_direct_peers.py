@@ -6,6 +6,7 @@ calls it ended (its followers there would run before it)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from distributed.protocol import pickle
 
@@ -95,69 +96,124 @@ def test_a_task_counts_as_ready_behind_a_running_one_only_if_it_runs_right_after
     assert {a["key"] for a in answers if a.get("unready")} == {"P"}
 
 
-def test_a_task_another_worker_waits_for_is_ready_to_leave_its_work_running():
-    """While another worker's task asks whether a task running here ended, that task may
-    leave its device work running (``ready``): the asker runs next, and what it reads of
-    this worker's chunks waits for that work there."""
+def test_a_task_asked_about_by_another_worker_leaves_no_work_running_for_it():
+    """A task of another worker waiting for the one running here does not count as ready
+    behind it (``ready``): nothing here would wait for the work it left running."""
     async def main():
         loop = asyncio.get_running_loop()
         tasks = DirectTasks(_Worker(), plugin=None)
         tasks.ended["R"] = loop.create_future()
         tasks.running.add("R")
-        before = tasks.ready()
         asked = asyncio.ensure_future(tasks.ended_here(["R"]))
         await asyncio.sleep(0.01)
         during = tasks.ready()
         tasks.running.discard("R")
         tasks.finished["R"] = None
         tasks.ended.pop("R").set_result(None)
-        answer = await asyncio.wait_for(asked, 5)
-        return before, during, answer, tasks.ready(), tasks.behind
+        return during, await asyncio.wait_for(asked, 5)
 
-    before, during, answer, after, behind = asyncio.run(main())
-    assert (before, during, after) == (False, True, False)
-    assert answer == {} and behind == {}
+    during, answer = asyncio.run(main())
+    assert during is False and answer == {}
 
 
-def test_a_task_asks_every_other_worker_at_once():
-    """A task that follows tasks of two other workers asks both as it arrives, before the
-    task of its own worker it follows has ended: the answers do not come one after the
-    other."""
-    asked = []
-    release = None
+class _Queued:
+    """A device's record of work left running (``QueuedWork``): not done until waited."""
 
-    class _SlowRpc:
-        def __init__(self, address):
-            self.address = address
+    def __init__(self):
+        self.waited = threading.Event()
 
-        async def dgvm_direct_ended(self, **kwargs):
-            asked.append(self.address)
-            await release.wait()
-            return {}
+    def done(self):
+        return self.waited.is_set()
 
-    class _TwoPeers(_Worker):
-        def rpc(self, address):
-            return _SlowRpc(address)
 
+class _Backend:
+    def __init__(self):
+        self.queued = _Queued()
+
+    def synchronize(self):
+        self.queued.waited.set()
+
+
+class _Plugin:
+    def __init__(self):
+        self.store = type("Store", (), {"backend": _Backend()})()
+
+
+def test_a_task_that_does_not_run_waits_for_the_work_left_running_for_it():
+    """A task behind a running one (which may leave its device work running for it) that
+    then does not run, because another worker says a task it follows failed, waits for
+    that work (``_settle_device``): a fault in it is found now, not by a later task."""
     async def main():
-        nonlocal release
-        release = asyncio.Event()
         loop = asyncio.get_running_loop()
-        worker = _TwoPeers()
+        worker = _TwoPeers({"tcp://a": {"failed": {"exception": "boom", "traceback": None}}})
+        worker.logged = []
+        plugin = _Plugin()
+        tasks = DirectTasks(worker, plugin=plugin)
+        tasks.ended["R"] = loop.create_future()
+        tasks.running.add("R")
+        answers = []
+        tasks._start(_msg("T", ["R"], {"tcp://a": ["A"]}), answers.append)
+        await asyncio.sleep(0.01)
+        ready = tasks.ready()  # R may leave its work running for T
+        tasks.running.discard("R")
+        tasks.ended.pop("R").set_result(None)
+        waited = await loop.run_in_executor(None, plugin.store.backend.queued.waited.wait, 5)
+        return ready, answers, waited
+
+    ready, answers, waited = asyncio.run(main())
+    assert ready is True
+    assert [a["key"] for a in answers] == ["T"] and answers[0]["exception"] == "boom"
+    assert waited
+
+
+class _TwoPeers(_Worker):
+    """A worker whose peers answer ``answers[address]`` when ``release`` is set (at once
+    when it is None), recording who was asked."""
+
+    def __init__(self, answers=None, release=None):
+        self.answers, self.release, self.asked = answers or {}, release, []
+
+    def rpc(self, address):
+        peer = self
+
+        class _Rpc:
+            async def dgvm_direct_ended(self, **kwargs):
+                peer.asked.append(address)
+                if peer.release is not None:
+                    await peer.release.wait()
+                return peer.answers.get(address, {})
+
+        return _Rpc()
+
+
+def test_a_task_asks_every_other_worker_at_once_when_it_is_next():
+    """A task that follows tasks of two other workers asks both together once it is next
+    behind its own worker's tasks (before the last of them ended), not one after the
+    other; a task further back in the chain asks nothing yet (a chain sent at once holds
+    a question or two per worker, not one per step)."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        release = asyncio.Event()
+        worker = _TwoPeers(release=release)
         worker.logged = []
         tasks = DirectTasks(worker, plugin=None)
-        tasks.ended["R"] = loop.create_future()  # its own worker's task, still running
+        for key in ("Q", "R"):  # its own worker's tasks, still to end: Q first, then R
+            tasks.ended[key] = loop.create_future()
         answers = []
-        tasks._start(_msg("T", ["R"], {"tcp://a": ["A"], "tcp://b": ["B"]}), answers.append)
+        tasks._start(_msg("T", ["Q", "R"], {"tcp://a": ["A"], "tcp://b": ["B"]}), answers.append)
         await asyncio.sleep(0.05)
-        both = sorted(asked)
+        early = list(worker.asked)  # behind Q and R: nothing asked
+        tasks.ended.pop("Q").set_result(None)
+        await asyncio.sleep(0.05)
+        both = sorted(worker.asked)  # next behind R (still running): both asked
         release.set()
         tasks.ended.pop("R").set_result(None)
         deadline = loop.time() + 10
         while not answers and loop.time() < deadline:
             await asyncio.sleep(0.01)
-        return both, answers
+        return early, both, answers
 
-    both, answers = asyncio.run(main())
+    early, both, answers = asyncio.run(main())
+    assert early == []
     assert both == ["tcp://a", "tcp://b"]
     assert answers == [{"key": "T", "result": None}]

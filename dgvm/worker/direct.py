@@ -42,7 +42,9 @@ logger = logging.getLogger("dgvm.worker")
 # on other workers (the oldest forgotten first).
 REMEMBERED = 4096
 ARRIVAL_WAIT = 10.0  # seconds a task another worker's task follows may take to arrive here
-PEER_WAIT = 120.0  # seconds a task waits for those of other workers it follows (then: unready)
+# Seconds a task waits for those of other workers it follows, from when it is next behind
+# its own worker's tasks (then: unready).
+PEER_WAIT = 120.0
 PEER_QUESTIONS = 64  # questions to other workers waiting at once
 
 _running = threading.local()  # the direct task this thread runs: worker, key, reports
@@ -135,16 +137,23 @@ class DirectTasks:
 
     async def _run(self, key: str, msg: dict, answer, ended: asyncio.Future) -> None:
         start, status, chunks = time.time(), "error", 0
-        # The questions to other workers go out at once, while those of this worker end.
-        asks = [asyncio.ensure_future(self._peer_ended(peer, keys))
-                for peer, keys in (msg.get("peers") or {}).items()]
+        asks: list = []
+        started = [False]  # its body began in a thread
         try:
+            peers = msg.get("peers") or {}
+
+            def ask():
+                # The questions to other workers go out together, once this task is next
+                # behind its own worker's tasks (a chain sent at once holds no more than
+                # a question or two per worker at a time, and ``PEER_WAIT`` counts from then).
+                if peers and not asks:
+                    asks.extend(asyncio.ensure_future(self._peer_ended(peer, keys)) for peer, keys in peers.items())
+
             after = list(dict.fromkeys(msg.get("after", ())))  # (a task read and written: listed twice)
             # Behind the last of them still to end, it runs as soon as that one ends and
             # the other workers answer (nothing it follows failed or went back), so it
-            # counts as ready while that one runs (``ready``). If it then does not run
-            # (a task it follows failed, or went back unready), it waits for the device
-            # work left running for it (``_settle_device``).
+            # counts as ready while that one runs (``ready``). If it then does not run,
+            # it waits for the device work left running for it (``finally``).
             pending = [i for i, dep in enumerate(after) if dep in self.ended]
             last = pending[-1] if pending and not any(
                 dep in self.failed or dep in self.unready for dep in after) else None
@@ -153,6 +162,7 @@ class DirectTasks:
                 if f is not None:
                     counted = i == last
                     if counted:
+                        ask()
                         self._behind(dep, +1)
                     try:
                         await asyncio.shield(f)
@@ -163,17 +173,16 @@ class DirectTasks:
                 if failed is not None:  # it fails with the error of the task it follows
                     self._failed(key, failed)
                     answer({"key": key, **failed})
-                    self._settle_device()
                     return
                 if dep in self.unready:
                     status = self._unready(key, answer)
                     return
-            for ask in asks:
-                ended_there = await ask
+            ask()
+            for asked in asyncio.as_completed(asks):  # (a failure told at once, whoever says it)
+                ended_there = await asked
                 if "failed" in ended_there:  # it fails with the error of the task it follows
                     self._failed(key, ended_there["failed"])
                     answer({"key": key, **ended_there["failed"]})
-                    self._settle_device()
                     return
                 if ended_there:  # not known there (any more): its client orders it instead
                     status = self._unready(key, answer)
@@ -183,7 +192,6 @@ class DirectTasks:
             fn, args = pickle.loads(msg["task"])
             indices, results = msg["indices"], msg.get("results")
             loop = asyncio.get_running_loop()
-            started = [False]
             with self._waiting_lock:
                 self.waiting += 1
             try:
@@ -215,8 +223,12 @@ class DirectTasks:
             self._failed(key, failed)
             answer({"key": key, **failed})
         finally:
-            for ask in asks:
-                ask.cancel()  # (a task that did not get that far)
+            for asked in asks:
+                asked.cancel()  # (a task that did not get that far)
+            if not started[0]:
+                # It did not run (a task it follows failed or went back, or it could not
+                # start): the task before it may have left its device work running for it.
+                self._settle_device()
             self.ended.pop(key, None)
             if status == "finished":
                 _remember(self.finished, key, None)
@@ -269,14 +281,7 @@ class DirectTasks:
                         del self.arrivals[key]
             f = self.ended.get(key)
             if f is not None:
-                # The asker runs once it ends: so it may leave its device work running
-                # (``ready``); what reads its chunks there waits for that work (an export
-                # waits for the chunk's last write).
-                self._behind(key, +1)
-                try:
-                    await asyncio.shield(f)
-                finally:
-                    self._behind(key, -1)
+                await asyncio.shield(f)
             failed = self.failed.get(key)
             if failed is not None:
                 return {"failed": failed}
@@ -287,7 +292,6 @@ class DirectTasks:
     def _unready(self, key: str, answer) -> str:
         _remember(self.unready, key, None)
         answer({"key": key, "unready": True})
-        self._settle_device()
         return "unready"
 
     def _behind(self, key: str, n: int) -> None:
@@ -359,21 +363,20 @@ class DirectTasks:
     def ready(self) -> bool:
         """Is a direct task ready here: waiting only for a thread, or to run as soon as a
         task running here now ends (``behind`` it: nothing it follows failed; it may still
-        wait for other workers' answers, asked meanwhile), or is a task of another worker
-        waiting for the one running here (``ended_here``)? The first two run on the
-        device's stream after the running task's work, and what the last reads of this
-        worker's chunks waits for that work (an export waits for the chunk's last write),
-        so the running task may leave its work running (``finish_on_device``): in a chain
-        of steps, each reading the last (a stencil, a solver), the next step's host work
-        and messages then overlap this one's device work instead of following it."""
+        wait for other workers' answers, asked meanwhile)? Either runs on the device's
+        stream after the running task's work, so that task may leave its work running
+        (``finish_on_device``): in a chain of steps, each reading the last (a stencil, a
+        solver), the next step's host work then overlaps this one's device work instead
+        of following it. (A task of another worker that waits for the running one does
+        not count: nothing here would wait for that work after it.)"""
         with self._waiting_lock:
             return self.waiting > 0 or any(key in self.behind for key in self.running)
 
     def _settle_device(self) -> None:
-        """A task that was to run after another does not run (one it follows failed, or it
-        goes back unready): if that one left its device work running for it (``ready``),
-        wait for that work on a thread, so that a fault in it is found now (and logged),
-        not by some later unrelated task."""
+        """A task that was to run after another does not run (one it follows failed, it
+        goes back unready, or it cannot start): if that one left its device work running
+        for it (``ready``), wait for that work on a thread, so that a fault in it is found
+        now (and logged), not by some later unrelated task."""
         store = getattr(self.plugin, "store", None)
         if store is None:
             return
@@ -388,5 +391,5 @@ class DirectTasks:
 
         try:
             asyncio.get_running_loop().run_in_executor(None, wait)
-        except RuntimeError:  # (the worker is closing: its threads are gone)
+        except Exception:  # noqa: BLE001  (the worker is closing: its threads are gone)
             pass
