@@ -217,3 +217,57 @@ def test_a_task_asks_every_other_worker_at_once_when_it_is_next():
     assert early == []
     assert both == ["tcp://a", "tcp://b"]
     assert answers == [{"key": "T", "result": None}]
+
+
+def test_a_task_asks_nothing_while_the_task_it_follows_here_still_waits():
+    """A chain sent at once: a step whose own worker's task before it still waits (for
+    its own peers, say) asks nothing yet; it asks once that task runs."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        worker = _TwoPeers()
+        worker.logged = []
+        tasks = DirectTasks(worker, plugin=None)
+        tasks.ended["R"] = loop.create_future()  # arrived here, still waiting for its turn
+        tasks.passed["R"] = loop.create_future()
+        answers = []
+        tasks._start(_msg("T", ["R"], {"tcp://a": ["A"]}), answers.append)
+        await asyncio.sleep(0.05)
+        early = list(worker.asked)
+        tasks._passed("R")  # R runs now
+        await asyncio.sleep(0.05)
+        then = list(worker.asked)
+        tasks.ended.pop("R").set_result(None)
+        deadline = loop.time() + 10
+        while not answers and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        return early, then, answers, tasks.passed
+
+    early, then, answers, passed = asyncio.run(main())
+    assert early == [] and then == ["tcp://a"]
+    assert answers == [{"key": "T", "result": None}] and passed == {}
+
+
+def test_a_task_that_cannot_start_waits_for_the_work_left_running_for_it():
+    """A task counted behind a running one whose body cannot start (here: it cannot be
+    unpickled) fails, and waits for the device work that one may have left running for
+    it."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        worker = _Worker()
+        worker.logged = []
+        plugin = _Plugin()
+        tasks = DirectTasks(worker, plugin=plugin)
+        tasks.ended["R"] = loop.create_future()
+        tasks.running.add("R")
+        answers = []
+        tasks._start({**_msg("T", ["R"]), "task": b"not a pickle"}, answers.append)
+        await asyncio.sleep(0.01)
+        ready = tasks.ready()
+        tasks.running.discard("R")
+        tasks.ended.pop("R").set_result(None)
+        waited = await loop.run_in_executor(None, plugin.store.backend.queued.waited.wait, 5)
+        return ready, answers, waited
+
+    ready, answers, waited = asyncio.run(main())
+    assert ready is True and waited
+    assert [a["key"] for a in answers] == ["T"] and "exception" in answers[0]

@@ -42,8 +42,8 @@ logger = logging.getLogger("dgvm.worker")
 # on other workers (the oldest forgotten first).
 REMEMBERED = 4096
 ARRIVAL_WAIT = 10.0  # seconds a task another worker's task follows may take to arrive here
-# Seconds a task waits for those of other workers it follows, from when it is next behind
-# its own worker's tasks (then: unready).
+# Seconds a task waits for those of other workers it follows once this worker's tasks it
+# follows ended (then: unready).
 PEER_WAIT = 120.0
 PEER_QUESTIONS = 64  # questions to other workers waiting at once
 
@@ -68,6 +68,8 @@ class DirectTasks:
         self.worker = worker
         self.plugin = plugin  # the chunk store's: what a rerun wrote before, context checks
         self.ended: dict[str, asyncio.Future] = {}  # key -> done when the task ends
+        # key -> done when the task's waits are over: it runs now, or it will not
+        self.passed: dict[str, asyncio.Future] = {}
         self.failed: "collections.OrderedDict[str, dict]" = collections.OrderedDict()
         self.finished: "collections.OrderedDict[str, None]" = collections.OrderedDict()
         # key -> [done when it arrives here, how many ask]
@@ -127,8 +129,10 @@ class DirectTasks:
 
     def _start(self, msg: dict, answer) -> None:
         key = msg["key"]
-        ended = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        ended = loop.create_future()
         self.ended[key] = ended
+        self.passed[key] = loop.create_future()
         self.unready.pop(key, None)  # (sent again, ordered by its client this time)
         entry = self.arrivals.pop(key, None)
         if entry is not None and not entry[0].done():
@@ -144,8 +148,8 @@ class DirectTasks:
 
             def ask():
                 # The questions to other workers go out together, once this task is next
-                # behind its own worker's tasks (a chain sent at once holds no more than
-                # a question or two per worker at a time, and ``PEER_WAIT`` counts from then).
+                # behind its own worker's tasks: the task it follows last here runs (a
+                # chain sent at once holds a question or two per worker at a time).
                 if peers and not asks:
                     asks.extend(asyncio.ensure_future(self._peer_ended(peer, keys)) for peer, keys in peers.items())
 
@@ -162,9 +166,13 @@ class DirectTasks:
                 if f is not None:
                     counted = i == last
                     if counted:
-                        ask()
                         self._behind(dep, +1)
                     try:
+                        if counted:
+                            passed = self.passed.get(dep)
+                            if passed is not None:  # (it runs, or will not: its waits are over)
+                                await asyncio.shield(passed)
+                            ask()
                         await asyncio.shield(f)
                     finally:
                         if counted:
@@ -178,8 +186,13 @@ class DirectTasks:
                     status = self._unready(key, answer)
                     return
             ask()
-            for asked in asyncio.as_completed(asks):  # (a failure told at once, whoever says it)
-                ended_there = await asked
+            # (A failure told at once, whoever says it; ``PEER_WAIT`` counts from here, once
+            # this worker's tasks it follows ended.)
+            for asked in asyncio.as_completed(asks, timeout=PEER_WAIT):
+                try:
+                    ended_there = await asked
+                except asyncio.TimeoutError:
+                    ended_there = {"unready": f"other workers did not answer within {PEER_WAIT:g} s"}
                 if "failed" in ended_there:  # it fails with the error of the task it follows
                     self._failed(key, ended_there["failed"])
                     answer({"key": key, **ended_there["failed"]})
@@ -192,6 +205,7 @@ class DirectTasks:
             fn, args = pickle.loads(msg["task"])
             indices, results = msg["indices"], msg.get("results")
             loop = asyncio.get_running_loop()
+            self._passed(key)
             with self._waiting_lock:
                 self.waiting += 1
             try:
@@ -225,10 +239,7 @@ class DirectTasks:
         finally:
             for asked in asks:
                 asked.cancel()  # (a task that did not get that far)
-            if not started[0]:
-                # It did not run (a task it follows failed or went back, or it could not
-                # start): the task before it may have left its device work running for it.
-                self._settle_device()
+            self._passed(key)
             self.ended.pop(key, None)
             if status == "finished":
                 _remember(self.finished, key, None)
@@ -240,18 +251,21 @@ class DirectTasks:
                 self.worker.log_event(messages.OPERATIONS_TOPIC, {
                     "key": key, "worker": self.worker.address, "start": start, "stop": time.time(),
                     "status": status, "chunks": chunks})
+            if not started[0]:
+                # It did not run (a task it follows failed or went back, or it could not
+                # start): the task before it may have left its device work running for it.
+                self._settle_device()
 
     async def _peer_ended(self, peer: str, keys: list) -> dict:
         """Wait for tasks ``keys`` of the worker at ``peer`` to end (``ended_here``
         there): {} once they all finished, {"failed": error} of one that failed, or
-        {"unready": ...} if that worker cannot say (it left, never got them, or took
-        longer than ``PEER_WAIT``)."""
+        {"unready": ...} if that worker cannot say (it left or never got them; the
+        asker bounds the wait, ``PEER_WAIT``)."""
         if self._peer_questions.locked():
             return {"unready": "too many questions to other workers waiting"}
         async with self._peer_questions:
             try:
-                return await asyncio.wait_for(
-                    messages.call(self.worker.rpc(peer), messages.DIRECT_ENDED, keys=keys, required=True), PEER_WAIT)
+                return await messages.call(self.worker.rpc(peer), messages.DIRECT_ENDED, keys=keys, required=True)
             except Exception as e:  # noqa: BLE001  (the client orders the task instead)
                 return {"unready": repr(e)}
 
@@ -288,6 +302,11 @@ class DirectTasks:
             if key in self.unready and key not in self.finished:  # sent back unrun: not ended
                 unknown.append(key)
         return {"unknown": unknown} if unknown else {}
+
+    def _passed(self, key: str) -> None:
+        passed = self.passed.pop(key, None)
+        if passed is not None and not passed.done():
+            passed.set_result(None)
 
     def _unready(self, key: str, answer) -> str:
         _remember(self.unready, key, None)
