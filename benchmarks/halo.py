@@ -60,17 +60,24 @@ def counters(client) -> dict:
             for w, s in dgvm.stats(client=client)["workers"].items()}
 
 
+def grids(client, n: int, side: int, warm: int = 3):
+    """The two grids of one ``side`` x ``side`` band per worker, after ``warm`` steps
+    (kernels compiled, neighbours' homes learned)."""
+    u = dnp.zeros((n * side, side), chunks=(side, side), client=client)
+    v = dnp.zeros_like(u)
+    u[1:-1, 1:-1] = 1.0
+    v[1:-1, 1:-1] = 1.0
+    for _ in range(warm):
+        step(dnp, u, v)
+        u, v = v, u
+    u.wait()
+    return u, v
+
+
 def measure(n: int, side: int, steps: int, backend: str, kw: dict) -> dict:
     client = dgvm.connect(n_workers=n, backend=backend, dashboard_address=None, **kw)
     try:
-        u = dnp.zeros((n * side, side), chunks=(side, side), client=client)
-        v = dnp.zeros_like(u)
-        u[1:-1, 1:-1] = 1.0
-        v[1:-1, 1:-1] = 1.0
-        for _ in range(3):  # warm-up: kernels compiled, neighbours' homes learned
-            step(dnp, u, v)
-            u, v = v, u
-        u.wait()
+        u, v = grids(client, n, side)
         before = counters(client)
         t0 = time.time()
         walls, starts = [], []

@@ -41,7 +41,7 @@ import time
 import dgvm
 import dgvm.array as dnp
 
-from halo import step  # benchmarks/halo.py
+from halo import grids, step  # benchmarks/halo.py
 
 
 def _install(dask_worker):
@@ -110,14 +110,7 @@ def measure(n: int, side: int, steps: int, backend: str, kw: dict) -> dict:
         return send(self, task, msg)
 
     try:
-        u = dnp.zeros((n * side, side), chunks=(side, side), client=client)
-        v = dnp.zeros_like(u)
-        u[1:-1, 1:-1] = 1.0
-        v[1:-1, 1:-1] = 1.0
-        for _ in range(5):  # warm-up: kernels compiled, neighbours' homes learned
-            step(dnp, u, v)
-            u, v = v, u
-        u.wait()
+        u, v = grids(client, n, side, warm=5)
         client.run(_install)
         plane.Channel.send = timed_send
         t0 = time.time()
