@@ -60,6 +60,15 @@ def counters(client) -> dict:
             for w, s in dgvm.stats(client=client)["workers"].items()}
 
 
+def band(backend: str, mib: float | None):
+    """(side, bytes, cluster keywords) of one square float64 band of ``mib`` MiB per
+    worker (default on cuda 1024, on cpu 8, with a cpu device that holds four)."""
+    mib = mib or (1024.0 if backend == "cuda" else 8.0)
+    side = int((mib * 2**20 / 8) ** 0.5)
+    nbytes = side * side * 8
+    return side, nbytes, {} if backend == "cuda" else {"device_memory": f"{4 * nbytes // 2**20 + 64}MiB"}
+
+
 def grids(client, n: int, side: int, warm: int = 3):
     """The two grids of one ``side`` x ``side`` band per worker, after ``warm`` steps
     (kernels compiled, neighbours' homes learned)."""
@@ -135,10 +144,7 @@ def main(argv=None) -> int:
 
         found = gpu_count()
         counts = [c for c in counts if c <= found] or [found]
-    mib = args.mib or (1024.0 if backend == "cuda" else 8.0)
-    side = int((mib * 2**20 / 8) ** 0.5)
-    nbytes = side * side * 8
-    kw = {} if backend == "cuda" else {"device_memory": f"{4 * nbytes // 2**20 + 64}MiB"}
+    side, nbytes, kw = band(backend, args.mib)
     print(f"backend {backend}; a {side} x {side} float64 band per device ({nbytes / 2**20:.0f} MiB), "
           f"{args.steps} steps after a warm-up")
     single = single_device(backend, side, args.steps)

@@ -41,7 +41,7 @@ import time
 import dgvm
 import dgvm.array as dnp
 
-from halo import grids, step  # benchmarks/halo.py
+from halo import band, grids, step  # benchmarks/halo.py
 
 
 def _install(dask_worker):
@@ -160,10 +160,7 @@ def main(argv=None) -> int:
     backend = backends.resolve(args.backend)
     if config.get("dispatch.plane") != "direct":
         raise SystemExit("stencil_timeline.py times the direct plane (dgvm.dispatch.plane: direct)")
-    mib = args.mib or (1024.0 if backend == "cuda" else 8.0)
-    side = int((mib * 2**20 / 8) ** 0.5)
-    nbytes = side * side * 8
-    kw = {} if backend == "cuda" else {"device_memory": f"{4 * nbytes // 2**20 + 64}MiB"}
+    side, nbytes, kw = band(backend, args.mib)
     print(f"backend {backend}; a {side} x {side} float64 band per worker ({nbytes / 2**20:.0f} MiB), "
           f"{args.steps} steps sent back to back; dgvm.dispatch.peers: {config.get('dispatch.peers')}")
     for n in (int(c) for c in args.workers.split(",")):
