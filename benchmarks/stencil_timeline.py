@@ -70,10 +70,10 @@ def _install(dask_worker):
         finally:
             record(self.worker, "body", key, t0)
 
-    async def timed_run(self, key, msg, answer, ended):
+    async def timed_run(self, key, *args):
         t0 = clock.time()
         try:
-            return await run(self, key, msg, answer, ended)
+            return await run(self, key, *args)
         finally:
             record(self.worker, "run", key, t0)
 

@@ -236,12 +236,12 @@ def test_a_task_asks_nothing_while_the_task_it_follows_here_still_waits():
         worker.logged = []
         tasks = DirectTasks(worker, plugin=None)
         tasks.ended["R"] = loop.create_future()  # arrived here, still waiting for its turn
-        tasks.passed["R"] = loop.create_future()
+        tasks.passed["R"] = r_passed = loop.create_future()
         answers = []
         tasks._start(_msg("T", ["R"], {"tcp://a": ["A"]}), answers.append)
         await asyncio.sleep(0.05)
         early = list(worker.asked)
-        tasks._passed("R")  # R runs now
+        tasks._passed("R", r_passed)  # R runs now
         await asyncio.sleep(0.05)
         then = list(worker.asked)
         tasks.ended.pop("R").set_result(None)
@@ -253,3 +253,43 @@ def test_a_task_asks_nothing_while_the_task_it_follows_here_still_waits():
     early, then, answers, passed = asyncio.run(main())
     assert early == [] and then == ["tcp://a"]
     assert answers == [{"key": "T", "result": None}] and passed == {}
+
+
+def test_a_task_waits_for_other_workers_peer_wait_from_when_its_own_tasks_ended(monkeypatch):
+    """``PEER_WAIT`` counts from when the task's own worker's tasks it follows ended: a
+    long predecessor here does not send it back, and a worker that never answers does
+    (unready), giving its question's place back."""
+    from dgvm.worker import direct
+
+    monkeypatch.setattr(direct, "PEER_WAIT", 0.2)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        answers = asyncio.Event()
+        slow = _TwoPeers(release=answers)  # asked at once, answers after R ended here
+        slow.logged = []
+        tasks = DirectTasks(slow, plugin=None)
+        tasks.ended["R"] = loop.create_future()  # runs here for longer than PEER_WAIT
+        first = []
+        tasks._start(_msg("T", ["R"], {"tcp://a": ["A"]}), first.append)
+        await asyncio.sleep(0.4)
+        tasks.ended.pop("R").set_result(None)
+        await asyncio.sleep(0.1)
+        answers.set()
+        deadline = loop.time() + 10
+        while not first and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        silent = _TwoPeers(release=asyncio.Event())  # never answers
+        silent.logged = []
+        tasks2 = DirectTasks(silent, plugin=None)
+        second = []
+        tasks2._start(_msg("U", [], {"tcp://b": ["B"]}), second.append)
+        while not second and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        return first, second, tasks2._peer_questions._value
+
+    first, second, free = asyncio.run(main())
+    assert first == [{"key": "T", "result": None}]
+    assert second == [{"key": "U", "unready": True}]
+    assert free == direct.PEER_QUESTIONS

@@ -68,7 +68,8 @@ class DirectTasks:
         self.worker = worker
         self.plugin = plugin  # the chunk store's: what a rerun wrote before, context checks
         self.ended: dict[str, asyncio.Future] = {}  # key -> done when the task ends
-        # key -> done when the task's waits are over: it runs now, or it will not
+        # key -> done when the task's waits are over: its body goes to a thread, or it
+        # will not run
         self.passed: dict[str, asyncio.Future] = {}
         self.failed: "collections.OrderedDict[str, dict]" = collections.OrderedDict()
         self.finished: "collections.OrderedDict[str, None]" = collections.OrderedDict()
@@ -130,16 +131,15 @@ class DirectTasks:
     def _start(self, msg: dict, answer) -> None:
         key = msg["key"]
         loop = asyncio.get_running_loop()
-        ended = loop.create_future()
-        self.ended[key] = ended
-        self.passed[key] = loop.create_future()
+        ended, passed = loop.create_future(), loop.create_future()
+        self.ended[key], self.passed[key] = ended, passed
         self.unready.pop(key, None)  # (sent again, ordered by its client this time)
         entry = self.arrivals.pop(key, None)
         if entry is not None and not entry[0].done():
             entry[0].set_result(None)
-        asyncio.ensure_future(self._run(key, msg, answer, ended))
+        asyncio.ensure_future(self._run(key, msg, answer, ended, passed))
 
-    async def _run(self, key: str, msg: dict, answer, ended: asyncio.Future) -> None:
+    async def _run(self, key: str, msg: dict, answer, ended: asyncio.Future, passed: asyncio.Future) -> None:
         start, status, chunks = time.time(), "error", 0
         asks: list = []
         started = [False]  # its body began in a thread
@@ -169,9 +169,9 @@ class DirectTasks:
                         self._behind(dep, +1)
                     try:
                         if counted:
-                            passed = self.passed.get(dep)
-                            if passed is not None:  # (it runs, or will not: its waits are over)
-                                await asyncio.shield(passed)
+                            before = self.passed.get(dep)
+                            if before is not None:  # (it runs, or will not: its waits are over)
+                                await asyncio.shield(before)
                             ask()
                         await asyncio.shield(f)
                     finally:
@@ -205,7 +205,7 @@ class DirectTasks:
             fn, args = pickle.loads(msg["task"])
             indices, results = msg["indices"], msg.get("results")
             loop = asyncio.get_running_loop()
-            self._passed(key)
+            self._passed(key, passed)
             with self._waiting_lock:
                 self.waiting += 1
             try:
@@ -239,8 +239,9 @@ class DirectTasks:
         finally:
             for asked in asks:
                 asked.cancel()  # (a task that did not get that far)
-            self._passed(key)
-            self.ended.pop(key, None)
+            self._passed(key, passed)
+            if self.ended.get(key) is ended:  # (not a later run of the same key's)
+                del self.ended[key]
             if status == "finished":
                 _remember(self.finished, key, None)
             ended.set_result(None)
@@ -303,10 +304,11 @@ class DirectTasks:
                 unknown.append(key)
         return {"unknown": unknown} if unknown else {}
 
-    def _passed(self, key: str) -> None:
-        passed = self.passed.pop(key, None)
-        if passed is not None and not passed.done():
+    def _passed(self, key: str, passed: asyncio.Future) -> None:
+        if not passed.done():
             passed.set_result(None)
+        if self.passed.get(key) is passed:  # (not a later run of the same key's)
+            del self.passed[key]
 
     def _unready(self, key: str, answer) -> str:
         _remember(self.unready, key, None)
