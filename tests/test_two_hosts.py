@@ -160,6 +160,9 @@ def _stop(procs, timeout: float) -> list:
 
 def test_chunks_cross_hosts_over_tcp_and_stay_in_shared_memory_on_one(namespaces, tmp_path):
     ns_a, ns_b = namespaces
+    # Arenas left by processes before this test (one killed cannot remove its own): a
+    # process here may have the pid one of them had.
+    before = set(os.listdir("/dev/shm"))
     logs = [tmp_path / f"{name}.log" for name in ("scheduler", "a1", "a2", "b1")]
     worker = ("worker", ADDRESS, "--backend", "cpu", "--device-memory", "32MiB", "--no-nanny")
     procs = [_start(logs[0], ns_a, "scheduler", "--host", A_IP, "--port", str(PORT), "--no-dashboard"),
@@ -192,7 +195,8 @@ def test_chunks_cross_hosts_over_tcp_and_stay_in_shared_memory_on_one(namespaces
     assert out["allocations"] == 0
     assert set(out["used"].values()) == {0}, out["used"]
     assert codes == [0, 0, 0, 0], [log.read_text()[-2000:] for log in logs]
-    arenas = [f for f in os.listdir("/dev/shm") for pid in out["pids"].values() if f.startswith(f"dgvm-{pid}-")]
+    arenas = [f for f in set(os.listdir("/dev/shm")) - before for pid in out["pids"].values()
+              if f.startswith(f"dgvm-{pid}-")]
     assert not arenas, arenas
 
 
