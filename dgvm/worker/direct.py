@@ -316,8 +316,8 @@ class DirectTasks:
         return "unready"
 
     def _behind(self, key: str, n: int) -> None:
-        """Count one more (``n`` = 1) or one less (-1) task that runs as soon as task
-        ``key`` ends, here or on another worker (``ready``)."""
+        """Count one more (``n`` = 1) or one less (-1) task of this worker that runs as
+        soon as task ``key`` ends (``ready``)."""
         with self._waiting_lock:
             n += self.behind.get(key, 0)
             if n:
