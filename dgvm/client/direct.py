@@ -45,6 +45,7 @@ from distributed.protocol import pickle, to_serialize
 
 from dgvm import config, dask_compat
 from dgvm.client.left_workers import LeftWorkers
+from dgvm.client.ordering import TaskChunks
 from dgvm.protocol import messages
 from dgvm.protocol.errors import ChunkLost, ConnectionBroke, KernelError, NotConnected
 
@@ -306,6 +307,7 @@ class DirectPlane:
         # A task of another worker sent there on a live connection: that worker says when
         # it ended (``peers``; the worker sends the task back ``unready`` if it cannot).
         by_peers = not results and not task.by_client and config.get("dispatch.peers")
+        pushes = config.get("transfer.push-pieces")
         waiting, unsent, after, peers = [], [], [], {}
         for d in task.deps:
             if d.done():
@@ -367,6 +369,11 @@ class DirectPlane:
             "results": to_serialize([d.result(timeout=0) for d in task.deps]) if results else None,
             "written": task.written,
         }
+        if not results and pushes:
+            # Pieces other workers' homes pushed that it may take (``dgvm.worker.pushes``).
+            fresh = self.session.part(TaskChunks).sole_writers(task.deps, task.worker)
+            if fresh:
+                msg["fresh"] = fresh
         if channel is None:
             if task.worker in self.left:
                 asyncio.ensure_future(self.stranded(task.worker, [task], None, sent=False))

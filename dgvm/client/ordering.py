@@ -73,6 +73,32 @@ class TaskChunks:
         written = self._written(f, alloc_id)
         return written is None or not written.isdisjoint(indices)
 
+    def sole_writers(self, deps, worker: str, limit: int = 1024) -> dict:
+        """Of the tasks ``deps`` a task on ``worker`` follows, those of other workers
+        (direct tasks: ``key``, ``worker``) that are the only ones among ``deps`` that may
+        have written some chunks: task key -> [its worker, alloc id, those chunks]. What
+        such a task left in those chunks is what the new task must read of them: a later
+        write is by another of ``deps`` or by a task that follows the new one
+        (``dgvm.worker.pushes``). A task whose writes are not recorded may have written
+        anything. (At most ``limit`` chunks per task are named.)"""
+        if len(deps) > 64:  # (the pairs below: a task following that many takes no push)
+            return {}
+        wrote = [self._wrote.get(d) for d in deps]
+        if any(w is None for w in wrote):
+            return {}
+        fresh = {}
+        for i, d in enumerate(deps):
+            where = getattr(d, "worker", None)
+            if where is None or where == worker:
+                continue
+            alloc_id, chunks = wrote[i]
+            for j, other in enumerate(wrote):
+                if j != i and other[0] == alloc_id:
+                    chunks = chunks - other[1]
+            if chunks and len(chunks) <= limit:
+                fresh[d.key] = [where, alloc_id, sorted(chunks)]
+        return fresh
+
     def after(self, indices, aligned: bool, out_tasks, input_writers) -> list:
         """The futures a task must follow that writes chunks ``indices`` of an output
         (and, if ``aligned``, reads only chunks ``indices`` of inputs of the output's

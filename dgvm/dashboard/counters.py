@@ -16,7 +16,7 @@ from itertools import islice
 from typing import Hashable
 
 #: per-worker counters (``StoreStats``) that the totals add up
-FIELDS = ("hits", "misses", "rehomes", "evicted", "transient", "gathered", "ahead")
+FIELDS = ("hits", "misses", "rehomes", "evicted", "transient", "gathered", "ahead", "pushed")
 #: counters per transfer path
 PATH_FIELDS = ("count", "bytes", "seconds")
 

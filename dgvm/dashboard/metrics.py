@@ -68,6 +68,8 @@ def families(source: DashboardSource):
     yield CounterMetricFamily("dgvm_gathered_regions",
                               "Regions operations read from several chunks into a new array", value=t.get("gathered", 0))
     yield CounterMetricFamily("dgvm_pieces_ahead", "Pieces of other workers' chunks asked for ahead", value=t.get("ahead", 0))
+    yield CounterMetricFamily("dgvm_pieces_pushed", "Pieces of other workers' chunks their homes pushed and tasks took",
+                              value=t.get("pushed", 0))
     moved = CounterMetricFamily(
         "dgvm_migrations", "Chunks copied between workers (replicas and moved homes), per path",
         labels=["path"],

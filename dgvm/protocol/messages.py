@@ -93,10 +93,13 @@ DIRECT = "dgvm_direct"
 # Worker to worker: wait for tasks of the direct plane there to end -> {"failed": error} of
 # the first that failed, {} when all finished, {"unknown": keys} for keys that never came.
 DIRECT_ENDED = "dgvm_direct_ended"
+# Home to reader: bytes of a chunk it reads, as a task just wrote them there
+# (``dgvm.worker.pushes``) -> "keep" (push them again after the next write) or "drop"
+PUSHED = "dgvm_pushed"
 
 WORKER_HANDLERS = frozenset({
     STORE_ALLOCATE, STORE_FREE, WRITE, READ, STORE_INFO, EXPORT, DROP_REPLICAS, PULL, IPC_FORGET,
-    REFRESH, PROMOTE, STORE_REPORT,
+    REFRESH, PROMOTE, STORE_REPORT, PUSHED,
 })
 
 # -- plugins, events, streams, tasks ----------------------------------------------------

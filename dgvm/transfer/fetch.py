@@ -8,7 +8,8 @@ from dgvm.protocol import messages
 from dgvm.protocol.records import AllocId, WorkerAddress
 
 
-def _unwrap(desc):
+def unwrap(desc):
+    """A descriptor with its comm bytes deserialized (they may arrive still serialized)."""
     if desc is messages.MOVED:
         return desc
     data = desc.get("data")
@@ -31,4 +32,4 @@ async def request_exports(worker, holder: WorkerAddress, alloc_id: AllocId, indi
         alloc_id=alloc_id, indices=[int(i) for i in indices], path=path, to=worker.address,
         move=move, have=have or [], **({"span": [int(v) for v in span]} if span is not None else {}),
     )
-    return [_unwrap(d) for d in descs]
+    return [unwrap(d) for d in descs]

@@ -69,6 +69,10 @@ class Access:
     # Piece requests sent ahead (``prefetch``): (alloc id, index, start, stop) -> (future
     # of the home's answer, where the home was).
     asked: dict = field(default_factory=dict)
+    pushes: object = None  # pieces homes pushed here (``dgvm.worker.pushes``)
+    # Which of them the task may take: task key -> (worker, alloc id, chunk indices) of
+    # the tasks of other workers it follows that alone wrote those chunks.
+    fresh: dict = field(default_factory=dict)
 
     @classmethod
     def here(cls) -> "Access":
@@ -79,7 +83,8 @@ class Access:
         if plugin is None:
             raise DgvmError(f"worker {w.address} has no dgvm chunk store (start it with "
                             "--preload dgvm.worker, or connect with dgvm.connect)")
-        return cls(w, plugin.store, plugin.transfers)
+        return cls(w, plugin.store, plugin.transfers, pushes=plugin.pushes,
+                   fresh=task[3] if task is not None else {})
 
     def ask_scheduler(self, handler: str, **kwargs):
         """Call the GVAT's ``handler`` from the task's thread; its answer decoded
@@ -367,6 +372,8 @@ class Access:
         where = self.transfers.homes.get((alloc_id, index))
         if where is None or where.home == self.worker.address:
             return
+        if self.pushes is not None and self.pushes.usable(alloc_id, index, start, stop, self.fresh):
+            return  # (pushed here already: ``_read_piece`` takes it)
         request = self._export_request(where, "comm", alloc_id, index, "read", span=[start, stop])
         self.asked[(alloc_id, index, start, stop)] = (
             asyncio.run_coroutine_threadsafe(request, self.worker.loop.asyncio_loop), where)
@@ -380,6 +387,16 @@ class Access:
         t0 = time.perf_counter()
         where = self.transfers.homes.get(key)  # (the home answers MOVED if it is not any more)
         asked = self.asked.pop((alloc_id, index, start, stop), None)
+        desc = None if self.pushes is None else self.pushes.take(alloc_id, index, start, stop, self.fresh)
+        if desc is not None:  # its home sent it as the task it follows wrote it
+            self.store.stats.pushed += 1
+            dst = self._piece_buffer(xp, alloc_id, index, start, stop, "its home")
+            copy_s = path.fetch_into(desc, dst, start)
+            self._count(alloc_id)["misses"] += 1
+            self.store.stats.misses += 1
+            self.store.stats.transient += 1
+            self.store.stats.moved(path.name, stop - start, time.perf_counter() - t0, copy_s)
+            return dst, desc.get("writes")
         for _ in range(8):
             if asked is not None:  # sent ahead (``prefetch``)
                 future, where = asked
@@ -412,20 +429,26 @@ class Access:
         else:
             raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while {w.address} read it")
         self.transfers.home_seen(key, where)
-        try:
-            dst = xp.empty(stop - start, dtype=np.uint8)
-        except MemoryError as e:  # also CuPy's OutOfMemoryError
-            backend = self.store.backend
-            raise OutOfDeviceMemory(
-                f"no room on {w.address} for {stop - start} bytes of chunk {index} of allocation "
-                f"{alloc_id} read from {where.home}: {backend.free} of {backend.capacity} bytes free "
-                f"({e})") from None
+        if self.pushes is not None:
+            self.pushes.read(alloc_id, index, start, stop)
+        dst = self._piece_buffer(xp, alloc_id, index, start, stop, where.home)
         copy_s = path.fetch_into(desc, dst, start)
         self._count(alloc_id)["misses"] += 1
         self.store.stats.misses += 1
         self.store.stats.transient += 1
         self.store.stats.moved(path.name, stop - start, time.perf_counter() - t0, copy_s)
         return dst, desc.get("writes")
+
+    def _piece_buffer(self, xp, alloc_id: int, index: int, start: int, stop: int, home: str):
+        """A new ``xp`` buffer for bytes ``[start, stop)`` of that chunk (held at ``home``)."""
+        try:
+            return xp.empty(stop - start, dtype=np.uint8)
+        except MemoryError as e:  # also CuPy's OutOfMemoryError
+            backend = self.store.backend
+            raise OutOfDeviceMemory(
+                f"no room on {self.worker.address} for {stop - start} bytes of chunk {index} of allocation "
+                f"{alloc_id} read from {home}: {backend.free} of {backend.capacity} bytes free "
+                f"({e})") from None
 
     def _task_piece(self, alloc_id: int, index: int, start: int, stop: int, xp):
         """Bytes ``[start, stop)`` of chunk ``index`` (a 1-D uint8 array): of a piece this

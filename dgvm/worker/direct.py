@@ -47,7 +47,7 @@ ARRIVAL_WAIT = 10.0  # seconds a task another worker's task follows may take to 
 PEER_WAIT = 120.0
 PEER_QUESTIONS = 64  # questions to other workers waiting at once
 
-_running = threading.local()  # the direct task this thread runs: worker, key, reports
+_running = threading.local()  # the direct task this thread runs: worker, key, reports, fresh
 
 
 def _remember(table: "collections.OrderedDict", key: str, value) -> None:
@@ -57,7 +57,8 @@ def _remember(table: "collections.OrderedDict", key: str, value) -> None:
 
 
 def running():
-    """(worker, key, reports) of the direct task this thread runs, or None."""
+    """(worker, key, reports, fresh) of the direct task this thread runs, or None (``fresh``:
+    which pushed pieces it may take, ``dgvm.worker.pushes``)."""
     return getattr(_running, "task", None)
 
 
@@ -204,13 +205,16 @@ class DirectTasks:
                 self.plugin.written({key: msg["written"]})
             fn, args = pickle.loads(msg["task"])
             indices, results = msg["indices"], msg.get("results")
+            # Tasks of other workers it follows that alone wrote some chunks: their pushed
+            # pieces are what it reads (``dgvm.worker.pushes``).
+            fresh = {k: (w, a, frozenset(idx)) for k, (w, a, idx) in (msg.get("fresh") or {}).items()}
             loop = asyncio.get_running_loop()
             self._passed(key, passed)
             with self._waiting_lock:
                 self.waiting += 1
             try:
                 result, reports = await loop.run_in_executor(
-                    self.worker.executor, self._call, key, fn, args, indices, results, started)
+                    self.worker.executor, self._call, key, fn, args, indices, results, started, fresh)
             except Exception as e:  # noqa: BLE001  (the task's own error: the caller's)
                 if not started[0]:  # (the pool refused it: the worker is closing)
                     with self._waiting_lock:
@@ -224,6 +228,9 @@ class DirectTasks:
                 answer({"key": key, **failed})
                 return
             await self._reports(reports)
+            pushes = getattr(self.plugin, "pushes", None)
+            if pushes is not None:  # readers of pieces of what it wrote get them now, before its client hears
+                pushes.after_task(key, [(m["alloc_id"], m["wrote"]) for m, _, _ in reports if m.get("wrote")])
             status, chunks = "finished", len(indices)
             # (None, a bool, a float or an int msgpack takes goes as it is; anything else,
             # arrays above all, as frames.)
@@ -328,7 +335,7 @@ class DirectTasks:
     def _failed(self, key: str, failed: dict) -> None:
         _remember(self.failed, key, failed)
 
-    def _call(self, key, fn, args, indices, results, started):
+    def _call(self, key, fn, args, indices, results, started, fresh):
         """The task body in a thread of the worker's pool, with its reports kept for the
         event loop to send (``_reports``)."""
         with self._waiting_lock:
@@ -336,7 +343,7 @@ class DirectTasks:
             self.running.add(key)
             started[0] = True
         reports: list = []
-        _running.task = (self.worker, key, reports)
+        _running.task = (self.worker, key, reports, fresh)
         try:
             return fn(*args, indices, results), reports
         except BaseException as e:

@@ -34,6 +34,7 @@ from dgvm.transfer.ipc_mappings import BufferGone
 from dgvm.transfer.ipc_retire import IpcRetirement
 from dgvm.worker.context_loss import ContextWatch
 from dgvm.worker.direct import DirectTasks
+from dgvm.worker.pushes import Pushes
 from dgvm.worker.store import ChunkLeaving, ChunkStore, StoredChunk
 
 logger = logging.getLogger("dgvm.worker")
@@ -61,6 +62,7 @@ class ChunkStorePlugin(WorkerPlugin):
         self.device_speed = float(speed) if speed is not None else None
         self.store: ChunkStore | None = None
         self.transfers: transfer.Transfers | None = None
+        self.pushes: Pushes | None = None
         self.profile = None
 
     # Handlers the worker serves (messages.WORKER_HANDLERS; a test checks both).
@@ -78,12 +80,14 @@ class ChunkStorePlugin(WorkerPlugin):
             messages.REFRESH: self.refresh,
             messages.PROMOTE: self.promote,
             messages.STORE_REPORT: self.report,
+            messages.PUSHED: self.pushed,
         }
 
     def setup(self, worker):
         backend = backends.create(self.backend_name, self.device_memory, self.device_speed)
         self.store = ChunkStore(backend, worker.address)
         self.transfers = transfer.Transfers()
+        self.pushes = Pushes(worker, self)
         self.profile = backend.profile(config.get_bytes("profile-bytes"), host=transfer.host_id(worker.ip))
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="dgvm-store")
         # Exports take no store lock and must never queue behind an operation that waits
@@ -267,6 +271,8 @@ class ChunkStorePlugin(WorkerPlugin):
         alloc_id = arguments.integer("alloc_id", alloc_id)
         store = self.store
         job = None if store is None else self._submit(store.free, alloc_id)
+        if self.pushes is not None:
+            self.pushes.forget(alloc_id)
         if job is None:
             return 0  # the store closed with the worker, or is closing: its memory goes with it
         try:
@@ -283,6 +289,14 @@ class ChunkStorePlugin(WorkerPlugin):
         # (for a while: a peer that does not answer is asked again later, unawaited).
         if self.retirement is not None and self.retirement.exports.any_retiring():
             await asyncio.wait([asyncio.ensure_future(self.retirement.run())], timeout=RETIRE_WAIT)
+
+    def pushed(self, alloc_id: AllocId, index: int, span: list, key: str, source: WorkerAddress, desc: dict) -> str:
+        """Bytes of a chunk a task here reads, pushed by its home (``dgvm.worker.pushes``)."""
+        span = arguments.integers("span", span)
+        if len(span) != 2 or not 0 <= span[0] < span[1]:
+            raise InvalidArgument(f"span must be [start, stop) with 0 <= start < stop: {span}")
+        return self.pushes.pushed(arguments.integer("alloc_id", alloc_id), arguments.integer("index", index),
+                                  span, arguments.text("key", key), arguments.text("source", source), desc)
 
     def peer_left(self, worker: WorkerAddress, arena: str | None = None):
         """The scheduler says a worker left (stream message ``messages.PEER_LEFT``): the
@@ -344,6 +358,9 @@ class ChunkStorePlugin(WorkerPlugin):
             if not queued.done():
                 await loop.run_in_executor(None, queued.wait)
             return self._export(alloc_id, indices, path, to, span)
+        if span is not None and to is not None:  # (a reader: push it these bytes after each write)
+            for i in indices:
+                self.pushes.subscribe(alloc_id, i, span, to)
         if span is not None and (span[1] - span[0]) * len(indices) <= INLINE_PIECE and all(
                 self.store.backend.written_out(self.store.last_write(alloc_id, i)) for i in indices):
             # A piece (a neighbour's halo rows) whose last write has run: a copy of

@@ -639,6 +639,7 @@ class StoreStats:
     transient: int = 0  # chunks read remotely without keeping a replica (no room)
     gathered: int = 0  # regions an op read from several chunks into a new array (a copy)
     ahead: int = 0  # pieces of other workers' chunks asked for before the task needed them
+    pushed: int = 0  # pieces of other workers' chunks their homes pushed here that a task took
     paths: dict = None  # path -> {"count", "bytes", "seconds", "copy_seconds"}
 
     def __post_init__(self):
@@ -657,6 +658,7 @@ class StoreStats:
         return {
             "hits": self.hits, "misses": self.misses, "rehomes": self.rehomes,
             "evicted": self.evicted, "transient": self.transient, "gathered": self.gathered, "ahead": self.ahead,
+            "pushed": self.pushed,
             # list(): one step, while a fetch in another thread may add a path
             "paths": {k: dict(v) for k, v in list(self.paths.items())},
         }

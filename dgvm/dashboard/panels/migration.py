@@ -69,6 +69,7 @@ class MigrationPanel:
         text = (f"<b>hits</b> {t['hits']} · <b>misses</b> {t['misses']} · <b>hit rate</b> {rate} · "
                 f"<b>re-homes</b> {t['rehomes']} · <b>evicted</b> {t['evicted']} · "
                 f"<b>transient reads</b> {t['transient']} · <b>gathered regions</b> {t.get('gathered', 0)} · "
-                f"<b>pieces asked ahead</b> {t.get('ahead', 0)} · <b>moved</b> {moved}")
+                f"<b>pieces asked ahead</b> {t.get('ahead', 0)} · <b>pieces pushed</b> {t.get('pushed', 0)} · "
+                f"<b>moved</b> {moved}")
         if self.totals.text != text:
             self.totals.text = text

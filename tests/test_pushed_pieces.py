@@ -1,0 +1,196 @@
+"""A chunk's home pushes the rows other workers' tasks read of it (a stencil's halo) to
+those workers after each task that writes it (``dgvm.worker.pushes``); a task there takes
+pushed rows only when they are exactly what it must read (its client names the tasks of
+other workers it follows that alone wrote those chunks: ``TaskChunks.sole_writers``), and
+asks the home otherwise. Results are NumPy's, with pushes taken, refused or stopped."""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+import pytest
+
+import dgvm
+import dgvm.array as dnp
+from dgvm.client.ordering import TaskChunks
+from dgvm.protocol import messages
+from dgvm.worker import pushes as pushes_module
+from dgvm.worker.pushes import Pushes
+
+
+def _pushed(client) -> int:
+    return sum(s["pushed"] for s in dgvm.stats(client=client)["workers"].values())
+
+
+def _subscriptions(client) -> int:
+    def count(dask_worker):
+        return dask_worker.plugins[messages.STORE_PLUGIN].pushes._subscribed
+
+    return sum(client.run(count).values())
+
+
+def _step(u, v):
+    v[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
+
+
+def _np_step(u, v):
+    v[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
+
+
+@pytest.mark.parametrize("peers", [False, True], ids=["caller-orders", "peers"])
+def test_steps_sent_back_to_back_take_their_neighbours_rows_pushed(case, peers):
+    case.needs_workers(2, "rows are pushed between workers")
+    n, rows = 96, 24
+    h = np.random.default_rng(5).random((n, n))
+    with dask.config.set({"dgvm.dispatch.peers": peers}):
+        u = dnp.from_numpy(h, chunks=(rows, n), placement="round_robin")
+        v = dnp.from_numpy(h, chunks=(rows, n), placement="round_robin")
+        assert len(set(u.alloc.homes())) > 1
+        before = _pushed(case.client)
+        wu, wv = h.copy(), h.copy()
+        for _ in range(12):  # (nothing waited for: each step follows the last one's tasks)
+            _step(u, v)
+            _np_step(wu, wv)
+            u, v, wu, wv = v, u, wv, wu
+        np.testing.assert_allclose(dnp.asnumpy(u), wu, rtol=1e-12)
+        np.testing.assert_allclose(dnp.asnumpy(v), wv, rtol=1e-12)
+    # The first steps ask (that subscribes them); later ones find their rows pushed, as
+    # long as the push comes before the step's read (it is sent before the writer answers).
+    assert _pushed(case.client) > before
+    u.free()
+    v.free()
+    assert _subscriptions(case.client) == 0  # (a free ends them)
+
+
+def test_a_pushed_row_is_not_taken_after_a_write_that_was_not_pushed(case):
+    """The rows pushed after one step are stale once a later task wrote the chunk without
+    a push (here the homes stop pushing): the next step follows that task, not the one
+    whose rows it holds, and asks the home."""
+    if case.backend != "cpu":
+        pytest.skip("stops the pushes of in-process workers")
+    n, rows = 64, 16
+    h = np.random.default_rng(9).random((n, n))
+    u = dnp.from_numpy(h, chunks=(rows, n), placement="round_robin")
+    v = dnp.zeros_like(u)
+    wu, wv = h.copy(), np.zeros_like(h)
+    for _ in range(4):
+        _step(u, v)
+        _np_step(wu, wv)
+        u[1:-1, 1:-1] = v[1:-1, 1:-1] * 1.0
+        wu[1:-1, 1:-1] = wv[1:-1, 1:-1]
+    np.testing.assert_allclose(dnp.asnumpy(v), wv, rtol=1e-12)
+    held = sum(case.client.run(lambda dask_worker: len(
+        dask_worker.plugins[messages.STORE_PLUGIN].pushes.received)).values())
+    assert held > 0  # rows of u are held pushed
+
+    workers = [w for w in case.cluster.scheduler.workers]
+    stores = [case.cluster.workers[name].plugins[messages.STORE_PLUGIN]
+              for name in case.cluster.workers]
+    assert len(stores) == len(workers)
+    saved = [s.pushes.after_task for s in stores]
+    try:
+        for s in stores:
+            s.pushes.after_task = lambda key, wrote: None
+        u += 1.0  # every chunk of u written: no push of it
+        wu += 1.0
+        _step(u, v)  # follows ``u += 1``: the rows held are older
+        _np_step(wu, wv)
+        np.testing.assert_allclose(dnp.asnumpy(v), wv, rtol=1e-12)
+    finally:
+        for s, f in zip(stores, saved):
+            s.pushes.after_task = f
+    u.free()
+    v.free()
+
+
+def test_a_piece_no_task_reads_any_more_is_no_longer_pushed(case):
+    case.needs_workers(2, "rows are pushed between workers")
+    n, rows = 64, 16
+    h = np.random.default_rng(2).random((n, n))
+    u = dnp.from_numpy(h, chunks=(rows, n), placement="round_robin")
+    v = dnp.zeros_like(u)
+    for _ in range(3):
+        _step(u, v)
+        u[1:-1, 1:-1] = v[1:-1, 1:-1] * 1.0
+    v.wait()
+    assert _subscriptions(case.client) > 0
+    for _ in range(pushes_module.UNREAD + 2):  # written, never read across chunks
+        u *= 1.5
+    u.wait()
+    dgvm.stats(client=case.client)  # (the pushes' answers came back)
+    assert _subscriptions(case.client) == 0
+    np.testing.assert_allclose(dnp.asnumpy(u)[0, :4], h[0, :4] * 1.5 ** (pushes_module.UNREAD + 2))
+    u.free()
+    v.free()
+
+
+def test_with_push_pieces_off_nothing_is_pushed(case):
+    case.needs_workers(2, "rows are pushed between workers")
+    n, rows = 64, 16
+    h = np.random.default_rng(4).random((n, n))
+    with dask.config.set({"dgvm.transfer.push-pieces": False}):
+        u = dnp.from_numpy(h, chunks=(rows, n), placement="round_robin")
+        v = dnp.zeros_like(u)
+        before = _pushed(case.client)
+        wu, wv = h.copy(), np.zeros_like(h)
+        for _ in range(6):
+            _step(u, v)
+            _np_step(wu, wv)
+            u, v, wu, wv = v, u, wv, wu
+        np.testing.assert_allclose(dnp.asnumpy(u), wu, rtol=1e-12)
+        assert _pushed(case.client) == before
+    u.free()
+    v.free()
+
+
+# -- the rules, without a cluster ----------------------------------------------------------
+
+class _Task:
+    """What ``sole_writers`` reads of a direct task."""
+
+    def __init__(self, key, worker):
+        self.key, self.worker = key, worker
+
+
+def test_only_the_sole_writer_of_a_chunk_among_those_followed_is_named():
+    chunks = TaskChunks()
+    a, b, c, d = _Task("a", "w1"), _Task("b", "w2"), _Task("c", "w2"), _Task("d", "w3")
+    chunks.wrote([a, b, c], 7, [[0, 1], [2, 3], [3]])
+    chunks.wrote([d], 8, [[0]])
+    # b and c both wrote chunk 3 of allocation 7: neither is named for it; d wrote another
+    # allocation; a runs where the task runs.
+    assert chunks.sole_writers([a, b, c, d], "w1") == {"b": ["w2", 7, [2]], "d": ["w3", 8, [0]]}
+    assert chunks.sole_writers([b, c], "w9") == {"b": ["w2", 7, [2]]}
+    # A task whose writes are not recorded may have written anything: nothing is named.
+    assert chunks.sole_writers([b, _Task("x", "w4")], "w1") == {}
+
+
+class _Worker:
+    address = "tcp://reader"
+
+
+def _desc(value: int) -> dict:
+    return {"data": np.full(8, value, dtype=np.uint8), "nbytes": 64, "start": 8, "writes": value}
+
+
+def test_pushed_bytes_are_taken_only_with_the_task_and_worker_that_wrote_them():
+    p = Pushes(_Worker(), plugin=None)
+    assert p.pushed(7, 1, [8, 16], "K", "tcp://home", _desc(3)) == "keep"
+    fresh = {"K": ("tcp://home", 7, frozenset({1}))}
+    assert p.take(7, 1, 8, 16, fresh)["writes"] == 3
+    assert p.take(7, 1, 8, 16, {"J": ("tcp://home", 7, frozenset({1}))}) is None  # another writer
+    assert p.take(7, 1, 8, 16, {"K": ("tcp://other", 7, frozenset({1}))}) is None  # another worker
+    assert p.take(7, 1, 8, 16, {"K": ("tcp://home", 7, frozenset({2}))}) is None  # not its chunk
+    assert p.take(7, 1, 8, 16, {"K": ("tcp://home", 6, frozenset({1}))}) is None  # not its allocation
+    assert p.take(7, 1, 0, 16, fresh) is None  # other bytes
+    assert p.take(7, 1, 8, 16, {}) is None
+
+
+def test_a_reader_drops_a_piece_pushed_unread_too_often():
+    p = Pushes(_Worker(), plugin=None)
+    answers = [p.pushed(7, 1, [8, 16], f"K{i}", "tcp://home", _desc(i)) for i in range(pushes_module.UNREAD + 1)]
+    assert answers == ["keep"] * pushes_module.UNREAD + ["drop"]
+    p.pushed(7, 2, [8, 16], "K", "tcp://home", _desc(1))
+    for i in range(2 * pushes_module.UNREAD):  # each push read: kept
+        p.read(7, 2, 8, 16)
+        assert p.pushed(7, 2, [8, 16], f"K{i}", "tcp://home", _desc(i)) == "keep"
