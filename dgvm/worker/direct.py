@@ -228,15 +228,18 @@ class DirectTasks:
                 answer({"key": key, **failed})
                 return
             await self._reports(reports)
-            pushes = getattr(self.plugin, "pushes", None)
-            if pushes is not None:  # readers of pieces of what it wrote get them now, before its client hears
-                pushes.after_task(key, [(m["alloc_id"], m["wrote"]) for m, _, _ in reports if m.get("wrote")])
             status, chunks = "finished", len(indices)
             # (None, a bool, a float or an int msgpack takes goes as it is; anything else,
             # arrays above all, as frames.)
             plain = result is None or type(result) in (bool, float) or (
                 type(result) is int and -(1 << 63) <= result < (1 << 64))
             answer({"key": key, "result": result if plain else to_serialize(result)})
+            pushes = getattr(self.plugin, "pushes", None)
+            if pushes is not None:
+                # Readers of pieces of what it wrote get them now: after its answer to its
+                # client (written first, on the loop's next turn), before it is ended for
+                # other workers' tasks that ask (``ended_here``).
+                pushes.after_task(key, [(m["alloc_id"], m["wrote"]) for m, _, _ in reports if m.get("wrote")])
         except Exception as e:  # noqa: BLE001  (never leave a task unanswered)
             logger.exception("dgvm: direct task %s", key)
             failed = error_message(e)
