@@ -6,6 +6,10 @@ asks the home otherwise. Results are NumPy's, with pushes taken, refused or stop
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+
 import dask
 import numpy as np
 import pytest
@@ -90,7 +94,7 @@ def test_a_pushed_row_is_not_taken_after_a_write_that_was_not_pushed(case):
     saved = [s.pushes.after_task for s in stores]
     try:
         for s in stores:
-            s.pushes.after_task = lambda key, wrote: None
+            s.pushes.after_task = lambda key, wrote, skip=(): None
         u += 1.0  # every chunk of u written: no push of it
         wu += 1.0
         _step(u, v)  # follows ``u += 1``: the rows held are older
@@ -117,8 +121,14 @@ def test_a_piece_no_task_reads_any_more_is_no_longer_pushed(case):
     for _ in range(pushes_module.UNREAD + 2):  # written, never read across chunks
         u *= 1.5
     u.wait()
-    dgvm.stats(client=case.client)  # (the pushes' answers came back)
-    assert _subscriptions(case.client) == 0
+    deadline = time.monotonic() + 30  # (the last pushes go out after their tasks answered)
+    while _subscriptions(case.client) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    def state(dask_worker):
+        p = dask_worker.plugins[messages.STORE_PLUGIN].pushes
+        return ({a: {i: sorted(e) for i, e in c.items()} for a, c in p.subscriptions.items()},
+                {k: (r.key[-6:], r.unread, r.read, r.source) for k, r in p.received.items()})
+    assert _subscriptions(case.client) == 0, (u.alloc.alloc_id, v.alloc.alloc_id, case.client.run(state))
     np.testing.assert_allclose(dnp.asnumpy(u)[0, :4], h[0, :4] * 1.5 ** (pushes_module.UNREAD + 2))
     u.free()
     v.free()
@@ -194,3 +204,78 @@ def test_a_reader_drops_a_piece_pushed_unread_too_often():
     for i in range(2 * pushes_module.UNREAD):  # each push read: kept
         p.read(7, 2, 8, 16)
         assert p.pushed(7, 2, [8, 16], f"K{i}", "tcp://home", _desc(i)) == "keep"
+
+
+class _Stream:
+    comm = None
+
+    def send(self, message):
+        pass
+
+
+class _Home:
+    address = "tcp://home"
+    executor = None
+    batched_stream = _Stream()
+
+    def log_event(self, topic, msg):
+        pass
+
+
+class _Plugin:
+    """The chunk store's part ``DirectTasks`` and ``Pushes`` use: a piece is read whole."""
+
+    def __init__(self, worker):
+        self.pushes = Pushes(worker, self)
+
+    async def export(self, alloc_id, indices, path, to=None, span=None):
+        return [{"data": np.arange(span[0], span[1], dtype=np.uint8), "nbytes": 64, "start": span[0], "writes": 1}]
+
+
+_GATE = threading.Event()  # (a module's: the task body is pickled by reference)
+
+
+def _writes_chunk_1(indices, results):
+    from dgvm.worker import direct
+
+    _GATE.wait(10)
+    direct.running()[2].append(({"alloc_id": 7, "wrote": [1]}, False, 0))  # its report: wrote chunk 1
+
+
+def test_a_worker_whose_task_waits_for_the_writer_gets_the_rows_with_the_answer():
+    """Rows of a chunk a task wrote go to a worker that asked when it ended with that
+    answer (``ended_here``), and on their own to another reader, which did not ask."""
+    from distributed.protocol import pickle
+
+    from dgvm.worker.direct import DirectTasks
+
+    async def main():
+        home = _Home()
+        plugin = _Plugin(home)
+        tasks = DirectTasks(home, plugin)
+        for reader in ("tcp://reader", "tcp://other"):
+            plugin.pushes.subscribe(7, 1, [8, 16], reader)
+        alone = []
+
+        async def push(key, alloc_id, index, entry):
+            alone.append((key, entry[2]))
+
+        plugin.pushes._push = push
+        _GATE.clear()
+        answers = []
+        tasks._start({"key": "W", "after": [], "peers": {}, "task": pickle.dumps((_writes_chunk_1, ())),
+                      "indices": [1], "results": None, "written": None}, answers.append)
+        asked = asyncio.ensure_future(tasks.ended_here(["W"], reader="tcp://reader"))
+        await asyncio.sleep(0.05)
+        _GATE.set()
+        got = await asyncio.wait_for(asked, 10)
+        late = await asyncio.wait_for(tasks.ended_here(["W"], reader="tcp://reader"), 10)  # asked after its end
+        return answers, got, alone, late
+
+    answers, got, alone, late = asyncio.run(main())
+    assert answers == [{"key": "W", "result": None}]
+    piece, = got["pushed"]
+    assert (piece["alloc_id"], piece["index"], piece["span"], piece["key"], piece["source"]) == (7, 1, [8, 16], "W", "tcp://home")
+    np.testing.assert_array_equal(piece["desc"]["data"], np.arange(8, 16))
+    assert alone == [("W", "tcp://other")]  # the reader that asked got no push of its own
+    assert late == {}  # (its rows went on their own then)

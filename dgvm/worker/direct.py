@@ -83,6 +83,10 @@ class DirectTasks:
         # for here): the client orders them itself, and the tasks here that follow them too.
         self.unready: "collections.OrderedDict[str, None]" = collections.OrderedDict()
         self.peer_asks = 0  # questions from other workers' tasks answered here (``ended_here``)
+        # key -> {worker: questions}: workers whose tasks wait here for it to end
+        self.asking: dict[str, dict] = {}
+        # key -> [(alloc id, chunks)] it wrote here, of finished tasks (``ended_here``)
+        self.wrote: "collections.OrderedDict[str, list]" = collections.OrderedDict()
         self.waiting = 0  # tasks ready to run, waiting for a thread
         # key -> how many tasks run right after it ends (``ready``)
         self.behind: dict[str, int] = {}
@@ -198,6 +202,10 @@ class DirectTasks:
                     self._failed(key, ended_there["failed"])
                     answer({"key": key, **ended_there["failed"]})
                     return
+                pushed = ended_there.pop("pushed", None)
+                if pushed and getattr(self.plugin, "pushes", None) is not None:
+                    for piece in pushed:  # (rows of what they wrote, sent with the answer)
+                        self.plugin.pushes.pushed(**piece)
                 if ended_there:  # not known there (any more): its client orders it instead
                     status = self._unready(key, answer)
                     return
@@ -237,9 +245,15 @@ class DirectTasks:
             pushes = getattr(self.plugin, "pushes", None)
             if pushes is not None:
                 # Readers of pieces of what it wrote get them now: after its answer to its
-                # client (written first, on the loop's next turn), before it is ended for
-                # other workers' tasks that ask (``ended_here``).
-                pushes.after_task(key, [(m["alloc_id"], m["wrote"]) for m, _, _ in reports if m.get("wrote")])
+                # client (written first, on the loop's next turn); a worker whose task
+                # asks when it ended gets them with the answer (``ended_here``).
+                wrote = [(m["alloc_id"], m["wrote"]) for m, _, _ in reports if m.get("wrote")]
+                if wrote:
+                    _remember(self.wrote, key, wrote)
+                try:
+                    pushes.after_task(key, wrote, skip=self.asking.get(key, ()))
+                except Exception:  # noqa: BLE001  (answered already: its readers ask instead)
+                    logger.exception("dgvm: pushing the pieces task %s wrote", key)
         except Exception as e:  # noqa: BLE001  (never leave a task unanswered)
             logger.exception("dgvm: direct task %s", key)
             failed = error_message(e)
@@ -276,19 +290,22 @@ class DirectTasks:
             return {"unready": "too many questions to other workers waiting"}
         async with self._peer_questions:
             try:
-                return await messages.call(self.worker.rpc(peer), messages.DIRECT_ENDED, keys=keys, required=True)
+                return await messages.call(self.worker.rpc(peer), messages.DIRECT_ENDED, keys=keys,
+                                           reader=self.worker.address, required=True)
             except Exception as e:  # noqa: BLE001  (the client orders the task instead)
                 return {"unready": repr(e)}
 
-    async def ended_here(self, keys: list) -> dict:
+    async def ended_here(self, keys: list, reader: str | None = None) -> dict:
         """RPC handler (``messages.DIRECT_ENDED``): wait until the direct tasks ``keys``
         end here; {"failed": error} of the first that failed, {} when all finished, or
         {"unknown": keys} for those that neither ran here lately nor arrived within
         ``ARRIVAL_WAIT`` (the client sent them before the task that asks, on another
-        connection: they may come after its question)."""
+        connection: they may come after its question). When they all finished, the
+        pieces worker ``reader`` reads of what those still running when asked wrote
+        come with the answer (``"pushed"``: ``dgvm.worker.pushes``), not on their own."""
         loop = asyncio.get_running_loop()
         self.peer_asks += 1
-        unknown = []
+        unknown, waited = [], []
         for key in keys:
             if key not in self.ended and key not in self.failed and key not in self.finished:
                 entry = self.arrivals.get(key)
@@ -306,13 +323,32 @@ class DirectTasks:
                         del self.arrivals[key]
             f = self.ended.get(key)
             if f is not None:
-                await asyncio.shield(f)
+                asking = self.asking.setdefault(key, {}) if reader else None
+                if reader:  # (its pieces for the reader come with this answer)
+                    asking[reader] = asking.get(reader, 0) + 1
+                    waited.append(key)
+                try:
+                    await asyncio.shield(f)
+                finally:
+                    if reader:
+                        asking[reader] -= 1
+                        if not asking[reader]:
+                            del asking[reader]
+                        if not asking and self.asking.get(key) is asking:
+                            del self.asking[key]
             failed = self.failed.get(key)
             if failed is not None:
                 return {"failed": failed}
             if key in self.unready and key not in self.finished:  # sent back unrun: not ended
                 unknown.append(key)
-        return {"unknown": unknown} if unknown else {}
+        if unknown:
+            return {"unknown": unknown}
+        pushes = getattr(self.plugin, "pushes", None)
+        if waited and pushes is not None:
+            pushed = await pushes.for_reader(reader, [(k, self.wrote.get(k, ())) for k in waited])
+            if pushed:
+                return {"pushed": pushed}
+        return {}
 
     def _passed(self, key: str, passed: asyncio.Future) -> None:
         if not passed.done():

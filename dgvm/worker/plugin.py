@@ -358,16 +358,19 @@ class ChunkStorePlugin(WorkerPlugin):
             if not queued.done():
                 await loop.run_in_executor(None, queued.wait)
             return self._export(alloc_id, indices, path, to, span)
-        if span is not None and to is not None:  # (a reader: push it these bytes after each write)
-            for i in indices:
-                self.pushes.subscribe(alloc_id, i, span, to)
         if span is not None and (span[1] - span[0]) * len(indices) <= INLINE_PIECE and all(
                 self.store.backend.written_out(self.store.last_write(alloc_id, i)) for i in indices):
             # A piece (a neighbour's halo rows) whose last write has run: a copy of
             # microseconds, read here rather than on a thread (two wake-ups less on the
             # path of a task waiting for it).
-            return self._export(alloc_id, indices, path, to, span)
-        return await loop.run_in_executor(self._export_executor, self._export, alloc_id, indices, path, to, span)
+            descs = self._export(alloc_id, indices, path, to, span)
+        else:
+            descs = await loop.run_in_executor(self._export_executor, self._export, alloc_id, indices, path, to, span)
+        if span is not None and to is not None:  # (a reader: push it these bytes after each write)
+            for i, desc in zip(indices, descs):
+                if messages.SPECIAL not in desc:  # (not moved away)
+                    self.pushes.subscribe(alloc_id, i, span, to)
+        return descs
 
     def _export(self, alloc_id, indices, path, to, span=None):
         # No store lock (see setup): a read of a chunk a write may change meanwhile; its

@@ -91,27 +91,61 @@ class Pushes:
         if chunks:
             self._subscribed -= sum(len(r) for r in chunks.values())
 
-    def after_task(self, key: str, wrote) -> None:
-        """Task ``key`` finished here, having written chunks ``wrote`` ((alloc id,
-        indices) each) in place: push the pieces of them that readers subscribed to (sent
-        now, before the task answers; not awaited)."""
-        if not self.subscriptions:
-            return
+    def _entries(self, wrote):
+        """(alloc id, index, subscription) of the pieces readers read of chunks ``wrote``."""
         for alloc_id, indices in wrote:
             chunks = self.subscriptions.get(alloc_id)
-            if not chunks:
-                continue
-            for index in indices:
-                for entry in list(chunks.get(index, ())):
-                    asyncio.ensure_future(self._push(key, alloc_id, index, entry))
+            if chunks:
+                for index in indices:
+                    for entry in list(chunks.get(index, ())):
+                        yield alloc_id, index, entry
+
+    def after_task(self, key: str, wrote, skip=()) -> None:
+        """Task ``key`` finished here, having written chunks ``wrote`` ((alloc id,
+        indices) each) in place: push the pieces of them that readers subscribed to (not
+        awaited), except to readers in ``skip`` (their tasks wait for this one: the pieces
+        go with the answer, ``for_reader``)."""
+        if not self.subscriptions:
+            return
+        for alloc_id, index, entry in self._entries(wrote):
+            if entry[2] not in skip:
+                asyncio.ensure_future(self._push(key, alloc_id, index, entry))
+
+    async def _piece(self, alloc_id: int, index: int, entry: tuple):
+        """The comm path's descriptor of a subscribed piece, read here now after the
+        chunk's last write; None (and the subscription ends) if the chunk is no longer
+        only here."""
+        start, stop, reader = entry
+        desc, = await self.plugin.export(alloc_id, [index], "comm", to=reader, span=[start, stop])
+        desc = messages.decode(desc)
+        if desc is messages.MOVED or desc.get("leaving"):  # not (only) here any more
+            self._unsubscribe(alloc_id, index, entry)
+            return None
+        return desc
+
+    async def for_reader(self, reader: str, tasks) -> list:
+        """The pieces ``reader`` reads of the chunks ``tasks`` ((key, [(alloc id,
+        chunks)]) each, ended here) wrote, as ``pushed``'s arguments each."""
+        out = []
+        for key, wrote in tasks:
+            for alloc_id, index, entry in self._entries(wrote):
+                if entry[2] != reader:
+                    continue
+                try:
+                    desc = await self._piece(alloc_id, index, entry)
+                except Exception:  # noqa: BLE001  (freed meanwhile: the reader asks)
+                    self._unsubscribe(alloc_id, index, entry)
+                    continue
+                if desc is not None:
+                    out.append({"alloc_id": alloc_id, "index": index, "span": list(entry[:2]), "key": key,
+                                "source": self.worker.address, "desc": desc})
+        return out
 
     async def _push(self, key: str, alloc_id: int, index: int, entry: tuple) -> None:
         start, stop, reader = entry
         try:
-            desc, = await self.plugin.export(alloc_id, [index], "comm", to=reader, span=[start, stop])
-            desc = messages.decode(desc)
-            if desc is messages.MOVED or desc.get("leaving"):  # not (only) here any more
-                self._unsubscribe(alloc_id, index, entry)
+            desc = await self._piece(alloc_id, index, entry)
+            if desc is None:
                 return
             answer = await messages.call(
                 self.worker.rpc(reader), messages.PUSHED, alloc_id=alloc_id, index=index, span=[start, stop],
