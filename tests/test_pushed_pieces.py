@@ -120,7 +120,7 @@ def test_a_piece_no_task_reads_any_more_is_no_longer_pushed(case):
     assert _subscriptions(case.client) > 0
     for _ in range(pushes_module.UNREAD + 2):  # written, never read across chunks
         u *= 1.5
-    u.wait()
+        u.wait()  # (each write its own task: a deferred chain would be one)
     deadline = time.monotonic() + 30  # (the last pushes go out after their tasks answered)
     while _subscriptions(case.client) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -279,3 +279,15 @@ def test_a_worker_whose_task_waits_for_the_writer_gets_the_rows_with_the_answer(
     np.testing.assert_array_equal(piece["desc"]["data"], np.arange(8, 16))
     assert alone == [("W", "tcp://other")]  # the reader that asked got no push of its own
     assert late == {}  # (its rows went on their own then)
+
+
+def test_a_reader_keeps_pushed_bytes_within_its_bound_and_forgets_a_freed_allocation(monkeypatch):
+    monkeypatch.setattr(pushes_module, "RECEIVED_BYTES", 20)
+    p = Pushes(_Worker(), plugin=None)
+    for index in range(4):  # 8 bytes each: the oldest goes past 20
+        p.pushed(7, index, [8, 16], "K", "tcp://home", _desc(index))
+    assert [k[1] for k in p.received] == [2, 3]
+    p.pushed(6, 0, [8, 16], "K", "tcp://home", _desc(0))
+    assert [k[:2] for k in p.received] == [(7, 3), (6, 0)]
+    p.forget(7)
+    assert list(p.received) == [(6, 0, 8, 16)] and p._received_bytes == 8

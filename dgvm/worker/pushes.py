@@ -4,9 +4,11 @@ A task that reads a few rows of a chunk held by another worker (a stencil's halo
 ``Access._piece``) asks the chunk's home for their bytes: a round trip on the path of
 every step, while both workers run their own host work. Instead, the home remembers who
 asked for which bytes (a *subscription*, ``subscribe``) and, when a task here has written
-that chunk, sends those bytes to the reader at once, before the task answers its client
-(``after_task``), tagged with the task's key. The reader keeps the last bytes pushed of
-each piece (``received``); a task there that reads the piece takes them instead of asking.
+that chunk, sends those bytes to the reader, tagged with the task's key: on their own as
+the task answers its client (``after_task``), or, to a worker whose task waits for this
+one to end (``dgvm.dispatch.peers``), with the answer that it ended (``for_reader``). The
+reader keeps the last bytes pushed of each piece (``received``, bounded); a task there
+that reads the piece takes them instead of asking.
 
 A task takes pushed bytes only when they are the ones it must read. Its client names the
 tasks of other workers it follows that are the only ones it follows that may have written
@@ -20,7 +22,8 @@ a chunk no longer at home there, or being moved away, is not pushed. Anything el
 push yet, an older one, a tag the task does not follow) and the task asks the home.
 
 A subscription ends after ``UNREAD`` pushes in a row that no task read, when its chunk is
-no longer home here or its allocation is freed, or when the reader does not answer.
+no longer home here or its allocation is freed, or when the reader does not answer. A
+piece larger than ``PIECE_BYTES`` is not pushed.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ logger = logging.getLogger("dgvm.worker")
 
 UNREAD = 3  # pushes of a piece in a row that no task read: the reader no longer reads it
 SUBSCRIPTIONS = 1024  # pieces this worker pushes at most (readers and spans together)
-RECEIVED = 1024  # pushed pieces a reader keeps at most (the oldest dropped first)
+PIECE_BYTES = 4 << 20  # a larger piece is not pushed (each write would send it again)
+RECEIVED = 1024  # pushed pieces a reader keeps at most (the oldest dropped first) ...
+RECEIVED_BYTES = 256 << 20  # ... and bytes of them
 
 
 def enabled() -> bool:
@@ -57,6 +62,7 @@ class Pushes:
         self._subscribed = 0
         # As a reader: (alloc id, index, start, stop) -> Received
         self.received: "collections.OrderedDict[tuple, Received]" = collections.OrderedDict()
+        self._received_bytes = 0
         self._lock = threading.Lock()  # (received: pushes on the loop, reads in task threads)
         self.sent = 0  # pushes sent (the reader answered)
 
@@ -65,7 +71,7 @@ class Pushes:
     def subscribe(self, alloc_id: int, index: int, span, reader: str) -> None:
         """``reader`` asked for bytes ``span`` of home chunk ``index``: push them to it
         after each task here that writes the chunk."""
-        if reader == self.worker.address or not enabled():
+        if reader == self.worker.address or int(span[1]) - int(span[0]) > PIECE_BYTES or not enabled():
             return
         chunks = self.subscriptions.setdefault(alloc_id, {})
         readers = chunks.setdefault(index, set())
@@ -86,10 +92,13 @@ class Pushes:
                 del self.subscriptions[alloc_id]
 
     def forget(self, alloc_id: int) -> None:
-        """Allocation ``alloc_id`` was freed: nothing of it is pushed any more."""
+        """Allocation ``alloc_id`` was freed: nothing of it is pushed any more, nor kept."""
         chunks = self.subscriptions.pop(alloc_id, None)
         if chunks:
             self._subscribed -= sum(len(r) for r in chunks.values())
+        with self._lock:
+            for piece in [p for p in self.received if p[0] == alloc_id]:
+                self._received_bytes -= self.received.pop(piece).nbytes
 
     def _entries(self, wrote):
         """(alloc id, index, subscription) of the pieces readers read of chunks ``wrote``."""
@@ -167,12 +176,15 @@ class Pushes:
         piece = (int(alloc_id), int(index), int(span[0]), int(span[1]))
         with self._lock:
             old = self.received.pop(piece, None)
+            if old is not None:
+                self._received_bytes -= old.nbytes
             unread = 0 if old is None or old.read else old.unread + 1
             if unread >= UNREAD or not enabled():
                 return "drop"
-            self.received[piece] = Received(unwrap(desc), key, source, unread)
-            while len(self.received) > RECEIVED:
-                self.received.popitem(last=False)
+            got = self.received[piece] = Received(unwrap(desc), key, source, unread, piece[3] - piece[2])
+            self._received_bytes += got.nbytes
+            while len(self.received) > RECEIVED or self._received_bytes > RECEIVED_BYTES:
+                self._received_bytes -= self.received.popitem(last=False)[1].nbytes
         return "keep"
 
     def take(self, alloc_id: int, index: int, start: int, stop: int, fresh: dict):
@@ -209,7 +221,8 @@ class Received:
     """A pushed piece: its descriptor (the comm path's, bytes on the host), the task whose
     write it holds, the home that sent it, and whether a task read the piece since."""
 
-    __slots__ = ("desc", "key", "source", "unread", "read")
+    __slots__ = ("desc", "key", "source", "unread", "read", "nbytes")
 
-    def __init__(self, desc: dict, key: str, source: str, unread: int):
+    def __init__(self, desc: dict, key: str, source: str, unread: int, nbytes: int):
         self.desc, self.key, self.source, self.unread, self.read = desc, key, source, unread, False
+        self.nbytes = nbytes
