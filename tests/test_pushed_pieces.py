@@ -1,14 +1,14 @@
-"""A chunk's home pushes the rows other workers' tasks read of it (a stencil's halo) to
-those workers after each task that writes it (``dgvm.worker.pushes``); a task there takes
+"""A chunk's home pushes the rows another worker's tasks read of it (a stencil's halo) to
+that worker when a task of it waits for the writer (``dgvm.worker.pushes``): named by
+the client with the writer, or asking when it ended (``dispatch.peers``). A task takes
 pushed rows only when they are exactly what it must read (its client names the tasks of
 other workers it follows that alone wrote those chunks: ``TaskChunks.sole_writers``), and
-asks the home otherwise. Results are NumPy's, with pushes taken, refused or stopped."""
+asks the home otherwise. Results are NumPy's, with pushes taken or refused."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import dask
 import numpy as np
@@ -26,11 +26,15 @@ def _pushed(client) -> int:
     return sum(s["pushed"] for s in dgvm.stats(client=client)["workers"].values())
 
 
-def _subscriptions(client) -> int:
+def _remembered(client) -> int:
     def count(dask_worker):
-        return dask_worker.plugins[messages.STORE_PLUGIN].pushes._subscribed
+        return dask_worker.plugins[messages.STORE_PLUGIN].pushes._remembered
 
     return sum(client.run(count).values())
+
+
+def _sent(client) -> int:
+    return sum(client.run(lambda dask_worker: dask_worker.plugins[messages.STORE_PLUGIN].pushes.sent).values())
 
 
 def _step(u, v):
@@ -58,12 +62,12 @@ def test_steps_sent_back_to_back_take_their_neighbours_rows_pushed(case, peers):
             u, v, wu, wv = v, u, wv, wu
         np.testing.assert_allclose(dnp.asnumpy(u), wu, rtol=1e-12)
         np.testing.assert_allclose(dnp.asnumpy(v), wv, rtol=1e-12)
-    # The first steps ask (that subscribes them); later ones find their rows pushed, as
-    # long as the push comes before the step's read (it is sent before the writer answers).
+    # The first steps ask (their homes remember what they read); later ones find their
+    # rows pushed, as long as the push comes before the step's read.
     assert _pushed(case.client) > before
     u.free()
     v.free()
-    assert _subscriptions(case.client) == 0  # (a free ends them)
+    assert _remembered(case.client) == 0  # (a free forgets them)
 
 
 def test_a_pushed_row_is_not_taken_after_a_write_that_was_not_pushed(case):
@@ -94,7 +98,7 @@ def test_a_pushed_row_is_not_taken_after_a_write_that_was_not_pushed(case):
     saved = [s.pushes.after_task for s in stores]
     try:
         for s in stores:
-            s.pushes.after_task = lambda key, wrote, skip=(): None
+            s.pushes.after_task = lambda key, wrote, readers: None
         u += 1.0  # every chunk of u written: no push of it
         wu += 1.0
         _step(u, v)  # follows ``u += 1``: the rows held are older
@@ -107,7 +111,7 @@ def test_a_pushed_row_is_not_taken_after_a_write_that_was_not_pushed(case):
     v.free()
 
 
-def test_a_piece_no_task_reads_any_more_is_no_longer_pushed(case):
+def test_a_chunk_no_task_of_another_worker_waits_to_read_is_not_pushed(case):
     case.needs_workers(2, "rows are pushed between workers")
     n, rows = 64, 16
     h = np.random.default_rng(2).random((n, n))
@@ -117,19 +121,13 @@ def test_a_piece_no_task_reads_any_more_is_no_longer_pushed(case):
         _step(u, v)
         u[1:-1, 1:-1] = v[1:-1, 1:-1] * 1.0
     v.wait()
-    assert _subscriptions(case.client) > 0
-    for _ in range(pushes_module.UNREAD + 2):  # written, never read across chunks
+    assert _remembered(case.client) > 0  # (the homes know who read what)
+    sent = _sent(case.client)
+    for _ in range(4):  # written, never read across chunks
         u *= 1.5
         u.wait()  # (each write its own task: a deferred chain would be one)
-    deadline = time.monotonic() + 30  # (the last pushes go out after their tasks answered)
-    while _subscriptions(case.client) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    def state(dask_worker):
-        p = dask_worker.plugins[messages.STORE_PLUGIN].pushes
-        return ({a: {i: sorted(e) for i, e in c.items()} for a, c in p.subscriptions.items()},
-                {k: (r.key[-6:], r.unread, r.read, r.source) for k, r in p.received.items()})
-    assert _subscriptions(case.client) == 0, (u.alloc.alloc_id, v.alloc.alloc_id, case.client.run(state))
-    np.testing.assert_allclose(dnp.asnumpy(u)[0, :4], h[0, :4] * 1.5 ** (pushes_module.UNREAD + 2))
+    np.testing.assert_allclose(dnp.asnumpy(u)[0, :4], h[0, :4] * 1.5 ** 4)
+    assert _sent(case.client) == sent
     u.free()
     v.free()
 
@@ -179,13 +177,14 @@ class _Worker:
     address = "tcp://reader"
 
 
-def _desc(value: int) -> dict:
-    return {"data": np.full(8, value, dtype=np.uint8), "nbytes": 64, "start": 8, "writes": value}
+def _piece(index: int, key: str, value: int, alloc_id: int = 7) -> dict:
+    return {"alloc_id": alloc_id, "index": index, "span": [8, 16], "key": key, "source": "tcp://home",
+            "desc": {"data": np.full(8, value, dtype=np.uint8), "nbytes": 64, "start": 8, "writes": value}}
 
 
 def test_pushed_bytes_are_taken_only_with_the_task_and_worker_that_wrote_them():
     p = Pushes(_Worker(), plugin=None)
-    assert p.pushed(7, 1, [8, 16], "K", "tcp://home", _desc(3)) == "keep"
+    assert p.pushed([_piece(1, "K", 3)]) == 1
     fresh = {"K": ("tcp://home", 7, frozenset({1}))}
     assert p.take(7, 1, 8, 16, fresh)["writes"] == 3
     assert p.take(7, 1, 8, 16, {"J": ("tcp://home", 7, frozenset({1}))}) is None  # another writer
@@ -194,16 +193,9 @@ def test_pushed_bytes_are_taken_only_with_the_task_and_worker_that_wrote_them():
     assert p.take(7, 1, 8, 16, {"K": ("tcp://home", 6, frozenset({1}))}) is None  # not its allocation
     assert p.take(7, 1, 0, 16, fresh) is None  # other bytes
     assert p.take(7, 1, 8, 16, {}) is None
-
-
-def test_a_reader_drops_a_piece_pushed_unread_too_often():
-    p = Pushes(_Worker(), plugin=None)
-    answers = [p.pushed(7, 1, [8, 16], f"K{i}", "tcp://home", _desc(i)) for i in range(pushes_module.UNREAD + 1)]
-    assert answers == ["keep"] * pushes_module.UNREAD + ["drop"]
-    p.pushed(7, 2, [8, 16], "K", "tcp://home", _desc(1))
-    for i in range(2 * pushes_module.UNREAD):  # each push read: kept
-        p.read(7, 2, 8, 16)
-        assert p.pushed(7, 2, [8, 16], f"K{i}", "tcp://home", _desc(i)) == "keep"
+    p.pushed([_piece(1, "L", 4)])  # a later write's: the last one pushed is kept
+    assert p.take(7, 1, 8, 16, fresh) is None
+    assert p.take(7, 1, 8, 16, {"L": ("tcp://home", 7, frozenset({1}))})["writes"] == 4
 
 
 class _Stream:
@@ -242,9 +234,10 @@ def _writes_chunk_1(indices, results):
     direct.running()[2].append(({"alloc_id": 7, "wrote": [1]}, False, 0))  # its report: wrote chunk 1
 
 
-def test_a_worker_whose_task_waits_for_the_writer_gets_the_rows_with_the_answer():
-    """Rows of a chunk a task wrote go to a worker that asked when it ended with that
-    answer (``ended_here``), and on their own to another reader, which did not ask."""
+def test_rows_go_to_the_workers_named_with_the_writer_and_with_the_answer_to_a_question():
+    """Rows of a chunk a task wrote go on their own to the workers its client named (in
+    its message, or in a ``push`` message while it runs, or after it ended), and with the
+    answer to a worker that asks when it ended (``ended_here``)."""
     from distributed.protocol import pickle
 
     from dgvm.worker.direct import DirectTasks
@@ -253,41 +246,44 @@ def test_a_worker_whose_task_waits_for_the_writer_gets_the_rows_with_the_answer(
         home = _Home()
         plugin = _Plugin(home)
         tasks = DirectTasks(home, plugin)
-        for reader in ("tcp://reader", "tcp://other"):
-            plugin.pushes.subscribe(7, 1, [8, 16], reader)
+        for reader in ("tcp://reader", "tcp://named", "tcp://later", "tcp://after"):
+            plugin.pushes.remember(7, 1, [8, 16], reader)
         alone = []
 
-        async def push(key, alloc_id, index, entry):
-            alone.append((key, entry[2]))
+        async def push(key, wrote, reader):
+            alone.append((key, reader))
 
         plugin.pushes._push = push
         _GATE.clear()
         answers = []
         tasks._start({"key": "W", "after": [], "peers": {}, "task": pickle.dumps((_writes_chunk_1, ())),
-                      "indices": [1], "results": None, "written": None}, answers.append)
+                      "indices": [1], "results": None, "written": None, "push_to": ["tcp://named"]},
+                     answers.append)
+        tasks._push_request("W", "tcp://later")  # (a reader placed while W runs)
         asked = asyncio.ensure_future(tasks.ended_here(["W"], reader="tcp://reader"))
         await asyncio.sleep(0.05)
         _GATE.set()
         got = await asyncio.wait_for(asked, 10)
-        late = await asyncio.wait_for(tasks.ended_here(["W"], reader="tcp://reader"), 10)  # asked after its end
-        return answers, got, alone, late
+        tasks._push_request("W", "tcp://after")  # (placed once W ended)
+        await asyncio.sleep(0.01)
+        return answers, got, alone, tasks.push_to
 
-    answers, got, alone, late = asyncio.run(main())
+    answers, got, alone, left = asyncio.run(main())
     assert answers == [{"key": "W", "result": None}]
     piece, = got["pushed"]
     assert (piece["alloc_id"], piece["index"], piece["span"], piece["key"], piece["source"]) == (7, 1, [8, 16], "W", "tcp://home")
     np.testing.assert_array_equal(piece["desc"]["data"], np.arange(8, 16))
-    assert alone == [("W", "tcp://other")]  # the reader that asked got no push of its own
-    assert late == {}  # (its rows went on their own then)
+    assert sorted(alone) == [("W", "tcp://after"), ("W", "tcp://later"), ("W", "tcp://named")]
+    assert left == {}
 
 
 def test_a_reader_keeps_pushed_bytes_within_its_bound_and_forgets_a_freed_allocation(monkeypatch):
     monkeypatch.setattr(pushes_module, "RECEIVED_BYTES", 20)
     p = Pushes(_Worker(), plugin=None)
     for index in range(4):  # 8 bytes each: the oldest goes past 20
-        p.pushed(7, index, [8, 16], "K", "tcp://home", _desc(index))
+        p.pushed([_piece(index, "K", index)])
     assert [k[1] for k in p.received] == [2, 3]
-    p.pushed(6, 0, [8, 16], "K", "tcp://home", _desc(0))
+    p.pushed([_piece(0, "K", 0, alloc_id=6)])
     assert [k[:2] for k in p.received] == [(7, 3), (6, 0)]
     p.forget(7)
     assert list(p.received) == [(6, 0, 8, 16)] and p._received_bytes == 8

@@ -69,7 +69,7 @@ class DirectTask:
     """One worker's task of one operation on the direct plane: a future."""
 
     __slots__ = ("key", "worker", "status", "_value", "_tb", "_event", "_callbacks", "_on_sent",
-                 "call", "deps", "channel", "written", "by_client", "__weakref__")
+                 "call", "deps", "channel", "written", "by_client", "fresh", "push_to", "__weakref__")
 
     def __init__(self, key: str, worker: str, call: tuple, deps: list):
         self.key = key
@@ -88,6 +88,11 @@ class DirectTask:
         self.written = None  # run again: what its first run wrote for good
         # Ordered after other workers' tasks here, not by those workers (``unready``).
         self.by_client = False
+        # Tasks of other workers it follows that alone wrote some chunks (``sole_writers``),
+        # once known; and the workers whose tasks read pieces of what it writes next
+        # (``dgvm.worker.pushes``)
+        self.fresh = None
+        self.push_to: set = set()
 
     def __repr__(self):
         return f"<DirectTask {self.key} on {self.worker}: {self.status}>"
@@ -169,11 +174,16 @@ class Channel:
         """(On the loop.) Send ``task``'s message after those sent before it."""
         task.channel = self
         self.tasks[task.key] = task
+        self.control(msg)
+        task._sent()
+
+    def control(self, msg: dict) -> None:
+        """(On the loop.) Send ``msg`` after those sent before it (a task's, or one about
+        a task sent before)."""
         self.queue.append(msg)
         if not self._flushing:
             self._flushing = True
             asyncio.ensure_future(self._flush())
-        task._sent()
 
     async def _flush(self) -> None:
         try:
@@ -307,7 +317,8 @@ class DirectPlane:
         # A task of another worker sent there on a live connection: that worker says when
         # it ended (``peers``; the worker sends the task back ``unready`` if it cannot).
         by_peers = not results and not task.by_client and config.get("dispatch.peers")
-        pushes = config.get("transfer.push-pieces")
+        if task.fresh is None:
+            self._ask_pushes(task, results, by_peers)
         waiting, unsent, after, peers = [], [], [], {}
         for d in task.deps:
             if d.done():
@@ -369,17 +380,34 @@ class DirectPlane:
             "results": to_serialize([d.result(timeout=0) for d in task.deps]) if results else None,
             "written": task.written,
         }
-        if not results and pushes:
-            # Pieces other workers' homes pushed that it may take (``dgvm.worker.pushes``).
-            fresh = self.session.part(TaskChunks).sole_writers(task.deps, task.worker)
-            if fresh:
-                msg["fresh"] = fresh
+        if task.fresh:  # pieces other workers' homes pushed that it may take
+            msg["fresh"] = task.fresh
+        if task.push_to:
+            msg["push_to"] = sorted(task.push_to)
         if channel is None:
             if task.worker in self.left:
                 asyncio.ensure_future(self.stranded(task.worker, [task], None, sent=False))
                 return
             channel = self.channels[task.worker] = Channel(self, task.worker)
         channel.send(task, msg)
+
+    def _ask_pushes(self, task: DirectTask, results, by_peers) -> None:
+        """(On the loop, when ``task`` is first placed.) Name the tasks of other workers it
+        follows that alone wrote some chunks (``task.fresh``), and have each that did not
+        end yet send ``task``'s worker, when it ends, the pieces it read there before of
+        what it wrote (``dgvm.worker.pushes``): in its message if not sent yet, else in a
+        message of its own (with ``peers`` that worker's answer brings them instead)."""
+        task.fresh = {}
+        if results or not config.get("transfer.push-pieces"):
+            return
+        task.fresh = self.session.part(TaskChunks).sole_writers(task.deps, task.worker)
+        for d in task.deps:
+            if d.key not in task.fresh or d.done():
+                continue
+            if d.channel is None:
+                d.push_to.add(task.worker)
+            elif not d.channel.broken and not by_peers:
+                d.channel.control({"push": d.key, "to": task.worker})
 
     def _when_done(self, dep, fn) -> None:
         if isinstance(dep, DirectTask):

@@ -57,6 +57,13 @@ class TaskChunks:
         for f, idx in zip(futures, indices):
             self._wrote[f] = (alloc_id, frozenset(idx))
 
+    def wrote_nothing(self, futures) -> None:
+        """Note that the tasks of ``futures`` write no array (a reduction's, which return
+        their parts): a task that follows one need not take it for a writer
+        (``sole_writers``)."""
+        for f in futures:
+            self._wrote[f] = (None, frozenset())
+
     def _may_touch(self, f, indices: frozenset) -> bool:
         touched = self._touched.get(f)
         return touched is None or not touched.isdisjoint(indices)

@@ -429,8 +429,6 @@ class Access:
         else:
             raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while {w.address} read it")
         self.transfers.home_seen(key, where)
-        if self.pushes is not None:
-            self.pushes.read(alloc_id, index, start, stop)
         dst = self._piece_buffer(xp, alloc_id, index, start, stop, where.home)
         copy_s = path.fetch_into(desc, dst, start)
         self._count(alloc_id)["misses"] += 1

@@ -83,10 +83,11 @@ class DirectTasks:
         # for here): the client orders them itself, and the tasks here that follow them too.
         self.unready: "collections.OrderedDict[str, None]" = collections.OrderedDict()
         self.peer_asks = 0  # questions from other workers' tasks answered here (``ended_here``)
-        # key -> {worker: questions}: workers whose tasks wait here for it to end
-        self.asking: dict[str, dict] = {}
         # key -> [(alloc id, chunks)] it wrote here, of finished tasks (``ended_here``)
         self.wrote: "collections.OrderedDict[str, list]" = collections.OrderedDict()
+        # key -> workers that get the pieces they read of what it writes once it ends
+        # (``push`` messages that came while it had not ended: ``dgvm.worker.pushes``)
+        self.push_to: dict[str, set] = {}
         self.waiting = 0  # tasks ready to run, waiting for a thread
         # key -> how many tasks run right after it ends (``ready``)
         self.behind: dict[str, int] = {}
@@ -126,7 +127,10 @@ class DirectTasks:
                 except Exception:  # noqa: BLE001  (closed: the client left or closed)
                     break
                 for msg in batch:
-                    self._start(msg, answer)
+                    if "push" in msg:  # (not a task: a reader waits for a task sent before)
+                        self._push_request(msg["push"], msg["to"])
+                    else:
+                        self._start(msg, answer)
         finally:
             done = True
             flushing.set()
@@ -204,8 +208,7 @@ class DirectTasks:
                     return
                 pushed = ended_there.pop("pushed", None)
                 if pushed and getattr(self.plugin, "pushes", None) is not None:
-                    for piece in pushed:  # (rows of what they wrote, sent with the answer)
-                        self.plugin.pushes.pushed(**piece)
+                    self.plugin.pushes.pushed(pushed)  # (rows of what they wrote, sent with the answer)
                 if ended_there:  # not known there (any more): its client orders it instead
                     status = self._unready(key, answer)
                     return
@@ -244,14 +247,13 @@ class DirectTasks:
             answer({"key": key, "result": result if plain else to_serialize(result)})
             pushes = getattr(self.plugin, "pushes", None)
             if pushes is not None:
-                # Readers of pieces of what it wrote get them now: after its answer to its
-                # client (written first, on the loop's next turn); a worker whose task
-                # asks when it ended gets them with the answer (``ended_here``).
+                # Workers whose next tasks read pieces of what it wrote get them now: after
+                # its answer to its client (written first, on the loop's next turn).
                 wrote = [(m["alloc_id"], m["wrote"]) for m, _, _ in reports if m.get("wrote")]
                 if wrote:
                     _remember(self.wrote, key, wrote)
                 try:
-                    pushes.after_task(key, wrote, skip=self.asking.get(key, ()))
+                    pushes.after_task(key, wrote, {*(msg.get("push_to") or ()), *self.push_to.get(key, ())})
                 except Exception:  # noqa: BLE001  (answered already: its readers ask instead)
                     logger.exception("dgvm: pushing the pieces task %s wrote", key)
         except Exception as e:  # noqa: BLE001  (never leave a task unanswered)
@@ -263,6 +265,7 @@ class DirectTasks:
         finally:
             for asked in asks:
                 asked.cancel()  # (a task that did not get that far)
+            self.push_to.pop(key, None)
             self._passed(key, passed)
             if self.ended.get(key) is ended:  # (not a later run of the same key's)
                 del self.ended[key]
@@ -280,6 +283,17 @@ class DirectTasks:
                 # It did not run (a task it follows failed or went back, or it could not
                 # start): the task before it may have left its device work running for it.
                 self._settle_device()
+
+    def _push_request(self, key: str, reader: str) -> None:
+        """(A ``push`` message of a client.) A task of worker ``reader`` follows task
+        ``key``, sent here before: once it ends, send ``reader`` the pieces it read of
+        what ``key`` wrote (``dgvm.worker.pushes``); at once if it ended."""
+        if key in self.ended:  # (``_run`` takes them when it ends)
+            self.push_to.setdefault(key, set()).add(reader)
+            return
+        pushes = getattr(self.plugin, "pushes", None)
+        if key in self.finished and key in self.wrote and pushes is not None:
+            pushes.after_task(key, self.wrote[key], [reader])
 
     async def _peer_ended(self, peer: str, keys: list) -> dict:
         """Wait for tasks ``keys`` of the worker at ``peer`` to end (``ended_here``
@@ -301,11 +315,11 @@ class DirectTasks:
         {"unknown": keys} for those that neither ran here lately nor arrived within
         ``ARRIVAL_WAIT`` (the client sent them before the task that asks, on another
         connection: they may come after its question). When they all finished, the
-        pieces worker ``reader`` reads of what those still running when asked wrote
-        come with the answer (``"pushed"``: ``dgvm.worker.pushes``), not on their own."""
+        pieces worker ``reader`` read before of what they wrote come with the answer
+        (``"pushed"``: ``dgvm.worker.pushes``): its task reads them next."""
         loop = asyncio.get_running_loop()
         self.peer_asks += 1
-        unknown, waited = [], []
+        unknown = []
         for key in keys:
             if key not in self.ended and key not in self.failed and key not in self.finished:
                 entry = self.arrivals.get(key)
@@ -323,19 +337,7 @@ class DirectTasks:
                         del self.arrivals[key]
             f = self.ended.get(key)
             if f is not None:
-                asking = self.asking.setdefault(key, {}) if reader else None
-                if reader:  # (its pieces for the reader come with this answer)
-                    asking[reader] = asking.get(reader, 0) + 1
-                    waited.append(key)
-                try:
-                    await asyncio.shield(f)
-                finally:
-                    if reader:
-                        asking[reader] -= 1
-                        if not asking[reader]:
-                            del asking[reader]
-                        if not asking and self.asking.get(key) is asking:
-                            del self.asking[key]
+                await asyncio.shield(f)
             failed = self.failed.get(key)
             if failed is not None:
                 return {"failed": failed}
@@ -344,8 +346,8 @@ class DirectTasks:
         if unknown:
             return {"unknown": unknown}
         pushes = getattr(self.plugin, "pushes", None)
-        if waited and pushes is not None:
-            pushed = await pushes.for_reader(reader, [(k, self.wrote.get(k, ())) for k in waited])
+        if reader and pushes is not None:
+            pushed = await pushes.for_reader(reader, [(k, self.wrote.get(k, ())) for k in keys])
             if pushed:
                 return {"pushed": pushed}
         return {}

@@ -290,13 +290,20 @@ class ChunkStorePlugin(WorkerPlugin):
         if self.retirement is not None and self.retirement.exports.any_retiring():
             await asyncio.wait([asyncio.ensure_future(self.retirement.run())], timeout=RETIRE_WAIT)
 
-    def pushed(self, alloc_id: AllocId, index: int, span: list, key: str, source: WorkerAddress, desc: dict) -> str:
-        """Bytes of a chunk a task here reads, pushed by its home (``dgvm.worker.pushes``)."""
-        span = arguments.integers("span", span)
-        if len(span) != 2 or not 0 <= span[0] < span[1]:
-            raise InvalidArgument(f"span must be [start, stop) with 0 <= start < stop: {span}")
-        return self.pushes.pushed(arguments.integer("alloc_id", alloc_id), arguments.integer("index", index),
-                                  span, arguments.text("key", key), arguments.text("source", source), desc)
+    def pushed(self, pieces: list) -> int:
+        """Bytes of chunks tasks here read, pushed by their homes (``dgvm.worker.pushes``)."""
+        checked = []
+        for k, p in enumerate(arguments.sequence("pieces", pieces)):
+            if not isinstance(p, dict) or not isinstance(p.get("desc"), dict):
+                raise InvalidArgument(f"pieces[{k}] must be a dict with a descriptor, not {type(p).__name__}")
+            span = arguments.integers(f"pieces[{k}].span", p.get("span"))
+            if len(span) != 2 or not 0 <= span[0] < span[1]:
+                raise InvalidArgument(f"pieces[{k}].span must be [start, stop) with 0 <= start < stop: {span}")
+            checked.append({"alloc_id": arguments.integer(f"pieces[{k}].alloc_id", p.get("alloc_id")),
+                            "index": arguments.integer(f"pieces[{k}].index", p.get("index")), "span": span,
+                            "key": arguments.text(f"pieces[{k}].key", p.get("key")),
+                            "source": arguments.text(f"pieces[{k}].source", p.get("source")), "desc": p["desc"]})
+        return self.pushes.pushed(checked)
 
     def peer_left(self, worker: WorkerAddress, arena: str | None = None):
         """The scheduler says a worker left (stream message ``messages.PEER_LEFT``): the
@@ -366,10 +373,10 @@ class ChunkStorePlugin(WorkerPlugin):
             descs = self._export(alloc_id, indices, path, to, span)
         else:
             descs = await loop.run_in_executor(self._export_executor, self._export, alloc_id, indices, path, to, span)
-        if span is not None and to is not None:  # (a reader: push it these bytes after each write)
+        if span is not None and to is not None:  # (a reader: these bytes may be pushed to it next time)
             for i, desc in zip(indices, descs):
                 if messages.SPECIAL not in desc:  # (not moved away)
-                    self.pushes.subscribe(alloc_id, i, span, to)
+                    self.pushes.remember(alloc_id, i, span, to)
         return descs
 
     def _export(self, alloc_id, indices, path, to, span=None):

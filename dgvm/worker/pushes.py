@@ -1,14 +1,21 @@
-"""Pieces pushed by their chunk's home to the workers that read them.
+"""Pieces pushed by their chunk's home to a worker whose next task reads them.
 
 A task that reads a few rows of a chunk held by another worker (a stencil's halo rows,
 ``Access._piece``) asks the chunk's home for their bytes: a round trip on the path of
-every step, while both workers run their own host work. Instead, the home remembers who
-asked for which bytes (a *subscription*, ``subscribe``) and, when a task here has written
-that chunk, sends those bytes to the reader, tagged with the task's key: on their own as
-the task answers its client (``after_task``), or, to a worker whose task waits for this
-one to end (``dgvm.dispatch.peers``), with the answer that it ended (``for_reader``). The
-reader keeps the last bytes pushed of each piece (``received``, bounded); a task there
-that reads the piece takes them instead of asking.
+every step, while both workers run their own host work. Instead, the home remembers which
+bytes each worker read of its chunks (``remember``, on each such request), and sends a
+worker those bytes when they are about to be read there again:
+
+- a task that follows one of this worker's tasks, and that its client sends only once
+  that one ended (the caller orders it), is named to this worker with that task
+  (``push_to`` in its message, or a ``push`` message for a task sent before): when that
+  task ends, the pieces that worker read of the chunks it wrote go there at once, as it
+  answers its client (``after_task``);
+- a worker whose task asks when this one's ended (``dgvm.dispatch.peers``) gets them with
+  the answer (``for_reader``).
+
+Nothing is pushed that no task waits for: a chunk written again and again that no task of
+another worker reads costs nothing.
 
 A task takes pushed bytes only when they are the ones it must read. Its client names the
 tasks of other workers it follows that are the only ones it follows that may have written
@@ -20,10 +27,6 @@ writer) or a task that follows this one, as it reads the chunk (after it ended).
 bytes were read after the task's write ended on the device (``ChunkStore.last_write``);
 a chunk no longer at home there, or being moved away, is not pushed. Anything else (no
 push yet, an older one, a tag the task does not follow) and the task asks the home.
-
-A subscription ends after ``UNREAD`` pushes in a row that no task read, when its chunk is
-no longer home here or its allocation is freed, or when the reader does not answer. A
-piece larger than ``PIECE_BYTES`` is not pushed.
 """
 
 from __future__ import annotations
@@ -39,15 +42,14 @@ from dgvm.transfer.fetch import unwrap
 
 logger = logging.getLogger("dgvm.worker")
 
-UNREAD = 3  # pushes of a piece in a row that no task read: the reader no longer reads it
-SUBSCRIPTIONS = 1024  # pieces this worker pushes at most (readers and spans together)
-PIECE_BYTES = 4 << 20  # a larger piece is not pushed (each write would send it again)
+REMEMBERED = 1024  # pieces read by other workers this worker remembers (readers and spans)
+PIECE_BYTES = 4 << 20  # a larger piece is not pushed
 RECEIVED = 1024  # pushed pieces a reader keeps at most (the oldest dropped first) ...
 RECEIVED_BYTES = 256 << 20  # ... and bytes of them
 
 
 def enabled() -> bool:
-    """Whether homes push pieces to their readers (``dgvm.transfer.push-pieces``)."""
+    """Whether pieces are pushed (``dgvm.transfer.push-pieces``)."""
     return bool(config.get("transfer.push-pieces"))
 
 
@@ -57,172 +59,133 @@ class Pushes:
     def __init__(self, worker, plugin):
         self.worker = worker
         self.plugin = plugin  # its ``export``, the same read a reader's request gets
-        # As a home: alloc id -> chunk index -> {(start, stop, reader)}
-        self.subscriptions: dict[int, dict[int, set]] = {}
-        self._subscribed = 0
+        # As a home: alloc id -> chunk index -> {(start, stop, reader)} read by other workers
+        self.read_by: dict[int, dict[int, set]] = {}
+        self._remembered = 0
         # As a reader: (alloc id, index, start, stop) -> Received
         self.received: "collections.OrderedDict[tuple, Received]" = collections.OrderedDict()
         self._received_bytes = 0
         self._lock = threading.Lock()  # (received: pushes on the loop, reads in task threads)
-        self.sent = 0  # pushes sent (the reader answered)
+        self.sent = 0  # pieces sent
 
     # -- as a home (on the event loop) -------------------------------------------------------
 
-    def subscribe(self, alloc_id: int, index: int, span, reader: str) -> None:
-        """``reader`` asked for bytes ``span`` of home chunk ``index``: push them to it
-        after each task here that writes the chunk."""
+    def remember(self, alloc_id: int, index: int, span, reader: str) -> None:
+        """``reader`` asked for bytes ``span`` of home chunk ``index``: its tasks may read
+        them again after the next write."""
         if reader == self.worker.address or int(span[1]) - int(span[0]) > PIECE_BYTES or not enabled():
             return
-        chunks = self.subscriptions.setdefault(alloc_id, {})
-        readers = chunks.setdefault(index, set())
+        readers = self.read_by.setdefault(alloc_id, {}).setdefault(index, set())
         entry = (int(span[0]), int(span[1]), reader)
-        if entry not in readers and self._subscribed < SUBSCRIPTIONS:
+        if entry not in readers and self._remembered < REMEMBERED:
             readers.add(entry)
-            self._subscribed += 1
+            self._remembered += 1
 
-    def _unsubscribe(self, alloc_id: int, index: int, entry: tuple) -> None:
-        readers = self.subscriptions.get(alloc_id, {}).get(index)
+    def _forget_entry(self, alloc_id: int, index: int, entry: tuple) -> None:
+        readers = self.read_by.get(alloc_id, {}).get(index)
         if readers is None or entry not in readers:
             return
         readers.discard(entry)
-        self._subscribed -= 1
+        self._remembered -= 1
         if not readers:
-            del self.subscriptions[alloc_id][index]
-            if not self.subscriptions[alloc_id]:
-                del self.subscriptions[alloc_id]
+            del self.read_by[alloc_id][index]
+            if not self.read_by[alloc_id]:
+                del self.read_by[alloc_id]
 
     def forget(self, alloc_id: int) -> None:
         """Allocation ``alloc_id`` was freed: nothing of it is pushed any more, nor kept."""
-        chunks = self.subscriptions.pop(alloc_id, None)
+        chunks = self.read_by.pop(alloc_id, None)
         if chunks:
-            self._subscribed -= sum(len(r) for r in chunks.values())
+            self._remembered -= sum(len(r) for r in chunks.values())
         with self._lock:
             for piece in [p for p in self.received if p[0] == alloc_id]:
                 self._received_bytes -= self.received.pop(piece).nbytes
 
-    def _entries(self, wrote):
-        """(alloc id, index, subscription) of the pieces readers read of chunks ``wrote``."""
-        for alloc_id, indices in wrote:
-            chunks = self.subscriptions.get(alloc_id)
-            if chunks:
-                for index in indices:
-                    for entry in list(chunks.get(index, ())):
-                        yield alloc_id, index, entry
-
-    def after_task(self, key: str, wrote, skip=()) -> None:
+    def after_task(self, key: str, wrote, readers) -> None:
         """Task ``key`` finished here, having written chunks ``wrote`` ((alloc id,
-        indices) each) in place: push the pieces of them that readers subscribed to (not
-        awaited), except to readers in ``skip`` (their tasks wait for this one: the pieces
-        go with the answer, ``for_reader``)."""
-        if not self.subscriptions:
-            return
-        for alloc_id, index, entry in self._entries(wrote):
-            if entry[2] not in skip:
-                asyncio.ensure_future(self._push(key, alloc_id, index, entry))
+        indices) each) in place: send each worker of ``readers`` the pieces it read of
+        them (not awaited)."""
+        if wrote and self.read_by:
+            for reader in readers:
+                asyncio.ensure_future(self._push(key, wrote, reader))
 
-    async def _piece(self, alloc_id: int, index: int, entry: tuple):
-        """The comm path's descriptor of a subscribed piece, read here now after the
-        chunk's last write; None (and the subscription ends) if the chunk is no longer
-        only here."""
-        start, stop, reader = entry
-        desc, = await self.plugin.export(alloc_id, [index], "comm", to=reader, span=[start, stop])
-        desc = messages.decode(desc)
-        if desc is messages.MOVED or desc.get("leaving"):  # not (only) here any more
-            self._unsubscribe(alloc_id, index, entry)
-            return None
-        return desc
+    async def _push(self, key: str, wrote, reader: str) -> None:
+        try:
+            pieces = await self.for_reader(reader, [(key, wrote)])
+            if pieces:
+                await messages.call(self.worker.rpc(reader), messages.PUSHED, pieces=pieces)
+                self.sent += len(pieces)
+        except Exception:  # noqa: BLE001  (the reader left: it asks, if it reads at all)
+            logger.debug("dgvm: pushing what task %s wrote to %s", key, reader, exc_info=True)
 
     async def for_reader(self, reader: str, tasks) -> list:
-        """The pieces ``reader`` reads of the chunks ``tasks`` ((key, [(alloc id,
-        chunks)]) each, ended here) wrote, as ``pushed``'s arguments each."""
+        """The pieces ``reader`` read of the chunks ``tasks`` ((key, [(alloc id, chunks)])
+        each, ended here) wrote, read now, as ``pushed`` takes them."""
         out = []
         for key, wrote in tasks:
-            for alloc_id, index, entry in self._entries(wrote):
-                if entry[2] != reader:
-                    continue
-                try:
-                    desc = await self._piece(alloc_id, index, entry)
-                except Exception:  # noqa: BLE001  (freed meanwhile: the reader asks)
-                    self._unsubscribe(alloc_id, index, entry)
-                    continue
-                if desc is not None:
-                    out.append({"alloc_id": alloc_id, "index": index, "span": list(entry[:2]), "key": key,
-                                "source": self.worker.address, "desc": desc})
+            for alloc_id, indices in wrote:
+                chunks = self.read_by.get(alloc_id)
+                for index in indices if chunks else ():
+                    for entry in [e for e in chunks.get(index, ()) if e[2] == reader]:
+                        try:
+                            desc, = await self.plugin.export(
+                                alloc_id, [index], "comm", to=reader, span=list(entry[:2]))
+                            desc = messages.decode(desc)
+                        except Exception:  # noqa: BLE001  (freed meanwhile: the reader asks)
+                            desc = messages.MOVED
+                        if desc is messages.MOVED or desc.get("leaving"):  # not (only) here any more
+                            self._forget_entry(alloc_id, index, entry)
+                            continue
+                        out.append({"alloc_id": alloc_id, "index": index, "span": list(entry[:2]),
+                                    "key": key, "source": self.worker.address, "desc": desc})
         return out
-
-    async def _push(self, key: str, alloc_id: int, index: int, entry: tuple) -> None:
-        start, stop, reader = entry
-        try:
-            desc = await self._piece(alloc_id, index, entry)
-            if desc is None:
-                return
-            answer = await messages.call(
-                self.worker.rpc(reader), messages.PUSHED, alloc_id=alloc_id, index=index, span=[start, stop],
-                key=key, source=self.worker.address, desc=desc)
-        except Exception:  # noqa: BLE001  (freed, the reader left: it asks, if it reads at all)
-            logger.debug("dgvm: push of chunk %s of allocation %s to %s", index, alloc_id, reader, exc_info=True)
-            self._unsubscribe(alloc_id, index, entry)
-            return
-        self.sent += 1
-        if answer != "keep":
-            self._unsubscribe(alloc_id, index, entry)
 
     # -- as a reader ------------------------------------------------------------------------
 
-    def pushed(self, alloc_id: int, index: int, span: list, key: str, source: str, desc: dict) -> str:
-        """RPC handler (``messages.PUSHED``): bytes ``span`` of chunk ``index`` of
-        ``alloc_id`` as task ``key`` left them at ``source``, its home. Answers "keep"
-        while tasks here read the piece, "drop" after ``UNREAD`` pushes no task read."""
-        piece = (int(alloc_id), int(index), int(span[0]), int(span[1]))
+    def pushed(self, pieces: list) -> int:
+        """RPC handler (``messages.PUSHED``), and the pieces an answer of ``ended_here``
+        brings: each the bytes ``span`` of chunk ``index`` of ``alloc_id`` as task ``key``
+        left them at ``source``, its home. Kept (the last of each piece) for the tasks
+        here that read them."""
+        if not enabled():
+            return 0
         with self._lock:
-            old = self.received.pop(piece, None)
-            if old is not None:
-                self._received_bytes -= old.nbytes
-            unread = 0 if old is None or old.read else old.unread + 1
-            if unread >= UNREAD or not enabled():
-                return "drop"
-            got = self.received[piece] = Received(unwrap(desc), key, source, unread, piece[3] - piece[2])
-            self._received_bytes += got.nbytes
+            for p in pieces:
+                piece = (int(p["alloc_id"]), int(p["index"]), int(p["span"][0]), int(p["span"][1]))
+                old = self.received.pop(piece, None)
+                if old is not None:
+                    self._received_bytes -= old.nbytes
+                got = self.received[piece] = Received(unwrap(p["desc"]), str(p["key"]), str(p["source"]),
+                                                      piece[3] - piece[2])
+                self._received_bytes += got.nbytes
             while len(self.received) > RECEIVED or self._received_bytes > RECEIVED_BYTES:
                 self._received_bytes -= self.received.popitem(last=False)[1].nbytes
-        return "keep"
+        return len(pieces)
 
     def take(self, alloc_id: int, index: int, start: int, stop: int, fresh: dict):
         """The pushed descriptor of bytes ``[start, stop)`` of that chunk if a task
-        following ``fresh`` (task key -> [worker, alloc id, chunk indices] of the chunks
+        following ``fresh`` (task key -> (worker, alloc id, chunk indices) of the chunks
         it is the only writer of among those followed) must read exactly those bytes,
-        else None. Either way the piece counts as read (its pushes go on)."""
+        else None."""
         with self._lock:
             got = self.received.get((alloc_id, index, start, stop))
-            if got is None:
-                return None
-            got.read = True
-            sole = fresh.get(got.key) if fresh else None
-            if sole is None or sole[0] != got.source or sole[1] != alloc_id or index not in sole[2]:
-                return None
-            return got.desc
+            return got.desc if got is not None and _sole(got, alloc_id, index, fresh) else None
 
     def usable(self, alloc_id: int, index: int, start: int, stop: int, fresh: dict) -> bool:
-        """Would ``take`` give the bytes (without counting a read)?"""
-        with self._lock:
-            got = self.received.get((alloc_id, index, start, stop))
-            sole = fresh.get(got.key) if got is not None and fresh else None
-            return sole is not None and sole[0] == got.source and sole[1] == alloc_id and index in sole[2]
+        """Would ``take`` give the bytes?"""
+        return self.take(alloc_id, index, start, stop, fresh) is not None
 
-    def read(self, alloc_id: int, index: int, start: int, stop: int) -> None:
-        """A task here read those bytes from the home (asked): their pushes go on."""
-        with self._lock:
-            got = self.received.get((alloc_id, index, start, stop))
-            if got is not None:
-                got.read = True
+
+def _sole(got: "Received", alloc_id: int, index: int, fresh: dict) -> bool:
+    sole = fresh.get(got.key) if fresh else None
+    return sole is not None and sole[0] == got.source and sole[1] == alloc_id and index in sole[2]
 
 
 class Received:
     """A pushed piece: its descriptor (the comm path's, bytes on the host), the task whose
-    write it holds, the home that sent it, and whether a task read the piece since."""
+    write it holds and the home that sent it."""
 
-    __slots__ = ("desc", "key", "source", "unread", "read", "nbytes")
+    __slots__ = ("desc", "key", "source", "nbytes")
 
-    def __init__(self, desc: dict, key: str, source: str, unread: int, nbytes: int):
-        self.desc, self.key, self.source, self.unread, self.read = desc, key, source, unread, False
-        self.nbytes = nbytes
+    def __init__(self, desc: dict, key: str, source: str, nbytes: int):
+        self.desc, self.key, self.source, self.nbytes = desc, key, source, nbytes

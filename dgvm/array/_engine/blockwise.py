@@ -84,6 +84,7 @@ def _collect(op, x, name: str) -> dict[tuple, object]:
     else:
         deps = [f for a in readers for f in a.pending.writers()]
     futures = submit(x.client, fn, (op, *args), homes, deps, name, rerun="reads")
+    session_of(x.client).part(TaskChunks).wrote_nothing(futures)
     add_readers(readers, futures)
     out = {}
     parts = gather(x.client, futures, direct=True)
