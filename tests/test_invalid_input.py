@@ -497,6 +497,9 @@ def worker_requests(buf, client, worker):
         "ab", 5, [[0]], [["a", 0, 1]], [[0, NAN, 1]], [[0, 0, -1]], [[0, 0, NAN]], [[0, 2**62, 1]],
         [[0, 0, 2**62]], [[0, 0, "1"]], [5], [[0, 0, True]],
     ])
+    # (rows of chunk 0 of an allocation no task reads here: kept, never taken)
+    piece = {"alloc_id": nobody, "index": 0, "span": [0, 8], "key": "k", "source": worker,
+             "desc": {"data": b"\0" * 8, "nbytes": 256, "start": 0, "writes": 1}}
     good_meta = {"vaddr": 2**32, "nbytes": 256, "nchunks": 1, "chunk_bytes": 256, "placement": "balanced",
                  "created": 0.0}
     bad_meta = st.sampled_from([5, "ab", [1], {"vaddr": 1}, {**good_meta, "vaddr": "a"},
@@ -519,6 +522,10 @@ def worker_requests(buf, client, worker):
                              __required__=("alloc_id", "owner", "pieces")),
                         dict(alloc_id=wid(), owner=wstr, pieces=read_bad)),
         messages.STORE_INFO: ({}, dict(after_release=ticket)),
+        messages.PUSHED: (dict(pieces=[piece], __required__=("pieces",)), dict(pieces=st.sampled_from([
+            "ab", 5, [5], [{"alloc_id": 1}], [{**piece, "span": [3, 1]}], [{**piece, "span": [0]}],
+            [{**piece, "alloc_id": "a"}], [{**piece, "index": -1}], [{**piece, "key": 5}], [{**piece, "desc": 5}],
+        ]))),
         messages.EXPORT: (
             dict(alloc_id=buf.alloc_id, indices=[0], path="comm", __required__=("alloc_id", "indices", "path")),
             dict(alloc_id=wid(), indices=bad_int_list(0, wire=True), path=st.sampled_from([5, None, "nope", ""]),
