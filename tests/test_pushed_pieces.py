@@ -260,15 +260,17 @@ def test_rows_go_to_the_workers_named_with_the_writer_and_with_the_answer_to_a_q
                       "indices": [1], "results": None, "written": None, "push_to": ["tcp://named"]},
                      answers.append)
         tasks._push_request("W", "tcp://later")  # (a reader placed while W runs)
-        asked = asyncio.ensure_future(tasks.ended_here(["W"], reader="tcp://reader"))
+        asked = asyncio.ensure_future(tasks.ended_here(["W"], reader="tcp://reader", rows=["W"]))
         await asyncio.sleep(0.05)
         _GATE.set()
         got = await asyncio.wait_for(asked, 10)
         tasks._push_request("W", "tcp://after")  # (placed once W ended)
         await asyncio.sleep(0.01)
-        return answers, got, alone, tasks.push_to
+        plain = await asyncio.wait_for(tasks.ended_here(["W"], reader="tcp://reader"), 10)  # (no rows asked)
+        return answers, got, alone, tasks.push_to, plain
 
-    answers, got, alone, left = asyncio.run(main())
+    answers, got, alone, left, plain = asyncio.run(main())
+    assert plain == {}
     assert answers == [{"key": "W", "result": None}]
     piece, = got["pushed"]
     assert (piece["alloc_id"], piece["index"], piece["span"], piece["key"], piece["source"]) == (7, 1, [8, 16], "W", "tcp://home")

@@ -160,7 +160,9 @@ class DirectTasks:
                 # behind its own worker's tasks: the task it follows last here runs (a
                 # chain sent at once holds a question or two per worker at a time).
                 if peers and not asks:
-                    asks.extend(asyncio.ensure_future(self._peer_ended(peer, keys)) for peer, keys in peers.items())
+                    fresh = msg.get("fresh") or {}  # (their rows it reads: with the answers)
+                    asks.extend(asyncio.ensure_future(self._peer_ended(peer, keys, [k for k in keys if k in fresh]))
+                                for peer, keys in peers.items())
 
             after = list(dict.fromkeys(msg.get("after", ())))  # (a task read and written: listed twice)
             # Behind the last of them still to end, it runs as soon as that one ends and
@@ -295,7 +297,7 @@ class DirectTasks:
         if key in self.finished and key in self.wrote and pushes is not None:
             pushes.after_task(key, self.wrote[key], [reader])
 
-    async def _peer_ended(self, peer: str, keys: list) -> dict:
+    async def _peer_ended(self, peer: str, keys: list, rows: list) -> dict:
         """Wait for tasks ``keys`` of the worker at ``peer`` to end (``ended_here``
         there): {} once they all finished, {"failed": error} of one that failed, or
         {"unready": ...} if that worker cannot say (it left or never got them; the
@@ -305,18 +307,18 @@ class DirectTasks:
         async with self._peer_questions:
             try:
                 return await messages.call(self.worker.rpc(peer), messages.DIRECT_ENDED, keys=keys,
-                                           reader=self.worker.address, required=True)
+                                           reader=self.worker.address, rows=rows, required=True)
             except Exception as e:  # noqa: BLE001  (the client orders the task instead)
                 return {"unready": repr(e)}
 
-    async def ended_here(self, keys: list, reader: str | None = None) -> dict:
+    async def ended_here(self, keys: list, reader: str | None = None, rows: list | None = None) -> dict:
         """RPC handler (``messages.DIRECT_ENDED``): wait until the direct tasks ``keys``
         end here; {"failed": error} of the first that failed, {} when all finished, or
         {"unknown": keys} for those that neither ran here lately nor arrived within
         ``ARRIVAL_WAIT`` (the client sent them before the task that asks, on another
         connection: they may come after its question). When they all finished, the
-        pieces worker ``reader`` read before of what they wrote come with the answer
-        (``"pushed"``: ``dgvm.worker.pushes``): its task reads them next."""
+        pieces worker ``reader`` read before of what those of them in ``rows`` wrote come
+        with the answer (``"pushed"``: ``dgvm.worker.pushes``): its task reads them next."""
         loop = asyncio.get_running_loop()
         self.peer_asks += 1
         unknown = []
@@ -346,8 +348,8 @@ class DirectTasks:
         if unknown:
             return {"unknown": unknown}
         pushes = getattr(self.plugin, "pushes", None)
-        if reader and pushes is not None:
-            pushed = await pushes.for_reader(reader, [(k, self.wrote.get(k, ())) for k in keys])
+        if reader and rows and pushes is not None:
+            pushed = await pushes.for_reader(reader, [(k, self.wrote.get(k, ())) for k in rows if k in keys])
             if pushed:
                 return {"pushed": pushed}
         return {}
