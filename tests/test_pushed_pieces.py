@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import dask
 import numpy as np
@@ -31,10 +32,6 @@ def _remembered(client) -> int:
         return dask_worker.plugins[messages.STORE_PLUGIN].pushes._remembered
 
     return sum(client.run(count).values())
-
-
-def _sent(client) -> int:
-    return sum(client.run(lambda dask_worker: dask_worker.plugins[messages.STORE_PLUGIN].pushes.sent).values())
 
 
 def _step(u, v):
@@ -70,10 +67,14 @@ def test_steps_sent_back_to_back_take_their_neighbours_rows_pushed(case, peers):
     assert _remembered(case.client) == 0  # (a free forgets them)
 
 
+def _held(client) -> int:
+    return sum(client.run(lambda dask_worker: len(dask_worker.plugins[messages.STORE_PLUGIN].pushes.received)).values())
+
+
 def test_a_pushed_row_is_not_taken_after_a_write_that_was_not_pushed(case):
-    """The rows pushed after one step are stale once a later task wrote the chunk without
-    a push (here the homes stop pushing): the next step follows that task, not the one
-    whose rows it holds, and asks the home."""
+    """Rows pushed for a task that did not read them are stale once a later task wrote the
+    chunk without a push (here the homes stop pushing): the next step follows that task,
+    not the one whose rows are held, and asks the homes."""
     if case.backend != "cpu":
         pytest.skip("stops the pushes of in-process workers")
     n, rows = 64, 16
@@ -81,20 +82,22 @@ def test_a_pushed_row_is_not_taken_after_a_write_that_was_not_pushed(case):
     u = dnp.from_numpy(h, chunks=(rows, n), placement="round_robin")
     v = dnp.zeros_like(u)
     wu, wv = h.copy(), np.zeros_like(h)
-    for _ in range(4):
+    for _ in range(3):
         _step(u, v)
         _np_step(wu, wv)
         u[1:-1, 1:-1] = v[1:-1, 1:-1] * 1.0
         wu[1:-1, 1:-1] = wv[1:-1, 1:-1]
+    # Follows u's writers and reads only the rows above each block: the rows below, read
+    # by the steps before and pushed for this one too, stay held.
+    v[1:-1, 1:-1] = u[:-2, 1:-1] * 1.0
+    wv[1:-1, 1:-1] = wu[:-2, 1:-1]
     np.testing.assert_allclose(dnp.asnumpy(v), wv, rtol=1e-12)
-    held = sum(case.client.run(lambda dask_worker: len(
-        dask_worker.plugins[messages.STORE_PLUGIN].pushes.received)).values())
-    assert held > 0  # rows of u are held pushed
+    deadline = time.monotonic() + 30  # (pushes travel beside the tasks)
+    while not _held(case.client) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _held(case.client) > 0
 
-    workers = [w for w in case.cluster.scheduler.workers]
-    stores = [case.cluster.workers[name].plugins[messages.STORE_PLUGIN]
-              for name in case.cluster.workers]
-    assert len(stores) == len(workers)
+    stores = [w.plugins[messages.STORE_PLUGIN] for w in case.cluster.workers.values()]
     saved = [s.pushes.after_task for s in stores]
     try:
         for s in stores:
@@ -122,12 +125,14 @@ def test_a_chunk_no_task_of_another_worker_waits_to_read_is_not_pushed(case):
         u[1:-1, 1:-1] = v[1:-1, 1:-1] * 1.0
     v.wait()
     assert _remembered(case.client) > 0  # (the homes know who read what)
-    sent = _sent(case.client)
+    keys = set()
     for _ in range(4):  # written, never read across chunks
         u *= 1.5
+        keys |= {f.key for f in u.pending.writes}
         u.wait()  # (each write its own task: a deferred chain would be one)
     np.testing.assert_allclose(dnp.asnumpy(u)[0, :4], h[0, :4] * 1.5 ** 4)
-    assert _sent(case.client) == sent
+    pushed = case.client.run(lambda dask_worker: [k for k, _ in dask_worker.plugins[messages.STORE_PLUGIN].pushes.recent])
+    assert keys and not keys & {k for ks in pushed.values() for k in ks}
     u.free()
     v.free()
 
@@ -160,17 +165,27 @@ class _Task:
         self.key, self.worker = key, worker
 
 
-def test_only_the_sole_writer_of_a_chunk_among_those_followed_is_named():
+def test_only_the_last_writer_of_a_chunk_is_named():
     chunks = TaskChunks()
+    last7, last8 = {}, {}
     a, b, c, d = _Task("a", "w1"), _Task("b", "w2"), _Task("c", "w2"), _Task("d", "w3")
-    chunks.wrote([a, b, c], 7, [[0, 1], [2, 3], [3]])
-    chunks.wrote([d], 8, [[0]])
-    # b and c both wrote chunk 3 of allocation 7: neither is named for it; d wrote another
-    # allocation; a runs where the task runs.
-    assert chunks.sole_writers([a, b, c, d], "w1") == {"b": ["w2", 7, [2]], "d": ["w3", 8, [0]]}
-    assert chunks.sole_writers([b, c], "w9") == {"b": ["w2", 7, [2]]}
-    # A task whose writes are not recorded may have written anything: nothing is named.
+    chunks.wrote([a, b], 7, [[0, 1], [2, 3]], last7)
+    chunks.wrote([c], 7, [[3]], last7)  # written after b
+    chunks.wrote([d], 8, [[0]], last8)
+    # c wrote chunk 3 of allocation 7 after b: b is named for chunk 2 only, whether the task
+    # follows c too or c finished before it was submitted (then it follows b alone); a
+    # runs where the task runs.
+    assert chunks.sole_writers([a, b, c, d], "w1") == {"b": ["w2", 7, [2]], "c": ["w2", 7, [3]], "d": ["w3", 8, [0]]}
+    assert chunks.sole_writers([b], "w9") == {"b": ["w2", 7, [2]]}
+    # A task whose writes are not recorded may have written anything: nothing is named;
+    # a reduction writes nothing.
     assert chunks.sole_writers([b, _Task("x", "w4")], "w1") == {}
+    r = _Task("r", "w4")
+    chunks.wrote_nothing([r])
+    assert chunks.sole_writers([b, r], "w1") == {"b": ["w2", 7, [2]]}
+    # A write whose chunks are not known (``map_chunks``) leaves no chunk a known last writer.
+    last7.clear()
+    assert chunks.sole_writers([b, c], "w1") == {}
 
 
 class _Worker:
@@ -193,9 +208,14 @@ def test_pushed_bytes_are_taken_only_with_the_task_and_worker_that_wrote_them():
     assert p.take(7, 1, 8, 16, {"K": ("tcp://home", 6, frozenset({1}))}) is None  # not its allocation
     assert p.take(7, 1, 0, 16, fresh) is None  # other bytes
     assert p.take(7, 1, 8, 16, {}) is None
+    assert p.take(7, 1, 8, 16, fresh) is None  # (taken: no longer kept)
+    p.pushed([_piece(1, "K", 3), _piece(2, "K", 3)])
     p.pushed([_piece(1, "L", 4)])  # a later write's: the last one pushed is kept
     assert p.take(7, 1, 8, 16, fresh) is None
+    assert p.usable(7, 1, 8, 16, {"L": ("tcp://home", 7, frozenset({1}))})
     assert p.take(7, 1, 8, 16, {"L": ("tcp://home", 7, frozenset({1}))})["writes"] == 4
+    p.peer_left("tcp://home")  # (a worker registered at its address later is another)
+    assert not p.usable(7, 2, 8, 16, {"K": ("tcp://home", 7, frozenset({2}))}) and not p.received
 
 
 class _Stream:
@@ -281,6 +301,7 @@ def test_rows_go_to_the_workers_named_with_the_writer_and_with_the_answer_to_a_q
 
 def test_a_reader_keeps_pushed_bytes_within_its_bound_and_forgets_a_freed_allocation(monkeypatch):
     monkeypatch.setattr(pushes_module, "RECEIVED_BYTES", 20)
+    monkeypatch.setattr(pushes_module, "REMEMBERED", 3)
     p = Pushes(_Worker(), plugin=None)
     for index in range(4):  # 8 bytes each: the oldest goes past 20
         p.pushed([_piece(index, "K", index)])
@@ -289,3 +310,13 @@ def test_a_reader_keeps_pushed_bytes_within_its_bound_and_forgets_a_freed_alloca
     assert [k[:2] for k in p.received] == [(7, 3), (6, 0)]
     p.forget(7)
     assert list(p.received) == [(6, 0, 8, 16)] and p._received_bytes == 8
+    # As a home: the pieces of the chunks read longest ago go first; a reader that left and
+    # a freed allocation are forgotten.
+    for index, reader in [(0, "tcp://a"), (1, "tcp://a"), (0, "tcp://b"), (2, "tcp://b")]:
+        p.remember(7, index, [0, 8], reader)
+    assert {c: sorted(r) for c, r in p.read_by.items()} == {
+        (7, 0): [(0, 8, "tcp://a"), (0, 8, "tcp://b")], (7, 2): [(0, 8, "tcp://b")]}
+    p.peer_left("tcp://b")
+    assert list(p.read_by) == [(7, 0)] and p._remembered == 1
+    p.forget(7)
+    assert not p.read_by and p._remembered == 0

@@ -20,6 +20,7 @@ def map_chunks(alloc, fn, *args, indices=None, name: str | None = None) -> list:
     wanted = range(alloc.nchunks) if indices is None else indices
     by_worker = alloc.by_home(wanted)
     tag = name or getattr(fn, "__name__", "fn")
+    alloc.pending.last.clear()  # (fn may write any of them: no task is their known last writer)
     futures = submit(alloc.client, apply_here, (alloc.alloc_id, alloc.owner, fn, args), by_worker, [],
                      f"{tag}-{alloc.alloc_id}")
     out = {}

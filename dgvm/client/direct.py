@@ -88,7 +88,7 @@ class DirectTask:
         self.written = None  # run again: what its first run wrote for good
         # Ordered after other workers' tasks here, not by those workers (``unready``).
         self.by_client = False
-        # Tasks of other workers it follows that alone wrote some chunks (``sole_writers``),
+        # Tasks of other workers it follows that were the last to write some chunks (``sole_writers``),
         # once known; and the workers whose tasks read pieces of what it writes next
         # (``dgvm.worker.pushes``)
         self.fresh = None
@@ -121,7 +121,8 @@ class DirectTask:
         if self.status != "pending":
             return
         self._value, self._tb, self.status = value, tb, status
-        self.call = self.deps = self.channel = None
+        self.call = self.deps = self.channel = self.fresh = None
+        self.push_to = set()
         self._on_sent = []  # (those waiting for it to be sent heard of its end: ``on_end``)
         self._event.set()
         if _news_waiting[0]:  # (read unlocked: a waiter counted after this sees the status)
@@ -393,7 +394,7 @@ class DirectPlane:
 
     def _ask_pushes(self, task: DirectTask, results, by_peers) -> None:
         """(On the loop, when ``task`` is first placed.) Name the tasks of other workers it
-        follows that alone wrote some chunks (``task.fresh``), and have each that did not
+        follows that were the last to write some chunks (``task.fresh``), and have each that did not
         end yet send ``task``'s worker, when it ends, the pieces it read there before of
         what it wrote (``dgvm.worker.pushes``): in its message if not sent yet, else in a
         message of its own (with ``peers`` that worker's answer brings them instead)."""

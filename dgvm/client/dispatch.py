@@ -115,7 +115,7 @@ def dispatch(fn, out, inputs, name: str, *task_args, then=None, aligned: bool = 
         # values, so its error is raised at every read, never only once.
         failures.fill(futures)
         out.alloc.unfilled = False
-    touched.wrote(futures, out.alloc.alloc_id, homes.values())
+    touched.wrote(futures, out.alloc.alloc_id, homes.values(), out.pending.last)
     if chunks is None:
         out.pending.wrote(futures)
     else:  # some chunks written: what may have touched the others stays to be followed

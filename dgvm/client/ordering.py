@@ -40,7 +40,8 @@ class TaskChunks:
 
     def __init__(self, session=None):
         self._touched: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-        # future -> (alloc id of the array it wrote, the chunk indices it wrote of it)
+        # future -> (alloc id of the array it wrote, the chunk indices it wrote of it, that
+        # allocation's ``Pending.last``)
         self._wrote: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
     def record(self, futures, indices, aligned: bool) -> None:
@@ -50,19 +51,24 @@ class TaskChunks:
             for f, idx in zip(futures, indices):
                 self._touched[f] = frozenset(idx)
 
-    def wrote(self, futures, alloc_id: int, indices) -> None:
+    def wrote(self, futures, alloc_id: int, indices, last: dict | None = None) -> None:
         """Note that each task of ``futures`` wrote chunks ``indices[i]`` of allocation
         ``alloc_id`` and no other chunk of it, whatever it read: a later task that reads
-        other chunks of it need not follow it."""
+        other chunks of it need not follow it. ``last``: the allocation's chunk -> key of
+        its last writer so far (``Pending.last``), brought up to date."""
         for f, idx in zip(futures, indices):
-            self._wrote[f] = (alloc_id, frozenset(idx))
+            idx = frozenset(idx)
+            self._wrote[f] = (alloc_id, idx, last)
+            if last is not None:
+                for c in idx:
+                    last[c] = f.key
 
     def wrote_nothing(self, futures) -> None:
         """Note that the tasks of ``futures`` write no array (a reduction's, which return
         their parts): a task that follows one need not take it for a writer
         (``sole_writers``)."""
         for f in futures:
-            self._wrote[f] = (None, frozenset())
+            self._wrote[f] = (None, frozenset(), None)
 
     def _may_touch(self, f, indices: frozenset) -> bool:
         touched = self._touched.get(f)
@@ -82,28 +88,25 @@ class TaskChunks:
 
     def sole_writers(self, deps, worker: str, limit: int = 1024) -> dict:
         """Of the tasks ``deps`` a task on ``worker`` follows, those of other workers
-        (direct tasks: ``key``, ``worker``) that are the only ones among ``deps`` that may
-        have written some chunks: task key -> [its worker, alloc id, those chunks]. What
-        such a task left in those chunks is what the new task must read of them: a later
-        write is by another of ``deps`` or by a task that follows the new one
+        (direct tasks: ``key``, ``worker``) that were the last given some chunks to write
+        (``Pending.last``: no task submitted since wrote them): task key -> [its worker,
+        alloc id, those chunks]. What such a task left in those chunks is what the new
+        task must read of them: a later write is by a task that follows the new one
         (``dgvm.worker.pushes``). A task whose writes are not recorded may have written
-        anything. (At most ``limit`` chunks per task are named.)"""
-        if len(deps) > 64:  # (the pairs below: a task following that many takes no push)
+        anything: then none is named. (At most ``limit`` chunks per task.)"""
+        if len(deps) > 64:
             return {}
         wrote = [self._wrote.get(d) for d in deps]
         if any(w is None for w in wrote):
             return {}
         fresh = {}
-        for i, d in enumerate(deps):
+        for d, (alloc_id, chunks, last) in zip(deps, wrote):
             where = getattr(d, "worker", None)
-            if where is None or where == worker:
+            if where is None or where == worker or last is None:
                 continue
-            alloc_id, chunks = wrote[i]
-            for j, other in enumerate(wrote):
-                if j != i and other[0] == alloc_id:
-                    chunks = chunks - other[1]
-            if chunks and len(chunks) <= limit:
-                fresh[d.key] = [where, alloc_id, sorted(chunks)]
+            named = sorted(c for c in chunks if last.get(c) == d.key)
+            if named and len(named) <= limit:
+                fresh[d.key] = [where, alloc_id, named]
         return fresh
 
     def after(self, indices, aligned: bool, out_tasks, input_writers) -> list:

@@ -46,11 +46,14 @@ def still_reading(futures) -> list:
 class Pending:
     """Futures of the tasks that write an array and of later tasks that read it."""
 
-    __slots__ = ("writes", "reads")
+    __slots__ = ("writes", "reads", "last")
 
     def __init__(self):
         self.writes: list = []
         self.reads: list = []
+        # chunk index -> key of the last task given it to write (``TaskChunks.wrote``);
+        # emptied by a write whose chunks are not known
+        self.last: dict = {}
 
     def writers(self) -> list:
         """The writers a new task must follow (unfinished or failed)."""

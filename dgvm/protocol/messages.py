@@ -93,8 +93,8 @@ DIRECT = "dgvm_direct"
 # Worker to worker: wait for tasks of the direct plane there to end -> {"failed": error} of
 # the first that failed, {} when all finished, {"unknown": keys} for keys that never came.
 DIRECT_ENDED = "dgvm_direct_ended"
-# Home to reader: bytes of a chunk it reads, as a task just wrote them there
-# (``dgvm.worker.pushes``) -> "keep" (push them again after the next write) or "drop"
+# Home to reader: bytes of chunks its next task reads, as the task that wrote them there
+# left them (``dgvm.worker.pushes``) -> how many
 PUSHED = "dgvm_pushed"
 
 WORKER_HANDLERS = frozenset({

@@ -71,7 +71,7 @@ class Access:
     asked: dict = field(default_factory=dict)
     pushes: object = None  # pieces homes pushed here (``dgvm.worker.pushes``)
     # Which of them the task may take: task key -> (worker, alloc id, chunk indices) of
-    # the tasks of other workers it follows that alone wrote those chunks.
+    # the tasks of other workers it follows that were the last to write those chunks.
     fresh: dict = field(default_factory=dict)
 
     @classmethod

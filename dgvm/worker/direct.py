@@ -128,7 +128,10 @@ class DirectTasks:
                     break
                 for msg in batch:
                     if "push" in msg:  # (not a task: a reader waits for a task sent before)
-                        self._push_request(msg["push"], msg["to"])
+                        try:
+                            self._push_request(msg["push"], msg["to"])
+                        except Exception:  # noqa: BLE001  (its reader asks instead)
+                            logger.exception("dgvm: a push message %s", msg)
                     else:
                         self._start(msg, answer)
         finally:
@@ -210,7 +213,10 @@ class DirectTasks:
                     return
                 pushed = ended_there.pop("pushed", None)
                 if pushed and getattr(self.plugin, "pushes", None) is not None:
-                    self.plugin.pushes.pushed(pushed)  # (rows of what they wrote, sent with the answer)
+                    try:  # (rows of what they wrote, sent with the answer)
+                        self.plugin.pushes.pushed(pushed)
+                    except Exception:  # noqa: BLE001  (it asks for them instead)
+                        logger.exception("dgvm: rows pushed with an answer to task %s", key)
                 if ended_there:  # not known there (any more): its client orders it instead
                     status = self._unready(key, answer)
                     return
@@ -218,7 +224,7 @@ class DirectTasks:
                 self.plugin.written({key: msg["written"]})
             fn, args = pickle.loads(msg["task"])
             indices, results = msg["indices"], msg.get("results")
-            # Tasks of other workers it follows that alone wrote some chunks: their pushed
+            # Tasks of other workers it follows that were the last to write some chunks: their pushed
             # pieces are what it reads (``dgvm.worker.pushes``).
             fresh = {k: (w, a, frozenset(idx)) for k, (w, a, idx) in (msg.get("fresh") or {}).items()}
             loop = asyncio.get_running_loop()
@@ -251,10 +257,10 @@ class DirectTasks:
             if pushes is not None:
                 # Workers whose next tasks read pieces of what it wrote get them now: after
                 # its answer to its client (written first, on the loop's next turn).
-                wrote = [(m["alloc_id"], m["wrote"]) for m, _, _ in reports if m.get("wrote")]
-                if wrote:
-                    _remember(self.wrote, key, wrote)
                 try:
+                    wrote = [(m["alloc_id"], m["wrote"]) for m, _, _ in reports if m.get("wrote")]
+                    if wrote:
+                        _remember(self.wrote, key, wrote)
                     pushes.after_task(key, wrote, {*(msg.get("push_to") or ()), *self.push_to.get(key, ())})
                 except Exception:  # noqa: BLE001  (answered already: its readers ask instead)
                     logger.exception("dgvm: pushing the pieces task %s wrote", key)

@@ -310,6 +310,8 @@ class ChunkStorePlugin(WorkerPlugin):
         requests to it in flight stop waiting, and its arena is no longer mapped here (its
         memory goes back once no process maps it)."""
         self.transfers.left_peers.left(worker)
+        if self.pushes is not None:
+            self.pushes.peer_left(worker)
         if arena is not None:
             self.transfers.arenas.forget(arena)
         if self.retirement is not None:
@@ -375,7 +377,7 @@ class ChunkStorePlugin(WorkerPlugin):
             descs = await loop.run_in_executor(self._export_executor, self._export, alloc_id, indices, path, to, span)
         if span is not None and to is not None:  # (a reader: these bytes may be pushed to it next time)
             for i, desc in zip(indices, descs):
-                if messages.SPECIAL not in desc:  # (not moved away)
+                if messages.SPECIAL not in desc and self.store.is_home(alloc_id, i):  # (not moved or freed meanwhile)
                     self.pushes.remember(alloc_id, i, span, to)
         return descs
 

@@ -18,15 +18,16 @@ Nothing is pushed that no task waits for: a chunk written again and again that n
 another worker reads costs nothing.
 
 A task takes pushed bytes only when they are the ones it must read. Its client names the
-tasks of other workers it follows that are the only ones it follows that may have written
-some chunks, with those chunks and the worker each ran on (``fresh``:
-``dgvm.client.ordering.TaskChunks.sole_writers``). Bytes of such a chunk tagged with that
-task, from that worker, are the chunk as that task left it: a write to the chunk after
-that task's is either another task this one follows (then the pushed task is not the only
-writer) or a task that follows this one, as it reads the chunk (after it ended). The
-bytes were read after the task's write ended on the device (``ChunkStore.last_write``);
-a chunk no longer at home there, or being moved away, is not pushed. Anything else (no
-push yet, an older one, a tag the task does not follow) and the task asks the home.
+tasks of other workers it follows that were the last given some chunks to write (no task
+submitted since wrote them), with those chunks and the worker each ran on (``fresh``:
+``dgvm.client.ordering.TaskChunks.sole_writers``; none if a task it follows has writes
+not recorded). Bytes of such a chunk tagged with that task, from that worker, are the
+chunk as that task left it: a later write to it is by a task submitted after this one,
+which follows it as it reads the chunk. The bytes were read after the task's write ended
+on the device (``ChunkStore.last_write``); a chunk no longer at home there, or being
+moved away, is not pushed; a worker forgets what a worker that left pushed. Anything
+else (no push yet, an older one, a tag the task does not follow) and the task asks the
+home. A piece taken is no longer kept.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ logger = logging.getLogger("dgvm.worker")
 REMEMBERED = 1024  # pieces read by other workers this worker remembers (readers and spans)
 PIECE_BYTES = 4 << 20  # a larger piece is not pushed
 RECEIVED = 1024  # pushed pieces a reader keeps at most (the oldest dropped first) ...
-RECEIVED_BYTES = 256 << 20  # ... and bytes of them
+RECEIVED_BYTES = 64 << 20  # ... and bytes of them (a piece taken is dropped)
 
 
 def enabled() -> bool:
@@ -59,46 +60,67 @@ class Pushes:
     def __init__(self, worker, plugin):
         self.worker = worker
         self.plugin = plugin  # its ``export``, the same read a reader's request gets
-        # As a home: alloc id -> chunk index -> {(start, stop, reader)} read by other workers
-        self.read_by: dict[int, dict[int, set]] = {}
+        # As a home: (alloc id, chunk index) -> {(start, stop, reader)} read by other
+        # workers, the chunk read last at the end
+        self.read_by: "collections.OrderedDict[tuple, set]" = collections.OrderedDict()
         self._remembered = 0
         # As a reader: (alloc id, index, start, stop) -> Received
         self.received: "collections.OrderedDict[tuple, Received]" = collections.OrderedDict()
         self._received_bytes = 0
         self._lock = threading.Lock()  # (received: pushes on the loop, reads in task threads)
         self.sent = 0  # pieces sent
+        self.recent: "collections.deque" = collections.deque(maxlen=256)  # (task key, reader) pushed lately
 
     # -- as a home (on the event loop) -------------------------------------------------------
 
     def remember(self, alloc_id: int, index: int, span, reader: str) -> None:
         """``reader`` asked for bytes ``span`` of home chunk ``index``: its tasks may read
-        them again after the next write."""
+        them again after the next write. (Past ``REMEMBERED`` pieces, those of the chunks
+        read longest ago are forgotten.)"""
         if reader == self.worker.address or int(span[1]) - int(span[0]) > PIECE_BYTES or not enabled():
             return
-        readers = self.read_by.setdefault(alloc_id, {}).setdefault(index, set())
+        chunk = (alloc_id, index)
+        readers = self.read_by.get(chunk)
+        if readers is None:
+            readers = self.read_by[chunk] = set()
+        else:
+            self.read_by.move_to_end(chunk)
         entry = (int(span[0]), int(span[1]), reader)
-        if entry not in readers and self._remembered < REMEMBERED:
+        if entry not in readers:
             readers.add(entry)
             self._remembered += 1
+        while self._remembered > REMEMBERED:
+            self._remembered -= len(self.read_by.popitem(last=False)[1])
 
     def _forget_entry(self, alloc_id: int, index: int, entry: tuple) -> None:
-        readers = self.read_by.get(alloc_id, {}).get(index)
+        readers = self.read_by.get((alloc_id, index))
         if readers is None or entry not in readers:
             return
         readers.discard(entry)
         self._remembered -= 1
         if not readers:
-            del self.read_by[alloc_id][index]
-            if not self.read_by[alloc_id]:
-                del self.read_by[alloc_id]
+            del self.read_by[(alloc_id, index)]
 
     def forget(self, alloc_id: int) -> None:
         """Allocation ``alloc_id`` was freed: nothing of it is pushed any more, nor kept."""
-        chunks = self.read_by.pop(alloc_id, None)
-        if chunks:
-            self._remembered -= sum(len(r) for r in chunks.values())
+        for chunk in [c for c in self.read_by if c[0] == alloc_id]:
+            self._remembered -= len(self.read_by.pop(chunk))
         with self._lock:
             for piece in [p for p in self.received if p[0] == alloc_id]:
+                self._received_bytes -= self.received.pop(piece).nbytes
+
+    def peer_left(self, worker: str) -> None:
+        """The worker at ``worker`` left: nothing is pushed to it, and nothing it pushed is
+        taken (a worker that registers at its address later is another)."""
+        for chunk, readers in list(self.read_by.items()):
+            gone = {e for e in readers if e[2] == worker}
+            if gone:
+                readers -= gone
+                self._remembered -= len(gone)
+                if not readers:
+                    del self.read_by[chunk]
+        with self._lock:
+            for piece in [p for p, got in self.received.items() if got.source == worker]:
                 self._received_bytes -= self.received.pop(piece).nbytes
 
     def after_task(self, key: str, wrote, readers) -> None:
@@ -113,6 +135,7 @@ class Pushes:
         try:
             pieces = await self.for_reader(reader, [(key, wrote)])
             if pieces:
+                self.recent.append((key, reader))
                 await messages.call(self.worker.rpc(reader), messages.PUSHED, pieces=pieces)
                 self.sent += len(pieces)
         except Exception:  # noqa: BLE001  (the reader left: it asks, if it reads at all)
@@ -124,9 +147,8 @@ class Pushes:
         out = []
         for key, wrote in tasks:
             for alloc_id, indices in wrote:
-                chunks = self.read_by.get(alloc_id)
-                for index in indices if chunks else ():
-                    for entry in [e for e in chunks.get(index, ()) if e[2] == reader]:
+                for index in indices:
+                    for entry in [e for e in self.read_by.get((alloc_id, index), ()) if e[2] == reader]:
                         try:
                             desc, = await self.plugin.export(
                                 alloc_id, [index], "comm", to=reader, span=list(entry[:2]))
@@ -165,15 +187,22 @@ class Pushes:
     def take(self, alloc_id: int, index: int, start: int, stop: int, fresh: dict):
         """The pushed descriptor of bytes ``[start, stop)`` of that chunk if a task
         following ``fresh`` (task key -> (worker, alloc id, chunk indices) of the chunks
-        it is the only writer of among those followed) must read exactly those bytes,
-        else None."""
+        it follows the last writer of) must read exactly those bytes, else None. Taken,
+        they are no longer kept (the task keeps what it read)."""
         with self._lock:
-            got = self.received.get((alloc_id, index, start, stop))
-            return got.desc if got is not None and _sole(got, alloc_id, index, fresh) else None
+            piece = (alloc_id, index, start, stop)
+            got = self.received.get(piece)
+            if got is None or not _sole(got, alloc_id, index, fresh):
+                return None
+            del self.received[piece]
+            self._received_bytes -= got.nbytes
+            return got.desc
 
     def usable(self, alloc_id: int, index: int, start: int, stop: int, fresh: dict) -> bool:
-        """Would ``take`` give the bytes?"""
-        return self.take(alloc_id, index, start, stop, fresh) is not None
+        """Would ``take`` give the bytes now?"""
+        with self._lock:
+            got = self.received.get((alloc_id, index, start, stop))
+            return got is not None and _sole(got, alloc_id, index, fresh)
 
 
 def _sole(got: "Received", alloc_id: int, index: int, fresh: dict) -> bool:
