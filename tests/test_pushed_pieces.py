@@ -42,6 +42,21 @@ def _np_step(u, v):
     v[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
 
 
+def _steps_in_place(seed: int, wanted: bool = False):
+    """Two 64 x 64 grids in blocks of 16 rows over the workers, after three steps that
+    write v from u and copy it back into u; with ``wanted``, their NumPy twins too."""
+    h = np.random.default_rng(seed).random((64, 64))
+    u = dnp.from_numpy(h, chunks=(16, 64), placement="round_robin")
+    v = dnp.zeros_like(u)
+    wu, wv = h.copy(), np.zeros_like(h)
+    for _ in range(3):
+        _step(u, v)
+        _np_step(wu, wv)
+        u[1:-1, 1:-1] = v[1:-1, 1:-1] * 1.0
+        wu[1:-1, 1:-1] = wv[1:-1, 1:-1]
+    return (u, v, wu, wv) if wanted else (u, v, h)
+
+
 @pytest.mark.parametrize("peers", [False, True], ids=["caller-orders", "peers"])
 def test_steps_sent_back_to_back_take_their_neighbours_rows_pushed(case, peers):
     case.needs_workers(2, "rows are pushed between workers")
@@ -77,16 +92,7 @@ def test_a_pushed_row_is_not_taken_after_a_write_that_was_not_pushed(case):
     not the one whose rows are held, and asks the homes."""
     if case.backend != "cpu":
         pytest.skip("stops the pushes of in-process workers")
-    n, rows = 64, 16
-    h = np.random.default_rng(9).random((n, n))
-    u = dnp.from_numpy(h, chunks=(rows, n), placement="round_robin")
-    v = dnp.zeros_like(u)
-    wu, wv = h.copy(), np.zeros_like(h)
-    for _ in range(3):
-        _step(u, v)
-        _np_step(wu, wv)
-        u[1:-1, 1:-1] = v[1:-1, 1:-1] * 1.0
-        wu[1:-1, 1:-1] = wv[1:-1, 1:-1]
+    u, v, wu, wv = _steps_in_place(9, wanted=True)
     # Follows u's writers and reads only the rows above each block: the rows below, read
     # by the steps before and pushed for this one too, stay held.
     v[1:-1, 1:-1] = u[:-2, 1:-1] * 1.0
@@ -116,14 +122,8 @@ def test_a_pushed_row_is_not_taken_after_a_write_that_was_not_pushed(case):
 
 def test_a_chunk_no_task_of_another_worker_waits_to_read_is_not_pushed(case):
     case.needs_workers(2, "rows are pushed between workers")
-    n, rows = 64, 16
-    h = np.random.default_rng(2).random((n, n))
-    u = dnp.from_numpy(h, chunks=(rows, n), placement="round_robin")
-    v = dnp.zeros_like(u)
-    for _ in range(3):
-        _step(u, v)
-        u[1:-1, 1:-1] = v[1:-1, 1:-1] * 1.0
-    v.wait()
+    u, v, h = _steps_in_place(2)
+    h = dnp.asnumpy(u)
     assert _remembered(case.client) > 0  # (the homes know who read what)
     keys = set()
     for _ in range(4):  # written, never read across chunks
@@ -271,20 +271,22 @@ def test_rows_go_to_the_workers_named_with_the_writer_and_with_the_answer_to_a_q
         alone = []
 
         async def push(key, wrote, reader):
-            alone.append((key, reader))
+            if any(idx for _, idx in wrote):
+                alone.append((key, reader))
 
         plugin.pushes._push = push
         _GATE.clear()
         answers = []
         tasks._start({"key": "W", "after": [], "peers": {}, "task": pickle.dumps((_writes_chunk_1, ())),
-                      "indices": [1], "results": None, "written": None, "push_to": ["tcp://named"]},
+                      "indices": [1], "results": None, "written": None, "push_to": {"tcp://named": [1]}},
                      answers.append)
-        tasks._push_request("W", "tcp://later")  # (a reader placed while W runs)
-        asked = asyncio.ensure_future(tasks.ended_here(["W"], reader="tcp://reader", rows=["W"]))
+        tasks._push_request("W", "tcp://later", [1])  # (a reader placed while W runs)
+        tasks._push_request("W", "tcp://elsewhere", [2])  # (W is not the last writer of chunk 1 for it)
+        asked = asyncio.ensure_future(tasks.ended_here(["W"], reader="tcp://reader", rows={"W": [1]}))
         await asyncio.sleep(0.05)
         _GATE.set()
         got = await asyncio.wait_for(asked, 10)
-        tasks._push_request("W", "tcp://after")  # (placed once W ended)
+        tasks._push_request("W", "tcp://after", [1])  # (placed once W ended)
         await asyncio.sleep(0.01)
         plain = await asyncio.wait_for(tasks.ended_here(["W"], reader="tcp://reader"), 10)  # (no rows asked)
         return answers, got, alone, tasks.push_to, plain

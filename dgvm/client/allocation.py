@@ -294,6 +294,7 @@ class AllocationHandle:
         """Write (chunk index, byte offset, host bytes) pieces, one request per worker."""
         self.check_live()
         self.writes += 1
+        self.pending.last.clear()  # (no task is the last writer of these chunks any more)
         self._exchange(messages.WRITE, [(i, o, to_serialize(d)) for i, o, d in pieces])
 
     def get(self, pieces: list[tuple[int, int, int]]) -> list[np.ndarray]:

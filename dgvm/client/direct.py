@@ -91,8 +91,8 @@ class DirectTask:
         # Tasks of other workers it follows that were the last to write some chunks (``sole_writers``),
         # once known; and the workers whose tasks read pieces of what it writes next
         # (``dgvm.worker.pushes``)
-        self.fresh = None
-        self.push_to: set = set()
+        self.fresh: dict = {}
+        self.push_to: dict = {}  # worker -> the chunks named for it
 
     def __repr__(self):
         return f"<DirectTask {self.key} on {self.worker}: {self.status}>"
@@ -121,8 +121,8 @@ class DirectTask:
         if self.status != "pending":
             return
         self._value, self._tb, self.status = value, tb, status
-        self.call = self.deps = self.channel = self.fresh = None
-        self.push_to = set()
+        self.call = self.deps = self.channel = None
+        self.fresh, self.push_to = {}, {}
         self._on_sent = []  # (those waiting for it to be sent heard of its end: ``on_end``)
         self._event.set()
         if _news_waiting[0]:  # (read unlocked: a waiter counted after this sees the status)
@@ -284,6 +284,11 @@ class DirectPlane:
                 body = to_serialize(body)
         tasks = [DirectTask(key, worker, (body, list(idx), allocations, rerun, results), list(after))
                  for (worker, idx), after, key in zip(homes.items(), deps, keys)]
+        if not results and config.get("transfer.push-pieces"):
+            # (Here, in the program's order: the last writers of chunks as of this task.)
+            touched = self.session.part(TaskChunks)
+            for t in tasks:
+                t.fresh = touched.sole_writers(t.deps, t.worker)
         self.tasks.update(tasks)
         if self.closed:  # (its loop may run no callback any more)
             for t in tasks:
@@ -295,6 +300,8 @@ class DirectPlane:
 
     def _place_all(self, tasks) -> None:
         for t in tasks:
+            if t.fresh:
+                self._ask_pushes(t)
             self._place(t)
 
     def _place(self, task: DirectTask) -> None:
@@ -318,8 +325,6 @@ class DirectPlane:
         # A task of another worker sent there on a live connection: that worker says when
         # it ended (``peers``; the worker sends the task back ``unready`` if it cannot).
         by_peers = not results and not task.by_client and config.get("dispatch.peers")
-        if task.fresh is None:
-            self._ask_pushes(task, results, by_peers)
         waiting, unsent, after, peers = [], [], [], {}
         for d in task.deps:
             if d.done():
@@ -384,7 +389,7 @@ class DirectPlane:
         if task.fresh:  # pieces other workers' homes pushed that it may take
             msg["fresh"] = task.fresh
         if task.push_to:
-            msg["push_to"] = sorted(task.push_to)
+            msg["push_to"] = {w: sorted(c) for w, c in task.push_to.items()}
         if channel is None:
             if task.worker in self.left:
                 asyncio.ensure_future(self.stranded(task.worker, [task], None, sent=False))
@@ -392,23 +397,24 @@ class DirectPlane:
             channel = self.channels[task.worker] = Channel(self, task.worker)
         channel.send(task, msg)
 
-    def _ask_pushes(self, task: DirectTask, results, by_peers) -> None:
-        """(On the loop, when ``task`` is first placed.) Name the tasks of other workers it
-        follows that were the last to write some chunks (``task.fresh``), and have each that did not
-        end yet send ``task``'s worker, when it ends, the pieces it read there before of
-        what it wrote (``dgvm.worker.pushes``): in its message if not sent yet, else in a
-        message of its own (with ``peers`` that worker's answer brings them instead)."""
-        task.fresh = {}
-        if results or not config.get("transfer.push-pieces"):
-            return
-        task.fresh = self.session.part(TaskChunks).sole_writers(task.deps, task.worker)
+    def _ask_pushes(self, task: DirectTask) -> None:
+        """(On the loop, as ``task`` is first placed.) Have each task of another worker
+        that its client named as the last writer of some chunks (``task.fresh``) send
+        ``task``'s worker, once it ended, the pieces that worker read before of those
+        chunks (``dgvm.worker.pushes``): in its message if not sent yet, else in a message
+        of its own (at once if it ended); with ``peers``, the answer to the question
+        ``task``'s worker asks brings those of a task still running."""
+        by_peers = not task.call[4] and config.get("dispatch.peers")
         for d in task.deps:
-            if d.key not in task.fresh or d.done():
+            named = task.fresh.get(d.key)
+            if named is None:
                 continue
-            if d.channel is None:
-                d.push_to.add(task.worker)
-            elif not d.channel.broken and not by_peers:
-                d.channel.control({"push": d.key, "to": task.worker})
+            if not d.done() and d.channel is None:
+                d.push_to.setdefault(task.worker, set()).update(named[2])
+                continue
+            channel = d.channel if not d.done() else self.channels.get(d.worker)
+            if channel is not None and not channel.broken and (d.done() or not by_peers):
+                channel.control({"push": d.key, "to": task.worker, "chunks": named[2]})
 
     def _when_done(self, dep, fn) -> None:
         if isinstance(dep, DirectTask):

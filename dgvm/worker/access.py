@@ -390,13 +390,7 @@ class Access:
         desc = None if self.pushes is None else self.pushes.take(alloc_id, index, start, stop, self.fresh)
         if desc is not None:  # its home sent it as the task it follows wrote it
             self.store.stats.pushed += 1
-            dst = self._piece_buffer(xp, alloc_id, index, start, stop, "its home")
-            copy_s = path.fetch_into(desc, dst, start)
-            self._count(alloc_id)["misses"] += 1
-            self.store.stats.misses += 1
-            self.store.stats.transient += 1
-            self.store.stats.moved(path.name, stop - start, time.perf_counter() - t0, copy_s)
-            return dst, desc.get("writes")
+            return self._piece_from(xp, path, desc, alloc_id, index, start, stop, "its home", t0)
         for _ in range(8):
             if asked is not None:  # sent ahead (``prefetch``)
                 future, where = asked
@@ -429,24 +423,26 @@ class Access:
         else:
             raise DgvmError(f"chunk {index} of allocation {alloc_id} kept moving while {w.address} read it")
         self.transfers.home_seen(key, where)
-        dst = self._piece_buffer(xp, alloc_id, index, start, stop, where.home)
-        copy_s = path.fetch_into(desc, dst, start)
-        self._count(alloc_id)["misses"] += 1
-        self.store.stats.misses += 1
-        self.store.stats.transient += 1
-        self.store.stats.moved(path.name, stop - start, time.perf_counter() - t0, copy_s)
-        return dst, desc.get("writes")
+        return self._piece_from(xp, path, desc, alloc_id, index, start, stop, where.home, t0)
 
-    def _piece_buffer(self, xp, alloc_id: int, index: int, start: int, stop: int, home: str):
-        """A new ``xp`` buffer for bytes ``[start, stop)`` of that chunk (held at ``home``)."""
+    def _piece_from(self, xp, path, desc, alloc_id: int, index: int, start: int, stop: int, home: str, t0: float):
+        """Bytes ``[start, stop)`` of that chunk, from its home's descriptor ``desc``, in a
+        new ``xp`` array, counted as a remote read since ``t0``; and the home's write
+        count of the chunk then."""
         try:
-            return xp.empty(stop - start, dtype=np.uint8)
+            dst = xp.empty(stop - start, dtype=np.uint8)
         except MemoryError as e:  # also CuPy's OutOfMemoryError
             backend = self.store.backend
             raise OutOfDeviceMemory(
                 f"no room on {self.worker.address} for {stop - start} bytes of chunk {index} of allocation "
                 f"{alloc_id} read from {home}: {backend.free} of {backend.capacity} bytes free "
                 f"({e})") from None
+        copy_s = path.fetch_into(desc, dst, start)
+        self._count(alloc_id)["misses"] += 1
+        self.store.stats.misses += 1
+        self.store.stats.transient += 1
+        self.store.stats.moved(path.name, stop - start, time.perf_counter() - t0, copy_s)
+        return dst, desc.get("writes")
 
     def _task_piece(self, alloc_id: int, index: int, start: int, stop: int, xp):
         """Bytes ``[start, stop)`` of chunk ``index`` (a 1-D uint8 array): of a piece this

@@ -35,6 +35,7 @@ from distributed.protocol import pickle, to_serialize
 from dgvm import config, streams
 from dgvm.protocol import messages
 from dgvm.protocol.errors import DgvmError
+from dgvm.worker import pushes as pushes_module
 
 logger = logging.getLogger("dgvm.worker")
 
@@ -85,9 +86,10 @@ class DirectTasks:
         self.peer_asks = 0  # questions from other workers' tasks answered here (``ended_here``)
         # key -> [(alloc id, chunks)] it wrote here, of finished tasks (``ended_here``)
         self.wrote: "collections.OrderedDict[str, list]" = collections.OrderedDict()
-        # key -> workers that get the pieces they read of what it writes once it ends
-        # (``push`` messages that came while it had not ended: ``dgvm.worker.pushes``)
-        self.push_to: dict[str, set] = {}
+        # key -> {worker: chunks}: workers that get the pieces they read of those chunks
+        # once it ends (``push`` messages that came while it had not ended:
+        # ``dgvm.worker.pushes``)
+        self.push_to: dict[str, dict] = {}
         self.waiting = 0  # tasks ready to run, waiting for a thread
         # key -> how many tasks run right after it ends (``ready``)
         self.behind: dict[str, int] = {}
@@ -129,7 +131,7 @@ class DirectTasks:
                 for msg in batch:
                     if "push" in msg:  # (not a task: a reader waits for a task sent before)
                         try:
-                            self._push_request(msg["push"], msg["to"])
+                            self._push_request(msg["push"], msg["to"], msg["chunks"])
                         except Exception:  # noqa: BLE001  (its reader asks instead)
                             logger.exception("dgvm: a push message %s", msg)
                     else:
@@ -164,8 +166,8 @@ class DirectTasks:
                 # chain sent at once holds a question or two per worker at a time).
                 if peers and not asks:
                     fresh = msg.get("fresh") or {}  # (their rows it reads: with the answers)
-                    asks.extend(asyncio.ensure_future(self._peer_ended(peer, keys, [k for k in keys if k in fresh]))
-                                for peer, keys in peers.items())
+                    asks.extend(asyncio.ensure_future(self._peer_ended(
+                        peer, keys, {k: fresh[k][2] for k in keys if k in fresh})) for peer, keys in peers.items())
 
             after = list(dict.fromkeys(msg.get("after", ())))  # (a task read and written: listed twice)
             # Behind the last of them still to end, it runs as soon as that one ends and
@@ -261,7 +263,10 @@ class DirectTasks:
                     wrote = [(m["alloc_id"], m["wrote"]) for m, _, _ in reports if m.get("wrote")]
                     if wrote:
                         _remember(self.wrote, key, wrote)
-                    pushes.after_task(key, wrote, {*(msg.get("push_to") or ()), *self.push_to.get(key, ())})
+                    readers = {w: set(c) for w, c in (msg.get("push_to") or {}).items()}
+                    for w, c in self.push_to.get(key, {}).items():
+                        readers.setdefault(w, set()).update(c)
+                    pushes.after_task(key, wrote, readers)
                 except Exception:  # noqa: BLE001  (answered already: its readers ask instead)
                     logger.exception("dgvm: pushing the pieces task %s wrote", key)
         except Exception as e:  # noqa: BLE001  (never leave a task unanswered)
@@ -292,18 +297,19 @@ class DirectTasks:
                 # start): the task before it may have left its device work running for it.
                 self._settle_device()
 
-    def _push_request(self, key: str, reader: str) -> None:
+    def _push_request(self, key: str, reader: str, chunks: list) -> None:
         """(A ``push`` message of a client.) A task of worker ``reader`` follows task
-        ``key``, sent here before: once it ends, send ``reader`` the pieces it read of
-        what ``key`` wrote (``dgvm.worker.pushes``); at once if it ended."""
+        ``key``, sent here before, as the last writer of ``chunks``: once it ends, send
+        ``reader`` the pieces it read of those (``dgvm.worker.pushes``); at once if it
+        ended."""
         if key in self.ended:  # (``_run`` takes them when it ends)
-            self.push_to.setdefault(key, set()).add(reader)
+            self.push_to.setdefault(key, {}).setdefault(reader, set()).update(chunks)
             return
         pushes = getattr(self.plugin, "pushes", None)
         if key in self.finished and key in self.wrote and pushes is not None:
-            pushes.after_task(key, self.wrote[key], [reader])
+            pushes.after_task(key, self.wrote[key], {reader: set(chunks)})
 
-    async def _peer_ended(self, peer: str, keys: list, rows: list) -> dict:
+    async def _peer_ended(self, peer: str, keys: list, rows: dict) -> dict:
         """Wait for tasks ``keys`` of the worker at ``peer`` to end (``ended_here``
         there): {} once they all finished, {"failed": error} of one that failed, or
         {"unready": ...} if that worker cannot say (it left or never got them; the
@@ -317,14 +323,15 @@ class DirectTasks:
             except Exception as e:  # noqa: BLE001  (the client orders the task instead)
                 return {"unready": repr(e)}
 
-    async def ended_here(self, keys: list, reader: str | None = None, rows: list | None = None) -> dict:
+    async def ended_here(self, keys: list, reader: str | None = None, rows: dict | None = None) -> dict:
         """RPC handler (``messages.DIRECT_ENDED``): wait until the direct tasks ``keys``
         end here; {"failed": error} of the first that failed, {} when all finished, or
         {"unknown": keys} for those that neither ran here lately nor arrived within
         ``ARRIVAL_WAIT`` (the client sent them before the task that asks, on another
         connection: they may come after its question). When they all finished, the
-        pieces worker ``reader`` read before of what those of them in ``rows`` wrote come
-        with the answer (``"pushed"``: ``dgvm.worker.pushes``): its task reads them next."""
+        pieces worker ``reader`` read before of the chunks ``rows`` names (key -> chunk
+        indices its task reads as that task left them) come with the answer
+        (``"pushed"``: ``dgvm.worker.pushes``)."""
         loop = asyncio.get_running_loop()
         self.peer_asks += 1
         unknown = []
@@ -355,7 +362,8 @@ class DirectTasks:
             return {"unknown": unknown}
         pushes = getattr(self.plugin, "pushes", None)
         if reader and rows and pushes is not None:
-            pushed = await pushes.for_reader(reader, [(k, self.wrote.get(k, ())) for k in rows if k in keys])
+            pushed = await pushes.for_reader(
+                reader, [(k, pushes_module.only(self.wrote.get(k, ()), chunks)) for k, chunks in rows.items() if k in keys])
             if pushed:
                 return {"pushed": pushed}
         return {}

@@ -281,6 +281,8 @@ class ChunkStorePlugin(WorkerPlugin):
             if self.store is None:
                 return 0  # closed while it ran: same as above
             raise
+        if self.pushes is not None:  # (a push's export that ended meanwhile remembered its reader)
+            self.pushes.forget(alloc_id)
         await self._retired()
         return n
 

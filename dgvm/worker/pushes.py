@@ -123,13 +123,13 @@ class Pushes:
             for piece in [p for p, got in self.received.items() if got.source == worker]:
                 self._received_bytes -= self.received.pop(piece).nbytes
 
-    def after_task(self, key: str, wrote, readers) -> None:
+    def after_task(self, key: str, wrote, readers: dict) -> None:
         """Task ``key`` finished here, having written chunks ``wrote`` ((alloc id,
-        indices) each) in place: send each worker of ``readers`` the pieces it read of
-        them (not awaited)."""
+        indices) each) in place: send each worker of ``readers`` (-> the chunk indices
+        its task reads as ``key`` left them) the pieces it read of those (not awaited)."""
         if wrote and self.read_by:
-            for reader in readers:
-                asyncio.ensure_future(self._push(key, wrote, reader))
+            for reader, chunks in readers.items():
+                asyncio.ensure_future(self._push(key, only(wrote, chunks), reader))
 
     async def _push(self, key: str, wrote, reader: str) -> None:
         try:
@@ -203,6 +203,12 @@ class Pushes:
         with self._lock:
             got = self.received.get((alloc_id, index, start, stop))
             return got is not None and _sole(got, alloc_id, index, fresh)
+
+
+def only(wrote, chunks) -> list:
+    """Of ``wrote`` ([(alloc id, chunk indices)]), the chunks among ``chunks``."""
+    chunks = set(chunks)
+    return [(a, [i for i in idx if i in chunks]) for a, idx in wrote]
 
 
 def _sole(got: "Received", alloc_id: int, index: int, fresh: dict) -> bool:
