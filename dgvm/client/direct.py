@@ -301,7 +301,10 @@ class DirectPlane:
     def _place_all(self, tasks) -> None:
         for t in tasks:
             if t.fresh:
-                self._ask_pushes(t)
+                try:
+                    self._ask_pushes(t)
+                except Exception:  # noqa: BLE001  (its reads ask instead; it is placed all the same)
+                    logger.exception("dgvm: asking for the pieces task %s reads", t.key)
             self._place(t)
 
     def _place(self, task: DirectTask) -> None:
