@@ -2,7 +2,7 @@
 that worker when a task of it waits for the writer (``dgvm.worker.pushes``): named by
 the client with the writer, or asking when it ended (``dispatch.peers``). A task takes
 pushed rows only when they are exactly what it must read (its client names the tasks of
-other workers it follows that alone wrote those chunks: ``TaskChunks.sole_writers``), and
+other workers it follows that alone wrote those chunks: ``TaskChunks.last_writers``), and
 asks the home otherwise. Results are NumPy's, with pushes taken or refused."""
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def test_with_push_pieces_off_nothing_is_pushed(case):
 # -- the rules, without a cluster ----------------------------------------------------------
 
 class _Task:
-    """What ``sole_writers`` reads of a direct task."""
+    """What ``last_writers`` reads of a direct task."""
 
     def __init__(self, key, worker):
         self.key, self.worker = key, worker
@@ -175,17 +175,17 @@ def test_only_the_last_writer_of_a_chunk_is_named():
     # c wrote chunk 3 of allocation 7 after b: b is named for chunk 2 only, whether the task
     # follows c too or c finished before it was submitted (then it follows b alone); a
     # runs where the task runs.
-    assert chunks.sole_writers([a, b, c, d], "w1") == {"b": ["w2", 7, [2]], "c": ["w2", 7, [3]], "d": ["w3", 8, [0]]}
-    assert chunks.sole_writers([b], "w9") == {"b": ["w2", 7, [2]]}
+    assert chunks.last_writers([a, b, c, d], "w1") == {"b": ["w2", 7, [2]], "c": ["w2", 7, [3]], "d": ["w3", 8, [0]]}
+    assert chunks.last_writers([b], "w9") == {"b": ["w2", 7, [2]]}
     # A task whose writes are not recorded may have written anything: nothing is named;
     # a reduction writes nothing.
-    assert chunks.sole_writers([b, _Task("x", "w4")], "w1") == {}
+    assert chunks.last_writers([b, _Task("x", "w4")], "w1") == {}
     r = _Task("r", "w4")
     chunks.wrote_nothing([r])
-    assert chunks.sole_writers([b, r], "w1") == {"b": ["w2", 7, [2]]}
+    assert chunks.last_writers([b, r], "w1") == {"b": ["w2", 7, [2]]}
     # A write whose chunks are not known (``map_chunks``) leaves no chunk a known last writer.
     last7.clear()
-    assert chunks.sole_writers([b, c], "w1") == {}
+    assert chunks.last_writers([b, c], "w1") == {}
 
 
 class _Worker:
@@ -240,7 +240,7 @@ class _Plugin:
     def __init__(self, worker):
         self.pushes = Pushes(worker, self)
 
-    async def export(self, alloc_id, indices, path, to=None, span=None):
+    async def read_exports(self, alloc_id, indices, path, to, span=None):
         return [{"data": np.arange(span[0], span[1], dtype=np.uint8), "nbytes": 64, "start": span[0], "writes": 1}]
 
 
@@ -270,8 +270,8 @@ def test_rows_go_to_the_workers_named_with_the_writer_and_with_the_answer_to_a_q
             plugin.pushes.remember(7, 1, [8, 16], reader)
         alone = []
 
-        async def push(key, wrote, reader):
-            if any(idx for _, idx in wrote):
+        async def push(key, wrote, chunks, reader):
+            if any(set(idx) & set(chunks) for _, idx in wrote):
                 alone.append((key, reader))
 
         plugin.pushes._push = push

@@ -88,7 +88,7 @@ class DirectTask:
         self.written = None  # run again: what its first run wrote for good
         # Ordered after other workers' tasks here, not by those workers (``unready``).
         self.by_client = False
-        # Tasks of other workers it follows that were the last to write some chunks (``sole_writers``),
+        # Tasks of other workers it follows that were the last to write some chunks (``last_writers``),
         # once known; and the workers whose tasks read pieces of what it writes next
         # (``dgvm.worker.pushes``)
         self.fresh: dict = {}
@@ -252,6 +252,13 @@ class Channel:
             asyncio.ensure_future(self.plane.stranded(self.address, stranded, why))
 
 
+def _by_peers(task: DirectTask) -> bool:
+    """Do other workers' tasks that ``task`` follows, sent on live connections, go with it
+    as ``peers`` (its worker asks theirs when they ended), rather than being waited for
+    here? Not for a task that takes their results, or one sent back ``unready``."""
+    return bool(not task.call[4] and not task.by_client and config.get("dispatch.peers"))
+
+
 class DirectPlane:
     """A session part: the session's connections to workers and its tasks in flight."""
 
@@ -288,7 +295,7 @@ class DirectPlane:
             # (Here, in the program's order: the last writers of chunks as of this task.)
             touched = self.session.part(TaskChunks)
             for t in tasks:
-                t.fresh = touched.sole_writers(t.deps, t.worker)
+                t.fresh = touched.last_writers(t.deps, t.worker)
         self.tasks.update(tasks)
         if self.closed:  # (its loop may run no callback any more)
             for t in tasks:
@@ -325,9 +332,7 @@ class DirectPlane:
             return
         channel = self.channels.get(task.worker)
         results = task.call[4]
-        # A task of another worker sent there on a live connection: that worker says when
-        # it ended (``peers``; the worker sends the task back ``unready`` if it cannot).
-        by_peers = not results and not task.by_client and config.get("dispatch.peers")
+        by_peers = _by_peers(task)
         waiting, unsent, after, peers = [], [], [], {}
         for d in task.deps:
             if d.done():
@@ -407,7 +412,7 @@ class DirectPlane:
         chunks (``dgvm.worker.pushes``): in its message if not sent yet, else in a message
         of its own (at once if it ended); with ``peers``, the answer to the question
         ``task``'s worker asks brings those of a task still running."""
-        by_peers = not task.call[4] and config.get("dispatch.peers")
+        by_peers = _by_peers(task)
         for d in task.deps:
             named = task.fresh.get(d.key)
             if named is None:

@@ -66,7 +66,7 @@ class TaskChunks:
     def wrote_nothing(self, futures) -> None:
         """Note that the tasks of ``futures`` write no array (a reduction's, which return
         their parts): a task that follows one need not take it for a writer
-        (``sole_writers``)."""
+        (``last_writers``)."""
         for f in futures:
             self._wrote[f] = (None, frozenset(), None)
 
@@ -86,7 +86,7 @@ class TaskChunks:
         written = self._written(f, alloc_id)
         return written is None or not written.isdisjoint(indices)
 
-    def sole_writers(self, deps, worker: str, limit: int = 1024) -> dict:
+    def last_writers(self, deps, worker: str, limit: int = 1024) -> dict:
         """Of the tasks ``deps`` a task on ``worker`` follows, those of other workers
         (direct tasks: ``key``, ``worker``) that were the last given some chunks to write
         (``Pending.last``: no task submitted since wrote them): task key -> [its worker,

@@ -35,7 +35,6 @@ from distributed.protocol import pickle, to_serialize
 from dgvm import config, streams
 from dgvm.protocol import messages
 from dgvm.protocol.errors import DgvmError
-from dgvm.worker import pushes as pushes_module
 
 logger = logging.getLogger("dgvm.worker")
 
@@ -362,8 +361,7 @@ class DirectTasks:
             return {"unknown": unknown}
         pushes = getattr(self.plugin, "pushes", None)
         if reader and rows and pushes is not None:
-            pushed = await pushes.for_reader(
-                reader, [(k, pushes_module.only(self.wrote.get(k, ()), chunks)) for k, chunks in rows.items() if k in keys])
+            pushed = await pushes.for_reader(reader, [(k, self.wrote.get(k, ()), c) for k, c in rows.items() if k in keys])
             if pushed:
                 return {"pushed": pushed}
         return {}

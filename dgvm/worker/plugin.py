@@ -271,8 +271,6 @@ class ChunkStorePlugin(WorkerPlugin):
         alloc_id = arguments.integer("alloc_id", alloc_id)
         store = self.store
         job = None if store is None else self._submit(store.free, alloc_id)
-        if self.pushes is not None:
-            self.pushes.forget(alloc_id)
         if job is None:
             return 0  # the store closed with the worker, or is closing: its memory goes with it
         try:
@@ -281,8 +279,7 @@ class ChunkStorePlugin(WorkerPlugin):
             if self.store is None:
                 return 0  # closed while it ran: same as above
             raise
-        if self.pushes is not None:  # (a push's export that ended meanwhile remembered its reader)
-            self.pushes.forget(alloc_id)
+        self.pushes.forget(alloc_id)  # (after the free: an export that ended meanwhile may have remembered a reader)
         await self._retired()
         return n
 
@@ -369,19 +366,25 @@ class ChunkStorePlugin(WorkerPlugin):
             if not queued.done():
                 await loop.run_in_executor(None, queued.wait)
             return self._export(alloc_id, indices, path, to, span)
-        if span is not None and (span[1] - span[0]) * len(indices) <= INLINE_PIECE and all(
-                self.store.backend.written_out(self.store.last_write(alloc_id, i)) for i in indices):
-            # A piece (a neighbour's halo rows) whose last write has run: a copy of
-            # microseconds, read here rather than on a thread (two wake-ups less on the
-            # path of a task waiting for it).
-            descs = self._export(alloc_id, indices, path, to, span)
-        else:
-            descs = await loop.run_in_executor(self._export_executor, self._export, alloc_id, indices, path, to, span)
+        descs = await self.read_exports(alloc_id, indices, path, to, span)
         if span is not None and to is not None:  # (a reader: these bytes may be pushed to it next time)
             for i, desc in zip(indices, descs):
                 if messages.SPECIAL not in desc and self.store.is_home(alloc_id, i):  # (not moved or freed meanwhile)
                     self.pushes.remember(alloc_id, i, span, to)
         return descs
+
+    async def read_exports(self, alloc_id: int, indices: list, path: str, to, span=None) -> list:
+        """The descriptors of chunks ``indices`` for ``path`` whose export reads the bytes
+        (the comm path; only bytes ``span`` of each, if given): as ``export`` answers them,
+        also for a push (``dgvm.worker.pushes``)."""
+        if span is not None and (span[1] - span[0]) * len(indices) <= INLINE_PIECE and all(
+                self.store.backend.written_out(self.store.last_write(alloc_id, i)) for i in indices):
+            # A piece (a neighbour's halo rows) whose last write has run: a copy of
+            # microseconds, read here rather than on a thread (two wake-ups less on the
+            # path of a task waiting for it).
+            return self._export(alloc_id, indices, path, to, span)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._export_executor, self._export, alloc_id, indices, path, to, span)
 
     def _export(self, alloc_id, indices, path, to, span=None):
         # No store lock (see setup): a read of a chunk a write may change meanwhile; its

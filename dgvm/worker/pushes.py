@@ -20,7 +20,7 @@ another worker reads costs nothing.
 A task takes pushed bytes only when they are the ones it must read. Its client names the
 tasks of other workers it follows that were the last given some chunks to write (no task
 submitted since wrote them), with those chunks and the worker each ran on (``fresh``:
-``dgvm.client.ordering.TaskChunks.sole_writers``; none if a task it follows has writes
+``dgvm.client.ordering.TaskChunks.last_writers``; none if a task it follows has writes
 not recorded). Bytes of such a chunk tagged with that task, from that worker, are the
 chunk as that task left it: a later write to it is by a task submitted after this one,
 which follows it as it reads the chunk. The bytes were read after the task's write ended
@@ -129,11 +129,11 @@ class Pushes:
         its task reads as ``key`` left them) the pieces it read of those (not awaited)."""
         if wrote and self.read_by:
             for reader, chunks in readers.items():
-                asyncio.ensure_future(self._push(key, only(wrote, chunks), reader))
+                asyncio.ensure_future(self._push(key, wrote, chunks, reader))
 
-    async def _push(self, key: str, wrote, reader: str) -> None:
+    async def _push(self, key: str, wrote, chunks, reader: str) -> None:
         try:
-            pieces = await self.for_reader(reader, [(key, wrote)])
+            pieces = await self.for_reader(reader, [(key, wrote, chunks)])
             if pieces:
                 self.recent.append((key, reader))
                 await messages.call(self.worker.rpc(reader), messages.PUSHED, pieces=pieces)
@@ -142,16 +142,16 @@ class Pushes:
             logger.debug("dgvm: pushing what task %s wrote to %s", key, reader, exc_info=True)
 
     async def for_reader(self, reader: str, tasks) -> list:
-        """The pieces ``reader`` read of the chunks ``tasks`` ((key, [(alloc id, chunks)])
-        each, ended here) wrote, read now, as ``pushed`` takes them."""
+        """The pieces ``reader`` read of what ``tasks`` ((key, [(alloc id, chunk indices)]
+        it wrote, the indices among them named for ``reader``) each, ended here) wrote,
+        read now, as ``pushed`` takes them."""
         out = []
-        for key, wrote in tasks:
+        for key, wrote, named in tasks:
             for alloc_id, indices in wrote:
-                for index in indices:
+                for index in set(indices).intersection(named):
                     for entry in [e for e in self.read_by.get((alloc_id, index), ()) if e[2] == reader]:
                         try:
-                            desc, = await self.plugin.export(
-                                alloc_id, [index], "comm", to=reader, span=list(entry[:2]))
+                            desc, = await self.plugin.read_exports(alloc_id, [index], "comm", reader, list(entry[:2]))
                             desc = messages.decode(desc)
                         except Exception:  # noqa: BLE001  (freed meanwhile: the reader asks)
                             desc = messages.MOVED
@@ -203,12 +203,6 @@ class Pushes:
         with self._lock:
             got = self.received.get((alloc_id, index, start, stop))
             return got is not None and _sole(got, alloc_id, index, fresh)
-
-
-def only(wrote, chunks) -> list:
-    """Of ``wrote`` ([(alloc id, chunk indices)]), the chunks among ``chunks``."""
-    chunks = set(chunks)
-    return [(a, [i for i in idx if i in chunks]) for a, idx in wrote]
 
 
 def _sole(got: "Received", alloc_id: int, index: int, fresh: dict) -> bool:
