@@ -95,3 +95,34 @@ def test_a_host_value_that_does_not_fit_raises_and_stays_on_the_caller(case):
         s + x  # s must be stored for that, and does not fit
     assert s.host_value is not None and dgvm.table(client=case.client) == before
     np.testing.assert_array_equal(dnp.asnumpy(s)[[0, -1]], [2.0, 2.0])
+
+
+def test_partials_are_assembled_as_np_block_would():
+    from dgvm.array._engine.blockwise import assemble
+
+    rng = np.random.default_rng(2)
+    rows, cols = (3, 1, 4), (2, 5)
+    parts = {(i, j): rng.standard_normal((r, c)) for i, r in enumerate(rows) for j, c in enumerate(cols)}
+    parts[(1, 1)] = np.arange(5).reshape(1, 5)  # an int block among floats: promoted, as np.block
+    want = np.block([[parts[(i, j)] for j in range(2)] for i in range(3)])
+    got = assemble(parts, (3, 2))
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(assemble({(0,): np.ones(2), (1,): np.zeros(3)}, (2,)), np.r_[np.ones(2), np.zeros(3)])
+    assert assemble({(): np.float64(4.0)}, ()) == 4.0
+    parts[(2, 0)] = np.ones((4, 3))  # does not line up with its column
+    with pytest.raises(ValueError, match=r"block \(2, 0\)"):
+        assemble(parts, (3, 2))
+
+
+def test_a_host_values_chunks_follow_dasks_chunk_size_setting():
+    import dask
+
+    from dgvm.protocol import chunk_grid
+
+    shape = (3000, 700)
+    assert chunk_grid.auto(shape, np.float64) == chunk_grid.normalize("auto", shape, np.float64)
+    with dask.config.set({"array.chunk-size": "64KiB"}):
+        small = chunk_grid.auto(shape, np.float64)
+        assert small == chunk_grid.normalize("auto", shape, np.float64)
+    assert small != chunk_grid.auto(shape, np.float64)

@@ -47,6 +47,7 @@ from dgvm import config, dask_compat
 from dgvm.client.left_workers import LeftWorkers
 from dgvm.client.ordering import TaskChunks
 from dgvm.protocol import messages
+from dgvm.protocol.task_results import Pickled
 from dgvm.protocol.errors import ChunkLost, ConnectionBroke, KernelError, NotConnected
 
 logger = logging.getLogger("dgvm.client")
@@ -106,7 +107,10 @@ class DirectTask:
             raise TimeoutError(f"dgvm task {self.key} did not end within {timeout} s")
         if self.status == "error":
             raise self._value.with_traceback(self._tb)
-        return self._value
+        value = self._value
+        if isinstance(value, Pickled):  # (here, in the thread that asks, not on the loop)
+            self._value = value = value.value()
+        return value
 
     def exception(self, timeout=None):
         if not self._event.wait(timeout):
@@ -229,6 +233,8 @@ class Channel:
                         self.plane._place(task)
                     elif "result" in answer:
                         task._end("finished", answer["result"])
+                    elif "pickled" in answer:
+                        task._end("finished", Pickled(answer["pickled"]))
                     else:
                         _, exc, tb = clean_exception(**answer)
                         task._fail(exc, tb)

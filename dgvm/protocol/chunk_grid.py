@@ -6,6 +6,7 @@ allocation that backs the array, stored contiguously (C order) in its own buffer
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -42,6 +43,17 @@ def normalize(chunks, shape, dtype, max_blocks: int | None = None) -> tuple[tupl
     if len(grid) != len(tuple(shape)) or any(b <= 0 for axis, n in zip(grid, shape) if n for b in axis):
         raise InvalidArgument(f"chunks {chunks!r} do not cut shape {tuple(shape)} into blocks")
     return grid
+
+
+def auto(shape, dtype) -> tuple[tuple[int, ...], ...]:
+    """``normalize("auto", shape, dtype)``, kept per shape, dtype and Dask's
+    ``array.chunk-size`` (each small value a reduction brings back asks for one)."""
+    return _auto(tuple(int(n) for n in shape), np.dtype(dtype), str(dask.config.get("array.chunk-size")))
+
+
+@functools.lru_cache(maxsize=1024)
+def _auto(shape: tuple, dtype: np.dtype, chunk_size: str):
+    return normalize("auto", shape, dtype)
 
 
 def _about_how_many_blocks(chunks, shape: tuple, nbytes: int) -> int | None:

@@ -30,10 +30,10 @@ import threading
 import time
 
 from distributed.core import Status, error_message
-from distributed.protocol import pickle, to_serialize
+from distributed.protocol import pickle
 
 from dgvm import config, streams
-from dgvm.protocol import messages
+from dgvm.protocol import messages, task_results
 from dgvm.protocol.errors import DgvmError
 
 logger = logging.getLogger("dgvm.worker")
@@ -249,11 +249,7 @@ class DirectTasks:
                 return
             await self._reports(reports)
             status, chunks = "finished", len(indices)
-            # (None, a bool, a float or an int msgpack takes goes as it is; anything else,
-            # arrays above all, as frames.)
-            plain = result is None or type(result) in (bool, float) or (
-                type(result) is int and -(1 << 63) <= result < (1 << 64))
-            answer({"key": key, "result": result if plain else to_serialize(result)})
+            answer({"key": key, **result})
             pushes = getattr(self.plugin, "pushes", None)
             if pushes is not None:
                 # Workers whose next tasks read pieces of what it wrote get them now: after
@@ -400,7 +396,8 @@ class DirectTasks:
         reports: list = []
         _running.task = (self.worker, key, reports, fresh)
         try:
-            return fn(*args, indices, results), reports
+            # (Pickled here, off the event loop: ``dgvm.protocol.task_results``.)
+            return task_results.encode(fn(*args, indices, results)), reports
         except BaseException as e:
             e._dgvm_reports = reports
             raise

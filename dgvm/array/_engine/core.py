@@ -123,7 +123,7 @@ class ArrayCore:
         """A host value: an array whose values (``value``) stay on the caller until a
         cluster operation needs them (``deferred``), of ``client``'s cluster."""
         value = np.asarray(value)
-        out = cls(None, value.shape, value.dtype, chunk_grid.normalize("auto", value.shape, value.dtype))
+        out = cls(None, value.shape, value.dtype, chunk_grid.auto(value.shape, value.dtype))
         out.hold(value, client, name)
         return out
 

@@ -10,6 +10,7 @@ functions share.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -65,12 +66,18 @@ def sum_dtype(x, dtype, fn="sum"):
     """The dtype of NumPy's ``fn`` (sum, prod) of ``x`` unless ``dtype`` is given."""
     if dtype is not None:
         return np.dtype(dtype)
-    return getattr(np, fn)(np.ones(1, dtype=x.dtype)).dtype
+    return _result_dtype(fn, np.dtype(x.dtype))
 
 
 def float_dtype(x):
     """The dtype of NumPy's mean of ``x``."""
-    return np.mean(np.ones(1, dtype=x.dtype)).dtype
+    return _result_dtype("mean", np.dtype(x.dtype))
+
+
+@functools.lru_cache(maxsize=256)
+def _result_dtype(fn: str, dtype: np.dtype) -> np.dtype:
+    """The dtype of NumPy's ``fn`` of an array of ``dtype``, asked of NumPy once."""
+    return getattr(np, fn)(np.ones(1, dtype=dtype)).dtype
 
 
 def count(x, axes) -> int:
