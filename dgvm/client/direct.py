@@ -26,7 +26,7 @@ naming the chunks lost. Every wait ends: the GVAT's answer is bounded, and a tas
 cannot get one fails saying so.
 
 ``DirectTask`` is the plane's future; it answers what dgvm asks of Dask's futures
-(``key``, ``status``, ``done``, ``result``, ``exception``), and ``wait``, ``wait_first``
+(``key``, ``status``, ``done``, ``result``, ``exception``), and ``wait``, ``wait_first_failure``
 and ``gather`` wait for either kind.
 """
 
@@ -58,7 +58,7 @@ STRANDED_WAIT = 120.0
 INLINE_BODY = 1 << 20  # bytes of a pickled task body sent inside its message; larger: a frame
 
 _news = threading.Condition()  # notified whenever a direct task ends, if one waits on it
-_news_waiting = [0]  # threads in ``wait_first`` (under ``_news``): a wake costs a switch
+_news_waiting = [0]  # threads in ``wait_first_failure`` (under ``_news``): a wake costs a switch
 
 
 def enabled() -> bool:
@@ -519,18 +519,23 @@ def wait(futures, timeout: float | None = None) -> None:
             raise TimeoutError(f"dgvm task {f.key} did not end within {timeout} s")
 
 
-def wait_first(futures) -> list:
-    """Wait until one of ``futures`` ends; return those still running."""
+def wait_first_failure(futures) -> list:
+    """Wait until one of ``futures`` fails or all of them ended (Dask's: until one
+    ends); return those still running."""
     direct, dask = _split(futures)
     if not direct:
         return list(dask_wait(dask, return_when="FIRST_COMPLETED").not_done)
     if dask:  # (mixed: rare) one kind after the other
         running = list(dask_wait(dask, return_when="FIRST_COMPLETED").not_done)
         return running + [f for f in direct if not f.done()]
+
+    def over():  # (one wake for an operation's tasks, not one per task that ends)
+        return all(f.done() for f in direct) or any(f.status == "error" for f in direct)
+
     with _news:
         _news_waiting[0] += 1
         try:
-            _news.wait_for(lambda: any(f.done() for f in direct))
+            _news.wait_for(over)
         finally:
             _news_waiting[0] -= 1
     return [f for f in direct if not f.done()]

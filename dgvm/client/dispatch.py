@@ -173,7 +173,7 @@ def wait_raising(futures) -> None:
     running = own
     while running and not untold_failures():
         # Until the first failure (a lost worker's comes at once), not the last task.
-        running = plane.wait_first(running)
+        running = plane.wait_first_failure(running)
     failed = untold_failures()
     if failed:
         _ended(failed, own)
