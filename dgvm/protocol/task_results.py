@@ -1,18 +1,19 @@
 """How a direct task's result crosses from its worker to its client.
 
 A result that msgpack carries as it is (None, a bool, a float, a 64-bit int) goes inside
-the answer. Anything else (partials of a reduction: a dict of small NumPy arrays, tuples
-of them) is pickled once on the worker's task thread, into one buffer, and unpickled by
-the client's program thread when it asks for the value. Dask's own serialization walks a
-collection and gives each array a header and frames of its own, on the event loops of
-both ends, where every other task's messages wait: about 0.1 ms per array each way.
+the answer. A small one of anything else (the partials of a reduction over small chunks:
+a dict of tiny NumPy arrays) is pickled on the worker's task thread into the answer, and
+unpickled by the client's program thread when it asks for the value: Dask's own
+serialization walks a collection and gives each array a header and frames of its own, on
+the event loops of both ends, which costs more than the arrays' bytes when they are few.
+A larger one goes as Dask sends it, arrays as frames of their own without a copy.
 """
 
 from __future__ import annotations
 
 from distributed.protocol import pickle, to_serialize
 
-INLINE_RESULT = 1 << 20  # bytes of a pickled result sent inside its answer; larger: a frame
+INLINE_RESULT = 64 << 10  # bytes of a pickled result sent inside its answer; larger: Dask's frames
 
 
 def plain(value) -> bool:
@@ -22,21 +23,28 @@ def plain(value) -> bool:
 
 
 def encode(value) -> dict:
-    """The answer's fields for ``value`` (on the task's thread): ``{"result": value}`` or
-    ``{"pickled": bytes}``. Raises what pickling raises."""
+    """The answer's fields for ``value`` (on the task's thread): ``{"result": value}``
+    (plain, or Dask's serialization) or ``{"pickled": [bytes, *buffers]}``. Raises what
+    pickling raises."""
     if plain(value):
         return {"result": value}
-    data = pickle.dumps(value, protocol=5)
-    return {"pickled": data if len(data) <= INLINE_RESULT else to_serialize(data)}
+    buffers: list = []  # (arrays' bytes, not copied unless the result is small)
+    data = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    views = [memoryview(b) for b in buffers]
+    if len(data) + sum(v.nbytes for v in views) > INLINE_RESULT:
+        return {"result": to_serialize(value)}
+    return {"pickled": [data, *(v.tobytes() for v in views)]}
 
 
 class Pickled:
-    """A result as it arrived, unpickled on first use (``value``)."""
+    """A small result as it arrived, unpickled on first use (``value``)."""
 
-    __slots__ = ("data",)
+    __slots__ = ("parts",)
 
-    def __init__(self, data: bytes):
-        self.data = data
+    def __init__(self, parts: list):
+        self.parts = parts
 
     def value(self):
-        return pickle.loads(self.data)
+        data, *buffers = self.parts
+        # (writable buffers: the arrays unpickled over them are the caller's to change)
+        return pickle.loads(data, buffers=[bytearray(b) for b in buffers])
