@@ -126,3 +126,28 @@ def test_a_host_values_chunks_follow_dasks_chunk_size_setting():
         small = chunk_grid.auto(shape, np.float64)
         assert small == chunk_grid.normalize("auto", shape, np.float64)
     assert small != chunk_grid.auto(shape, np.float64)
+
+
+def test_a_tasks_partials_travel_packed_one_buffer_per_dtype_and_come_back_as_they_were():
+    from dgvm.array._engine.packed import pack
+
+    chunk = np.arange(12.0).reshape(3, 4)
+    partials = {
+        (0, 0): chunk.sum(axis=0, keepdims=True),
+        (0, 1): (np.array([[7.5]]), np.array([[3]], dtype=np.int64)),  # an argmin's value and index
+        (1, 0): np.float64(2.5).reshape(()),  # 0-d
+        (1, 1): chunk[:, :2],  # a view of a chunk: sent as its own copy
+        (2, 0): ("a label", None),
+    }
+    packed = pack(partials, np)
+    assert sorted(packed.buffers) == [("<f8", True), ("<i8", True)]
+    got = packed.unpack()
+    assert got.keys() == partials.keys()
+    for b, want in partials.items():
+        for g, w in zip(got[b] if isinstance(want, tuple) else (got[b],), want if isinstance(want, tuple) else (want,)):
+            if isinstance(w, np.ndarray):
+                assert g.dtype == w.dtype and g.shape == w.shape
+                np.testing.assert_array_equal(g, w)
+            else:
+                assert g == w
+    assert not np.shares_memory(got[(1, 1)], chunk)

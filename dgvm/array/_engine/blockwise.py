@@ -87,9 +87,8 @@ def _collect(op, x, name: str) -> dict[tuple, object]:
     session_of(x.client).part(TaskChunks).wrote_nothing(futures)
     add_readers(readers, futures)
     out = {}
-    parts = gather(x.client, futures, direct=True)
-    for part in parts:
-        out.update(part)
+    for part in gather(x.client, futures, direct=True):
+        out.update(part.unpack())  # (``packed``)
     return out
 
 

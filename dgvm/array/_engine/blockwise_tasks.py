@@ -13,7 +13,7 @@ keeps its values.
 
 from __future__ import annotations
 
-from dgvm.array._engine import fused
+from dgvm.array._engine import fused, packed
 from dgvm.array._engine.tree_op import Reads
 from dgvm.backends import working_memory
 from dgvm.protocol.errors import DgvmError, OutOfDeviceMemory
@@ -98,7 +98,8 @@ def _host(value):
 def _collect_chunks(access, op, spec: ArraySpec, indices, partial_of) -> dict:
     """The body of a collect task: ``partial_of(k, lo, hi)`` for each chunk ``k`` (the
     store locked), kept on the device while small; one wait for the device (the values
-    go to the host anyway; this one names a fault); block index -> host value."""
+    go to the host anyway; this one names a fault); block index -> host value, packed
+    (``packed``: one copy to the host and one buffer to send per dtype)."""
     out = {}
     with (working_memory.operation(access.store.backend),
           device_task(access, f"reduction {type(op).__name__}", spec, indices, may_leave=False)):
@@ -107,7 +108,7 @@ def _collect_chunks(access, op, spec: ArraySpec, indices, partial_of) -> dict:
             with access.output_chunk():
                 out[spec.block(k)] = bounded(access, op, spec, k,
                                              lambda: _small_or_host(partial_of(k, lo, hi)))
-    return {b: _host(v) for b, v in out.items()}
+    return packed.pack(out, access.store.backend.xp)
 
 
 def collect_here(op, spec: ArraySpec, indices, deps):
