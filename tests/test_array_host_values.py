@@ -110,6 +110,8 @@ def test_partials_are_assembled_as_np_block_would():
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(assemble({(0,): np.ones(2), (1,): np.zeros(3)}, (2,)), np.r_[np.ones(2), np.zeros(3)])
     assert assemble({(): np.float64(4.0)}, ()) == 4.0
+    with pytest.raises(ValueError, match="blocks for a grid"):
+        assemble({b: p for b, p in parts.items() if b != (2, 1)}, (3, 2))
     parts[(2, 0)] = np.ones((4, 3))  # does not line up with its column
     with pytest.raises(ValueError, match=r"block \(2, 0\)"):
         assemble(parts, (3, 2))
@@ -129,7 +131,7 @@ def test_a_host_values_chunks_follow_dasks_chunk_size_setting():
 
 
 def test_a_tasks_partials_travel_packed_one_buffer_per_dtype_and_come_back_as_they_were():
-    from dgvm.array._engine.packed import pack
+    from dgvm.array._engine.packed import PACKED, pack
 
     chunk = np.arange(12.0).reshape(3, 4)
     partials = {
@@ -137,17 +139,29 @@ def test_a_tasks_partials_travel_packed_one_buffer_per_dtype_and_come_back_as_th
         (0, 1): (np.array([[7.5]]), np.array([[3]], dtype=np.int64)),  # an argmin's value and index
         (1, 0): np.float64(2.5).reshape(()),  # 0-d
         (1, 1): chunk[:, :2],  # a view of a chunk: sent as its own copy
-        (2, 0): ("a label", None),
+        (2, 0): ("a label", None, (np.array([1.0, 2.0]), np.array([True]))),  # nested
+        (2, 1): np.zeros(2, dtype=[("a", "<i8")]),
+        (3, 0): np.zeros(2, dtype="V8"),  # the same dtype.str as the one above, not the same dtype
+        (3, 1): np.arange(3, dtype=">f8"),  # not native: as it is
+        (4, 0): np.arange(PACKED // 8 + 1, dtype=np.float64),  # large: as it is
     }
     packed = pack(partials, np)
-    assert sorted(packed.buffers) == [("<f8", True), ("<i8", True)]
+    assert set(packed.buffers) == {(np.dtype("f8"), True), (np.dtype("i8"), True), (np.dtype("?"), True),
+                                   (np.dtype([("a", "<i8")]), True), (np.dtype("V8"), True)}
     got = packed.unpack()
     assert got.keys() == partials.keys()
+
+    def same(g, w):
+        if isinstance(w, tuple):
+            assert isinstance(g, tuple) and len(g) == len(w)
+            for a, b in zip(g, w):
+                same(a, b)
+        elif isinstance(w, np.ndarray):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(g, w)
+        else:
+            assert g == w
+
     for b, want in partials.items():
-        for g, w in zip(got[b] if isinstance(want, tuple) else (got[b],), want if isinstance(want, tuple) else (want,)):
-            if isinstance(w, np.ndarray):
-                assert g.dtype == w.dtype and g.shape == w.shape
-                np.testing.assert_array_equal(g, w)
-            else:
-                assert g == w
+        same(got[b], want)
     assert not np.shares_memory(got[(1, 1)], chunk)

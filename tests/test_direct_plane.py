@@ -490,3 +490,30 @@ def test_a_result_is_unpickled_once_by_the_thread_that_asks():
     got[(0, 1)][0] = 9.0  # the caller's to change
     large = task_results.encode(np.zeros(task_results.INLINE_RESULT // 8 + 1))
     assert set(large) == {"result"}  # as Dask serializes it
+
+
+def test_a_wait_for_an_operations_tasks_ends_when_all_ended_or_one_failed():
+    import threading
+    import time
+
+    def waiting(tasks):
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault("running", direct.wait_first_failure(tasks)))
+        t.start()
+        return t, out
+
+    tasks = [direct.DirectTask(f"k{i}", "w", None, []) for i in range(3)]
+    t, out = waiting(tasks)
+    tasks[0]._end("finished", 1)
+    tasks[1]._end("finished", 2)
+    time.sleep(0.05)
+    assert t.is_alive()  # one still runs
+    tasks[2]._end("finished", 3)
+    t.join(5)
+    assert not t.is_alive() and out["running"] == []
+    tasks = [direct.DirectTask(f"f{i}", "w", None, []) for i in range(3)]
+    t, out = waiting(tasks)
+    tasks[1]._fail(ValueError("no"))
+    t.join(5)
+    assert not t.is_alive() and out["running"] == [tasks[0], tasks[2]]
+    assert direct._waiters == {}

@@ -57,8 +57,12 @@ logger = logging.getLogger("dgvm.client")
 STRANDED_WAIT = 120.0
 INLINE_BODY = 1 << 20  # bytes of a pickled task body sent inside its message; larger: a frame
 
-_news = threading.Condition()  # notified whenever a direct task ends, if one waits on it
-_news_waiting = [0]  # threads in ``wait_first_failure`` (under ``_news``): a wake costs a switch
+# Threads in ``wait_first_failure``: id -> (the tasks, the event set once they all ended
+# or one failed), under ``_news``. A task's end wakes only a thread it completes: a wake
+# costs a switch.
+_news = threading.Lock()
+_waiters: dict = {}
+_unpickling = threading.Lock()  # (a result unpickled once, whoever asks first)
 
 
 def enabled() -> bool:
@@ -107,10 +111,11 @@ class DirectTask:
             raise TimeoutError(f"dgvm task {self.key} did not end within {timeout} s")
         if self.status == "error":
             raise self._value.with_traceback(self._tb)
-        value = self._value
-        if isinstance(value, Pickled):  # (here, in the thread that asks, not on the loop)
-            self._value = value = value.value()
-        return value
+        if isinstance(self._value, Pickled):  # (here, in the thread that asks, not on the loop)
+            with _unpickling:
+                if isinstance(self._value, Pickled):
+                    self._value = self._value.value()
+        return self._value
 
     def exception(self, timeout=None):
         if not self._event.wait(timeout):
@@ -129,9 +134,11 @@ class DirectTask:
         self.fresh, self.push_to = {}, {}
         self._on_sent = []  # (those waiting for it to be sent heard of its end: ``on_end``)
         self._event.set()
-        if _news_waiting[0]:  # (read unlocked: a waiter counted after this sees the status)
+        if _waiters:  # (read unlocked: a waiter registered after this sees the status)
             with _news:
-                _news.notify_all()
+                for tasks, over in _waiters.values():
+                    if not over.is_set() and any(t is self for t in tasks) and _over(tasks):
+                        over.set()
         callbacks, self._callbacks = self._callbacks, []
         for fn in callbacks:
             try:
@@ -529,16 +536,23 @@ def wait_first_failure(futures) -> list:
         running = list(dask_wait(dask, return_when="FIRST_COMPLETED").not_done)
         return running + [f for f in direct if not f.done()]
 
-    def over():  # (one wake for an operation's tasks, not one per task that ends)
-        return all(f.done() for f in direct) or any(f.status == "error" for f in direct)
-
+    over = threading.Event()
     with _news:
-        _news_waiting[0] += 1
-        try:
-            _news.wait_for(over)
-        finally:
-            _news_waiting[0] -= 1
+        if not _over(direct):
+            _waiters[id(over)] = (direct, over)
+        else:
+            over.set()
+    try:
+        over.wait()
+    finally:
+        with _news:
+            _waiters.pop(id(over), None)
     return [f for f in direct if not f.done()]
+
+
+def _over(tasks) -> bool:
+    """Have ``tasks`` all ended, or one failed?"""
+    return all(f.done() for f in tasks) or any(f.status == "error" for f in tasks)
 
 
 async def ended(client, futures) -> None:

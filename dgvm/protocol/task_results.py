@@ -11,6 +11,7 @@ A larger one goes as Dask sends it, arrays as frames of their own without a copy
 
 from __future__ import annotations
 
+from dask.sizeof import sizeof
 from distributed.protocol import pickle, to_serialize
 
 INLINE_RESULT = 64 << 10  # bytes of a pickled result sent inside its answer; larger: Dask's frames
@@ -28,6 +29,8 @@ def encode(value) -> dict:
     pickling raises."""
     if plain(value):
         return {"result": value}
+    if sizeof(value) > INLINE_RESULT:  # (not pickled for nothing)
+        return {"result": to_serialize(value)}
     buffers: list = []  # (arrays' bytes, not copied unless the result is small)
     data = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
     views = [memoryview(b) for b in buffers]

@@ -15,6 +15,8 @@ never made.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from dgvm.array._engine import blockwise_tasks, deferred, lineage
@@ -107,6 +109,8 @@ def assemble(parts: dict[tuple, np.ndarray], grid: tuple):
         return np.asarray(parts[()])
 
     parts = {b: np.asarray(p) for b, p in parts.items()}
+    if len(parts) != math.prod(grid):  # (a block missing would leave its place unset)
+        raise ValueError(f"{len(parts)} blocks for a grid of {grid}")
     if any(p.ndim != len(grid) for p in parts.values()):
         def nest(prefix):
             if len(prefix) == len(grid):

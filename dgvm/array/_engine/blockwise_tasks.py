@@ -95,20 +95,21 @@ def _host(value):
     return value.get() if hasattr(value, "get") else value
 
 
-def _collect_chunks(access, op, spec: ArraySpec, indices, partial_of) -> dict:
+def _collect_chunks(access, op, spec: ArraySpec, indices, partial_of) -> packed.Packed:
     """The body of a collect task: ``partial_of(k, lo, hi)`` for each chunk ``k`` (the
     store locked), kept on the device while small; one wait for the device (the values
     go to the host anyway; this one names a fault); block index -> host value, packed
     (``packed``: one copy to the host and one buffer to send per dtype)."""
     out = {}
-    with (working_memory.operation(access.store.backend),
-          device_task(access, f"reduction {type(op).__name__}", spec, indices, may_leave=False)):
-        for k in indices:
-            lo, hi = spec.bounds(k)
-            with access.output_chunk():
-                out[spec.block(k)] = bounded(access, op, spec, k,
-                                             lambda: _small_or_host(partial_of(k, lo, hi)))
-    return packed.pack(out, access.store.backend.xp)
+    backend = access.store.backend
+    with working_memory.operation(backend):
+        with device_task(access, f"reduction {type(op).__name__}", spec, indices, may_leave=False):
+            for k in indices:
+                lo, hi = spec.bounds(k)
+                with access.output_chunk():
+                    out[spec.block(k)] = bounded(access, op, spec, k,
+                                                 lambda: _small_or_host(partial_of(k, lo, hi)))
+        return packed.pack(out, backend.xp)
 
 
 def collect_here(op, spec: ArraySpec, indices, deps):
