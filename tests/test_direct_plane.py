@@ -461,7 +461,7 @@ def test_results_of_every_size_come_back_whole_and_an_unpicklable_one_fails_the_
     rows = task_results.INLINE_RESULT // 8 + 4096  # one chunk's partial is over the inline size
     a = np.random.default_rng(5).standard_normal((2 * rows, 3))
     x = dnp.from_numpy(a, chunks=(rows, 3), placement="round_robin")
-    assert len(set(x.alloc.homes())) == 2
+    assert len(set(x.alloc.homes())) == min(2, len(dgvm.workers()))  # (one GPU: one worker)
     np.testing.assert_allclose(dnp.asnumpy(x.sum(axis=1)), a.sum(axis=1), rtol=1e-12)  # Dask's frames
     np.testing.assert_allclose(dnp.asnumpy(x.mean(axis=0)), a.mean(axis=0), rtol=1e-12)  # inline ones
     assert float(x.sum()) == pytest.approx(a.sum(), rel=1e-12)
