@@ -165,3 +165,22 @@ def test_a_tasks_partials_travel_packed_one_buffer_per_dtype_and_come_back_as_th
     for b, want in partials.items():
         same(got[b], want)
     assert not np.shares_memory(got[(1, 1)], chunk)
+
+
+def test_packing_on_a_full_device_joins_the_partials_on_the_host_and_dask_counts_what_is_sent():
+    from dask.sizeof import sizeof
+
+    from dgvm.array._engine import packed
+
+    class FullDevice:  # (an array module whose allocations fail)
+        ndarray = np.ndarray
+
+        @staticmethod
+        def concatenate(arrays):
+            raise MemoryError("out of memory")
+
+    parts = [np.ones(2), np.arange(3.0)]
+    np.testing.assert_array_equal(packed._joined(FullDevice, parts, np.dtype("f8")), np.r_[np.ones(2), np.arange(3.0)])
+    big = np.zeros(packed.PACKED // 8 + 1)
+    p = packed.pack({(0,): big, (1,): np.ones(3)}, np)
+    assert sizeof(p) >= big.nbytes + 24

@@ -452,6 +452,12 @@ def _unpicklable(xp, chunk, index):
     return threading.Lock()  # (neither pickle nor cloudpickle takes a lock)
 
 
+def _large_unpicklable(xp, chunk, index):
+    import threading
+
+    return np.zeros(1 << 16), threading.Lock()  # (over INLINE_RESULT: serialized as Dask does)
+
+
 def test_results_of_every_size_come_back_whole_and_an_unpicklable_one_fails_the_task(case):
     """A task's result: small ones pickled on the worker's thread inside the answer, one
     over ``INLINE_RESULT`` serialized as Dask does, plain values (floats, ints) as they
@@ -471,6 +477,8 @@ def test_results_of_every_size_come_back_whole_and_an_unpicklable_one_fails_the_
     assert big == [1 << 70, 1 << 70]
     with pytest.raises(Exception, match="pickle|lock"):
         map_chunks(x.alloc, _unpicklable)
+    with pytest.raises(Exception, match="serialize|lock"):  # the task fails, not its connection
+        map_chunks(x.alloc, _large_unpicklable)
     np.testing.assert_allclose(dnp.asnumpy(x * 2), a * 2)  # the next operation works
 
 
@@ -516,4 +524,31 @@ def test_a_wait_for_an_operations_tasks_ends_when_all_ended_or_one_failed():
     tasks[1]._fail(ValueError("no"))
     t.join(5)
     assert not t.is_alive() and out["running"] == [tasks[0], tasks[2]]
-    assert direct._waiters == {}
+    assert not [w for w in direct._waiters.values() if any(t in tasks for t in w[0])]  # (none left)
+
+
+def test_a_task_that_ends_while_its_waiter_looks_still_wakes_it(monkeypatch):
+    """The waiter registers before it looks at its tasks: a task ending on the loop's
+    thread between the look and the wait finds it (a lost wake-up would hang here)."""
+    import threading
+
+    tasks = [direct.DirectTask(f"r{i}", "w", None, []) for i in range(2)]
+    tasks[0]._end("finished", 0)
+    look = direct._over
+    ended = threading.Thread(target=lambda: tasks[1]._end("finished", 1))
+
+    def racing(ts):
+        seen = look(ts)
+        if not ended.is_alive() and tasks[1].status == "pending":
+            ended.start()  # the last task ends right after the look...
+            ended.join(0.2)  # ...and, the waiter registered, waits for the lock it holds
+        return seen
+
+    monkeypatch.setattr(direct, "_over", racing)
+    out = {}
+    waiter = threading.Thread(target=lambda: out.setdefault("running", direct.wait_first_failure(tasks)))
+    waiter.start()
+    waiter.join(5)
+    assert not waiter.is_alive() and out["running"] == []
+    ended.join(5)
+    assert not [w for w in direct._waiters.values() if any(t in tasks for t in w[0])]  # (none left)

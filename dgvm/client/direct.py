@@ -48,7 +48,7 @@ from dgvm.client.left_workers import LeftWorkers
 from dgvm.client.ordering import TaskChunks
 from dgvm.protocol import messages
 from dgvm.protocol.task_results import Pickled
-from dgvm.protocol.errors import ChunkLost, ConnectionBroke, KernelError, NotConnected
+from dgvm.protocol.errors import ChunkLost, ConnectionBroke, DgvmError, KernelError, NotConnected
 
 logger = logging.getLogger("dgvm.client")
 
@@ -114,7 +114,11 @@ class DirectTask:
         if isinstance(self._value, Pickled):  # (here, in the thread that asks, not on the loop)
             with _unpickling:
                 if isinstance(self._value, Pickled):
-                    self._value = self._value.value()
+                    try:
+                        self._value = self._value.value()
+                    except Exception as e:
+                        raise DgvmError(f"the result of dgvm task {self.key} (from {self.worker}) "
+                                        f"could not be unpickled here: {type(e).__name__}: {e}") from e
         return self._value
 
     def exception(self, timeout=None):
@@ -537,10 +541,9 @@ def wait_first_failure(futures) -> list:
         return running + [f for f in direct if not f.done()]
 
     over = threading.Event()
-    with _news:
-        if not _over(direct):
-            _waiters[id(over)] = (direct, over)
-        else:
+    with _news:  # (registered before it looks: a task that ends meanwhile finds it)
+        _waiters[id(over)] = (direct, over)
+        if _over(direct):
             over.set()
     try:
         over.wait()

@@ -11,8 +11,8 @@ A larger one goes as Dask sends it, arrays as frames of their own without a copy
 
 from __future__ import annotations
 
-from dask.sizeof import sizeof
-from distributed.protocol import pickle, to_serialize
+from distributed.protocol import Serialized, pickle, serialize
+from distributed.sizeof import safe_sizeof
 
 INLINE_RESULT = 64 << 10  # bytes of a pickled result sent inside its answer; larger: Dask's frames
 
@@ -25,18 +25,25 @@ def plain(value) -> bool:
 
 def encode(value) -> dict:
     """The answer's fields for ``value`` (on the task's thread): ``{"result": value}``
-    (plain, or Dask's serialization) or ``{"pickled": [bytes, *buffers]}``. Raises what
-    pickling raises."""
+    (plain, or serialized as Dask's comms do) or ``{"pickled": [bytes, *buffers]}``.
+    Raises what pickling or serializing raises."""
     if plain(value):
         return {"result": value}
-    if sizeof(value) > INLINE_RESULT:  # (not pickled for nothing)
-        return {"result": to_serialize(value)}
+    if safe_sizeof(value) > INLINE_RESULT:  # (not pickled for nothing)
+        return {"result": _serialized(value)}
     buffers: list = []  # (arrays' bytes, not copied unless the result is small)
     data = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
     views = [memoryview(b) for b in buffers]
     if len(data) + sum(v.nbytes for v in views) > INLINE_RESULT:
-        return {"result": to_serialize(value)}
+        return {"result": _serialized(value)}
     return {"pickled": [data, *(v.tobytes() for v in views)]}
+
+
+def _serialized(value):
+    """``value`` serialized as Dask's comms would (arrays as frames, not copied), here on
+    the task's thread: what cannot be fails the task, not the connection."""
+    header, frames = serialize(value, serializers=("dask", "pickle"), on_error="raise")
+    return Serialized(header, frames)
 
 
 class Pickled:

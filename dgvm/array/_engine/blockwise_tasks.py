@@ -109,7 +109,8 @@ def _collect_chunks(access, op, spec: ArraySpec, indices, partial_of) -> packed.
                 with access.output_chunk():
                     out[spec.block(k)] = bounded(access, op, spec, k,
                                                  lambda: _small_or_host(partial_of(k, lo, hi)))
-        return packed.pack(out, backend.xp)
+            laid = packed.lay_out(out, backend.xp)  # (queued before the one wait)
+        return packed.to_host(laid)
 
 
 def collect_here(op, spec: ArraySpec, indices, deps):

@@ -12,6 +12,7 @@ partials (at most ``PACKED`` bytes are packed) travel as they are, without a cop
 from __future__ import annotations
 
 import numpy as np
+from distributed.sizeof import safe_sizeof
 
 PACKED = 1 << 20  # bytes of an array partial packed with the others; larger: sent as it is
 
@@ -22,17 +23,18 @@ class Packed:
     ("value", object); ``buffers`` holds one flat host array per group (a dtype, and
     whether its arrays were on the host already)."""
 
-    __slots__ = ("layout", "buffers")
+    __slots__ = ("layout", "buffers", "values_nbytes")
 
-    def __init__(self, layout: list, buffers: dict):
+    def __init__(self, layout: list, buffers: dict, values_nbytes: int = 0):
         self.layout = layout
         self.buffers = buffers
+        self.values_nbytes = values_nbytes  # (of the "value" items: what Dask counts)
 
     def __reduce__(self):
-        return Packed, (self.layout, self.buffers)
+        return Packed, (self.layout, self.buffers, self.values_nbytes)
 
     def __sizeof__(self) -> int:  # (what Dask counts of it)
-        return 64 + sum(b.nbytes for b in self.buffers.values()) + 64 * len(self.layout)
+        return 64 + sum(b.nbytes for b in self.buffers.values()) + self.values_nbytes + 64 * len(self.layout)
 
     def unpack(self) -> dict:
         return {block: self._item(item) for block, item in self.layout}
@@ -52,33 +54,51 @@ def pack(partials: dict, xp) -> Packed:
     """``partials`` (block -> an array of ``xp`` or NumPy, a host value, or tuples of
     them), their small arrays copied into one host buffer per dtype (and per side: those
     already on the host are not sent to the device and back)."""
-    groups: dict = {}
+    return to_host(lay_out(partials, xp))
+
+
+def lay_out(partials: dict, xp) -> tuple:
+    """``pack``'s first half, while the task's device work may still run: the layout, and
+    per group the arrays end to end in one new array (queued on the device for theirs)."""
+    groups: dict = {}  # group -> [arrays, elements so far]
+    values = [0]
 
     def item(v):
         if isinstance(v, tuple):
             return ("tuple", [item(i) for i in v])
         if (isinstance(v, (np.ndarray, xp.ndarray)) and v.dtype != object and v.dtype.isnative
                 and v.nbytes <= PACKED):
-            group = groups.setdefault((v.dtype, isinstance(v, np.ndarray)), [])
-            offset = sum(a.size for a in group)
-            group.append(v)
-            return ("array", (v.dtype, isinstance(v, np.ndarray)), offset, tuple(v.shape))
-        return ("value", v.get() if hasattr(v, "get") else v)  # (NumPy's, for the caller)
+            key = (v.dtype, isinstance(v, np.ndarray))
+            group = groups.setdefault(key, [[], 0])
+            offset = group[1]
+            group[0].append(v)
+            group[1] += v.size
+            return ("array", key, offset, tuple(v.shape))
+        v = _host(v)  # (NumPy's, for the caller)
+        values[0] += safe_sizeof(v)
+        return ("value", v)
 
     layout = [(block, item(v)) for block, v in partials.items()]
-    buffers = {}
-    for (dtype, on_host), arrays in groups.items():
-        buffers[(dtype, on_host)] = _flat(np if on_host else xp, arrays, dtype)
-    return Packed(layout, buffers)
+    flats = {key: _joined(np if key[1] else xp, arrays, key[0]) for key, (arrays, _) in groups.items()}
+    return layout, flats, values[0]
 
 
-def _flat(side, arrays, dtype) -> np.ndarray:
-    """``arrays`` end to end in one new host array (never a view of a chunk)."""
+def to_host(laid: tuple) -> Packed:
+    """``pack``'s second half, once the device work ended: each group's array copied here."""
+    layout, flats, values_nbytes = laid
+    return Packed(layout, {key: _host(flat) for key, flat in flats.items()}, values_nbytes)
+
+
+def _joined(side, arrays, dtype):
+    """``arrays`` end to end in one new array (never a view of a chunk)."""
     try:
         flat = side.concatenate([a.ravel() for a in arrays])
     except MemoryError:  # (a full device: each one to the host, joined there)
-        flat = np.concatenate([a.ravel().get() for a in arrays])
-    flat = flat.get() if hasattr(flat, "get") else flat
+        flat = np.concatenate([np.ravel(_host(a)) for a in arrays])
     if flat.dtype != dtype:  # (structured dtypes that promote to an equal one)
         flat = flat.view(dtype)
     return flat
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") else a
