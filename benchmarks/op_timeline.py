@@ -30,12 +30,12 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
-import logging
 import statistics
 import time
 
 import dgvm
 import dgvm.array as dnp
+from timing import direct_plane_backend
 
 
 def _install(dask_worker):
@@ -177,12 +177,7 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--reps", type=int, default=300)
     args = p.parse_args(argv)
-    logging.getLogger("distributed").setLevel(logging.ERROR)
-    from dgvm import backends, config
-
-    backend = backends.resolve(args.backend)
-    if config.get("dispatch.plane") != "direct":
-        raise SystemExit("op_timeline.py times the direct plane (dgvm.dispatch.plane: direct)")
+    backend = direct_plane_backend("op_timeline.py", args.backend)
     shape = tuple(int(s) for s in args.shape.split(","))
     blocks = tuple(int(b) for b in args.blocks.split(","))
     r = measure(args.op, shape, blocks, args.workers, args.reps, backend)

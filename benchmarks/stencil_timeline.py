@@ -34,7 +34,6 @@ which part of a step to shorten.
 from __future__ import annotations
 
 import argparse
-import logging
 import statistics
 import time
 
@@ -42,6 +41,7 @@ import dgvm
 import dgvm.array as dnp
 
 from halo import band, grids, step  # benchmarks/halo.py
+from timing import direct_plane_backend
 
 
 def _install(dask_worker):
@@ -154,12 +154,8 @@ def main(argv=None) -> int:
     p.add_argument("--mib", type=float, default=None, help="MiB of each grid per worker")
     p.add_argument("--steps", type=int, default=30)
     args = p.parse_args(argv)
-    logging.getLogger("distributed").setLevel(logging.ERROR)
-    from dgvm import backends, config
-
-    backend = backends.resolve(args.backend)
-    if config.get("dispatch.plane") != "direct":
-        raise SystemExit("stencil_timeline.py times the direct plane (dgvm.dispatch.plane: direct)")
+    backend = direct_plane_backend("stencil_timeline.py", args.backend)
+    from dgvm import config
     side, nbytes, kw = band(backend, args.mib)
     print(f"backend {backend}; a {side} x {side} float64 band per worker ({nbytes / 2**20:.0f} MiB), "
           f"{args.steps} steps sent back to back; dgvm.dispatch.peers: {config.get('dispatch.peers')}")

@@ -79,3 +79,17 @@ def dask_done(client, backend: str, v):
     wait(v)
     finish_device_work(client, backend)
     return v
+
+
+def direct_plane_backend(script: str, backend: str) -> str:
+    """The backend ``backend`` names (``auto``: cuda where a GPU is visible), for a
+    diagnostic that times the direct plane's internals: it exits saying so when
+    ``dgvm.dispatch.plane`` is not ``direct``. Dask's own logs above errors are muted."""
+    import logging
+
+    from dgvm import backends, config
+
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+    if config.get("dispatch.plane") != "direct":
+        raise SystemExit(f"{script} times the direct plane (dgvm.dispatch.plane: direct)")
+    return backends.resolve(backend)
