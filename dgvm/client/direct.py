@@ -47,8 +47,8 @@ from dgvm import config, dask_compat
 from dgvm.client.left_workers import LeftWorkers
 from dgvm.client.ordering import TaskChunks
 from dgvm.protocol import messages
-from dgvm.protocol.task_results import Pickled
 from dgvm.protocol.errors import ChunkLost, ConnectionBroke, DgvmError, KernelError, NotConnected
+from dgvm.protocol.task_results import Pickled
 
 logger = logging.getLogger("dgvm.client")
 

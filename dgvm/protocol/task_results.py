@@ -6,7 +6,8 @@ a dict of tiny NumPy arrays) is pickled on the worker's task thread into the ans
 unpickled by the client's program thread when it asks for the value: Dask's own
 serialization walks a collection and gives each array a header and frames of its own, on
 the event loops of both ends, which costs more than the arrays' bytes when they are few.
-A larger one goes as Dask sends it, arrays as frames of their own without a copy.
+A larger one is serialized on the task's thread as Dask's comms would, arrays as frames
+of their own without a copy (one that cannot be fails its task, not the connection).
 """
 
 from __future__ import annotations
