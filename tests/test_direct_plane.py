@@ -498,6 +498,15 @@ def test_a_result_is_unpickled_once_by_the_thread_that_asks():
     got[(0, 1)][0] = 9.0  # the caller's to change
     large = task_results.encode(np.zeros(task_results.INLINE_RESULT // 8 + 1))
     assert set(large) == {"result"}  # as Dask serializes it
+    from distributed.protocol import dumps, loads
+
+    with dask.config.set({"distributed.comm.shard": "4KiB"}):  # frames split as the comm would
+        value = (np.arange(20000.0), {"k": np.ones(3)})
+        frames = dumps({"result": task_results.encode(value)["result"]})
+    assert len(frames) > 10
+    got = loads(frames)["result"]
+    np.testing.assert_array_equal(got[0], value[0])
+    np.testing.assert_array_equal(got[1]["k"], value[1]["k"])
 
 
 def test_a_wait_for_an_operations_tasks_ends_when_all_ended_or_one_failed():
@@ -506,7 +515,8 @@ def test_a_wait_for_an_operations_tasks_ends_when_all_ended_or_one_failed():
 
     def waiting(tasks):
         out = {}
-        t = threading.Thread(target=lambda: out.setdefault("running", direct.wait_first_failure(tasks)))
+        t = threading.Thread(target=lambda: out.setdefault("running", direct.wait_first_failure(tasks)),
+                             daemon=True)
         t.start()
         return t, out
 
@@ -546,7 +556,8 @@ def test_a_task_that_ends_while_its_waiter_looks_still_wakes_it(monkeypatch):
 
     monkeypatch.setattr(direct, "_over", racing)
     out = {}
-    waiter = threading.Thread(target=lambda: out.setdefault("running", direct.wait_first_failure(tasks)))
+    waiter = threading.Thread(target=lambda: out.setdefault("running", direct.wait_first_failure(tasks)),
+                              daemon=True)  # (a regression leaves no thread behind)
     waiter.start()
     waiter.join(5)
     assert not waiter.is_alive() and out["running"] == []

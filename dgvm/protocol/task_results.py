@@ -12,7 +12,10 @@ of their own without a copy (one that cannot be fails its task, not the connecti
 
 from __future__ import annotations
 
-from distributed.protocol import Serialized, pickle, serialize
+import dask
+from dask.utils import parse_bytes
+from distributed.protocol import Serialized, pickle, to_serialize
+from distributed.protocol.serialize import serialize_and_split
 from distributed.sizeof import safe_sizeof
 
 INLINE_RESULT = 64 << 10  # bytes of a pickled result sent inside its answer; larger: Dask's frames
@@ -41,9 +44,12 @@ def encode(value) -> dict:
 
 
 def _serialized(value):
-    """``value`` serialized as Dask's comms would (arrays as frames, not copied), here on
-    the task's thread: what cannot be fails the task, not the connection."""
-    header, frames = serialize(value, serializers=("dask", "pickle"), on_error="raise")
+    """``value`` serialized as Dask's comms would (each element of a collection on its
+    own, arrays as frames not copied, frames split at ``distributed.comm.shard``), here
+    on the task's thread: what cannot be fails the task, not the connection."""
+    shard = parse_bytes(dask.config.get("distributed.comm.shard"))
+    header, frames = serialize_and_split(to_serialize(value), serializers=("dask", "pickle"),
+                                         on_error="raise", size=shard)
     return Serialized(header, frames)
 
 
