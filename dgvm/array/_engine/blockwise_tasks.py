@@ -24,9 +24,9 @@ from dgvm.worker.tasks import current_key, device_task, write_chunks
 
 
 # Partials up to this size stay on the device until the task's last chunk is queued, so
-# that the device waits once per task; larger ones (sorted chunks, ...) come to the host
-# at once rather than pile up in device memory.
-SMALL_PARTIAL = 1 << 20
+# that the device waits once per task, and are then packed; larger ones (sorted chunks,
+# ...) come to the host at once rather than pile up in device memory.
+SMALL_PARTIAL = packed.PACKED
 
 
 def blockwise_here(op, out: ArraySpec, specs, indices, deps):
@@ -86,13 +86,7 @@ def out_of_memory_message(access: Access, op, spec: ArraySpec, k: int, e: BaseEx
 def _small_or_host(value):
     if isinstance(value, tuple):
         return tuple(_small_or_host(v) for v in value)
-    return value if getattr(value, "nbytes", 0) <= SMALL_PARTIAL else _host(value)
-
-
-def _host(value):
-    if isinstance(value, tuple):
-        return tuple(_host(v) for v in value)
-    return value.get() if hasattr(value, "get") else value
+    return value if getattr(value, "nbytes", 0) <= SMALL_PARTIAL else packed.host(value)
 
 
 def _collect_chunks(access, op, spec: ArraySpec, indices, partial_of) -> packed.Packed:

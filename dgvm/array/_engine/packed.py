@@ -74,7 +74,7 @@ def lay_out(partials: dict, xp) -> tuple:
             group[0].append(v)
             group[1] += v.size
             return ("array", key, offset, tuple(v.shape))
-        v = _host(v)  # (NumPy's, for the caller)
+        v = host(v)  # (NumPy's, for the caller)
         values[0] += safe_sizeof(v)
         return ("value", v)
 
@@ -86,7 +86,7 @@ def lay_out(partials: dict, xp) -> tuple:
 def to_host(laid: tuple) -> Packed:
     """``pack``'s second half, once the device work ended: each group's array copied here."""
     layout, flats, values_nbytes = laid
-    return Packed(layout, {key: _host(flat) for key, flat in flats.items()}, values_nbytes)
+    return Packed(layout, {key: host(flat) for key, flat in flats.items()}, values_nbytes)
 
 
 def _joined(side, arrays, dtype):
@@ -94,11 +94,15 @@ def _joined(side, arrays, dtype):
     try:
         flat = side.concatenate([a.ravel() for a in arrays])
     except MemoryError:  # (a full device: each one to the host, joined there)
-        flat = np.concatenate([np.ravel(_host(a)) for a in arrays])
+        flat = np.concatenate([np.ravel(host(a)) for a in arrays])
     if flat.dtype != dtype:  # (structured dtypes that promote to an equal one)
         flat = flat.view(dtype)
     return flat
 
 
-def _host(a):
-    return a.get() if hasattr(a, "get") else a
+def host(value):
+    """``value`` (an array, a host value, or tuples of them) with its device arrays copied
+    to the host."""
+    if isinstance(value, tuple):
+        return tuple(host(v) for v in value)
+    return value.get() if hasattr(value, "get") else value
