@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgvm.array._engine import blockwise
+from dgvm.array._engine import axis_sums, blockwise
 from dgvm.array._engine.axes import normalize_axis
 from dgvm.backends import working_memory
 
@@ -42,8 +42,10 @@ class Partial:
         return self.fn, self.axes, self.dtype
 
     def partial(self, chunk, lo, hi, xp):
-        kw = {} if self.dtype is None else {"dtype": self.dtype}
         with np.errstate(all="ignore"):
+            if self.fn == "sum":
+                return axis_sums.sums(chunk, self.axes, self.dtype, xp)
+            kw = {} if self.dtype is None else {"dtype": self.dtype}
             return getattr(xp, self.fn)(chunk, axis=self.axes, keepdims=True, **kw)
 
 
