@@ -115,3 +115,16 @@ def test_cupy_chunks_are_summed_by_product_where_it_is_the_same_sum(shape, order
     want = np.sum(cupy.asnumpy(a), axis=axes, keepdims=True)
     assert isinstance(got, cupy.ndarray) and got.shape == want.shape and got.dtype == want.dtype
     np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=rtol_of(a.dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(gpu_count() == 0, reason="no CUDA GPU visible")
+def test_the_vector_of_ones_is_kept_per_dtype_up_to_its_length_and_made_past_it():
+    import cupy
+
+    for rows_, dtype in ((axis_sums.KEPT_ONES + 3, "float64"), (axis_sums.KEPT_ONES, "float32"), (7, "float32")):
+        a = chunk_of((rows_, 3), "C", dtype, cupy)
+        got = cupy.asnumpy(axis_sums.sums(a, (0,), None, cupy))
+        np.testing.assert_allclose(got, np.sum(cupy.asnumpy(a), axis=0, keepdims=True), rtol=rtol_of(dtype) * 10)
+    kept = axis_sums._ones[(cupy.cuda.Device().id, np.dtype("float32"))]
+    assert kept.shape == (axis_sums.KEPT_ONES,) and bool((kept == 1).all())

@@ -18,11 +18,17 @@ NumPy's, as CuPy's own does.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
 DTYPES = frozenset(np.dtype(t) for t in ("float32", "float64", "complex64", "complex128"))
 BLAS_MAX = 2**31 - 1  # (cuBLAS takes its sizes as 32-bit ints)
+# Rows up to which the vector of ones is kept per device and dtype (at most 1 MiB each):
+# made once, not allocated and filled by a kernel of its own for every chunk.
+KEPT_ONES = 1 << 16
+_ones: dict = {}
+_ones_lock = threading.Lock()
 
 
 def sums(chunk, axes: tuple, dtype, xp):
@@ -61,8 +67,24 @@ def rows(chunk, axes: tuple, dtype):
 def by_product(chunk, axes: tuple, matrix, flipped: bool, xp):
     """The sum of ``matrix``'s rows (``rows(chunk, axes, ...)``), shaped as ``chunk``'s
     keepdims reduction over ``axes``."""
-    total = xp.ones(matrix.shape[0], dtype=matrix.dtype) @ matrix
+    total = ones(matrix.shape[0], matrix.dtype, xp) @ matrix
     kept = [s for i, s in enumerate(chunk.shape) if i not in axes]
     # (of chunk.T, the kept axes came out reversed)
     total = total.reshape(kept[::-1]).T if flipped else total.reshape(kept)
     return total.reshape([1 if i in axes else s for i, s in enumerate(chunk.shape)])
+
+
+def ones(m: int, dtype, xp):
+    """A vector of ``m`` ones of ``dtype`` of ``xp`` (on CuPy's current device: a view of
+    the one kept for the device and dtype while ``m <= KEPT_ONES``)."""
+    if m > KEPT_ONES or xp is np:
+        return xp.ones(m, dtype=dtype)
+    key = (xp.cuda.Device().id, np.dtype(dtype))
+    with _ones_lock:
+        kept = _ones.get(key)
+        if kept is None:
+            kept = xp.ones(KEPT_ONES, dtype=dtype)
+            # (filled on this thread's stream: done before another stream reads it)
+            xp.cuda.get_current_stream().synchronize()
+            _ones[key] = kept
+    return kept[:m]
