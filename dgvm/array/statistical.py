@@ -81,7 +81,7 @@ def mean(x, /, axis=None, dtype=None, *, keepdims=False):
     the input's for floating point)."""
     axes = normalize_axis(axis, x.ndim)
     dt = float_dtype(x) if dtype is None else np.dtype(dtype)
-    total = np.sum(partials(x, Partial("sum", axes, dt), "mean"), axis=axes, keepdims=keepdims, dtype=dt)
+    total = np.sum(partials(x, Partial("sum", axes, dt, folds=True), "mean"), axis=axes, keepdims=keepdims, dtype=dt)
     with np.errstate(all="ignore"):
         return on_caller((total / count(x, axes)).astype(dt), x)
 
@@ -99,7 +99,7 @@ def var(x, /, axis=None, dtype=None, *, correction=None, keepdims=False, ddof=No
     axes = normalize_axis(axis, x.ndim)
     dt = float_dtype(x) if dtype is None else np.dtype(dtype)
     n = count(x, axes)
-    m = np.sum(partials(x, Partial("sum", axes, dt), "var-mean"), axis=axes, keepdims=True, dtype=dt) / n
+    m = np.sum(partials(x, Partial("sum", axes, dt, folds=True), "var-mean"), axis=axes, keepdims=True, dtype=dt) / n
     ss = np.sum(partials(x, SquaredDeviation(m, axes, dt), "var"), axis=axes, keepdims=keepdims)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")

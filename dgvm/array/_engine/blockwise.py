@@ -52,7 +52,9 @@ def run(op, out, inputs, name: str, chunks=None) -> None:
 def collect(op, x, name: str) -> dict[tuple, object]:
     """Run ``op.partial(chunk, lo, hi, xp)`` on every chunk of ``x`` where it lives (one
     task per worker, after the launches that write ``x``) and bring the small results
-    back: block index -> host value (NumPy arrays, or tuples of them). Chunks of what it
+    back: block index -> host value (NumPy arrays, or tuples of them). Where ``op`` has a
+    ``fold`` (``reduction_ops.Fold``), the partials of blocks along its reduced axes are
+    combined, each worker's first: block of the reduced grid -> host value. Chunks of what it
     reads that were lost are made again from their lineage first (``lineage.retrying``).
 
     A deferred elementwise ``x`` is not materialized: each chunk of the tree is computed
@@ -90,7 +92,8 @@ def _collect(op, x, name: str) -> dict[tuple, object]:
     add_readers(readers, futures)
     out = {}
     for part in gather(x.client, futures, direct=True):
-        out.update(part.unpack())  # (``packed``)
+        for block, value in part.unpack().items():  # (``packed``)
+            _put(out, op, block, value)
     return out
 
 
@@ -99,8 +102,19 @@ def _collect_on_caller(op, x) -> dict[tuple, object]:
     out = {}
     for k, sl in enumerate(chunk_grid.block_slices(x.chunks)):
         lo, hi = [s.start for s in sl], [s.stop for s in sl]
-        out[chunk_grid.block_index(k, x.numblocks)] = op.partial(value[sl], lo, hi, np)
+        _put(out, op, chunk_grid.block_index(k, x.numblocks), op.partial(value[sl], lo, hi, np))
     return out
+
+
+def _put(out: dict, op, block: tuple, value) -> None:
+    """``value``, the partial of ``block`` (a block of the reduced grid where ``op`` has a
+    ``fold``, which combines the partials that go into one), into ``out``."""
+    fold = getattr(op, "fold", None)
+    if fold is None:
+        out[block] = value
+    else:
+        block = fold.block(block)
+        out[block] = fold.add(out.get(block), value, np)
 
 
 def assemble(parts: dict[tuple, np.ndarray], grid: tuple):

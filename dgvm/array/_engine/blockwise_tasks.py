@@ -13,6 +13,8 @@ keeps its values.
 
 from __future__ import annotations
 
+import numpy as np
+
 from dgvm.array._engine import fused, packed
 from dgvm.array._engine.tree_op import Reads
 from dgvm.backends import working_memory
@@ -89,6 +91,13 @@ def _small_or_host(value):
     return value if getattr(value, "nbytes", 0) <= SMALL_PARTIAL else packed.host(value)
 
 
+def _fold_in(fold, total, partial, xp):
+    """``partial`` combined into ``total`` (None: the first) by ``fold``. The partials
+    folded together have one shape (the block's extent off the reduced axes): all stay on
+    the device, or all went to the host (``_small_or_host``), and are combined there."""
+    return fold.add(total, partial, np if isinstance(partial, np.ndarray) else xp)
+
+
 def _collect_chunks(access, op, spec: ArraySpec, indices, partial_of) -> packed.Packed:
     """The body of a collect task: ``partial_of(k, lo, hi)`` for each chunk ``k`` (the
     store locked), kept on the device while small; one wait for the device (the values
@@ -96,13 +105,19 @@ def _collect_chunks(access, op, spec: ArraySpec, indices, partial_of) -> packed.
     (``packed``: one copy to the host and one buffer to send per dtype)."""
     out = {}
     backend = access.store.backend
+    fold = getattr(op, "fold", None)  # (partials along the reduced axes: combined here)
     with working_memory.operation(backend):
         with device_task(access, f"reduction {type(op).__name__}", spec, indices, may_leave=False):
             for k in indices:
                 lo, hi = spec.bounds(k)
                 with access.output_chunk():
-                    out[spec.block(k)] = bounded(access, op, spec, k,
-                                                 lambda: _small_or_host(partial_of(k, lo, hi)))
+                    if fold is None:
+                        out[spec.block(k)] = bounded(access, op, spec, k,
+                                                     lambda: _small_or_host(partial_of(k, lo, hi)))
+                    else:
+                        into = fold.block(spec.block(k))
+                        out[into] = bounded(access, op, spec, k, lambda: _fold_in(
+                            fold, out.get(into), _small_or_host(partial_of(k, lo, hi)), backend.xp))
             laid = packed.lay_out(out, backend.xp)  # (queued before the one wait)
         return packed.to_host(laid)
 

@@ -28,13 +28,51 @@ def on_caller(value, like):
     return type(like).on_caller(value, like.client)
 
 
+# The reductions whose partials of blocks along the reduced axes combine into one, by
+# NumPy's (and CuPy's) ufunc of the same name.
+FOLDS = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum",
+         "any": "logical_or", "all": "logical_and"}
+
+
+@dataclass(frozen=True)
+class Fold:
+    """How the partials of blocks that differ only along a reduction's ``axes`` combine
+    into one, with ``ufunc``: first on the worker that made them, then on the caller, so
+    that each worker sends one partial per block of the reduced grid (``grid``), not one
+    per chunk (``blockwise.collect``)."""
+
+    ufunc: str
+    axes: tuple
+
+    def block(self, block: tuple) -> tuple:
+        """The block of the reduced grid that ``block``'s partial goes into."""
+        return tuple(0 if i in self.axes else b for i, b in enumerate(block))
+
+    def grid(self, numblocks: tuple) -> tuple:
+        return tuple(1 if i in self.axes else n for i, n in enumerate(numblocks))
+
+    def add(self, total, partial, xp):
+        """``partial`` combined into ``total`` (None: nothing yet) with ``xp``'s ufunc."""
+        if total is None:
+            return partial
+        with np.errstate(all="ignore"):
+            return getattr(xp, self.ufunc)(total, partial)
+
+
 @dataclass
 class Partial:
-    """Per chunk: NumPy's reduction ``fn`` over ``axes``, keeping them (length 1)."""
+    """Per chunk: NumPy's reduction ``fn`` over ``axes``, keeping them (length 1). With
+    ``folds``, the partials along ``axes`` are combined where they are made (``fold``);
+    without (a running total needs each block's), every block's comes back."""
 
     fn: str
     axes: tuple
     dtype: object
+    folds: bool = False
+
+    @property
+    def fold(self) -> Fold | None:
+        return Fold(FOLDS[self.fn], self.axes) if self.folds and self.fn in FOLDS else None
 
     @property
     def reduction(self):
@@ -50,14 +88,17 @@ class Partial:
 
 
 def partials(x, op, name: str) -> np.ndarray:
-    """Every chunk's partial (computed where it lives), assembled in block order."""
-    return blockwise.assemble(blockwise.collect(op, x, name), x.numblocks)
+    """Every chunk's partial (computed where it lives), assembled in block order; those
+    along the reduced axes combined into one where ``op`` has a ``fold``."""
+    fold = getattr(op, "fold", None)
+    return blockwise.assemble(blockwise.collect(op, x, name),
+                              x.numblocks if fold is None else fold.grid(x.numblocks))
 
 
 def reduce(x, fn: str, axis, keepdims: bool, dtype=None):
     """NumPy's ``fn`` of ``x`` over ``axis``: per chunk, then of the partials."""
     axes = normalize_axis(axis, x.ndim)
-    whole = partials(x, Partial(fn, axes, dtype), fn)
+    whole = partials(x, Partial(fn, axes, dtype, folds=True), fn)
     with np.errstate(all="ignore"):
         kw = {"dtype": dtype} if dtype is not None else {}
         value = getattr(np, fn)(whole, axis=axes, keepdims=keepdims, **kw)
@@ -97,6 +138,10 @@ class SquaredDeviation:
     mean: np.ndarray  # keepdims shape: 1 along the reduced axes
     axes: tuple
     dtype: object
+
+    @property
+    def fold(self) -> Fold:
+        return Fold("add", self.axes)
 
     def partial(self, chunk, lo, hi, xp):
         # The deviations take a few chunks' worth: rows along axis 0 at a time, within the
