@@ -83,7 +83,9 @@ def mean(x, /, axis=None, dtype=None, *, keepdims=False):
     dt = float_dtype(x) if dtype is None else np.dtype(dtype)
     total = np.sum(partials(x, Partial("sum", axes, dt, folds=True), "mean"), axis=axes, keepdims=keepdims, dtype=dt)
     with np.errstate(all="ignore"):
-        return on_caller((total / count(x, axes)).astype(dt), x)
+        # (divided as NumPy does, by the count as an integer array scalar: a float16 total
+        # divided by a Python int past 65504 would be divided by inf)
+        return on_caller((total / np.intp(count(x, axes))).astype(dt), x)
 
 
 def _correction(correction, ddof, name: str):
@@ -99,7 +101,8 @@ def var(x, /, axis=None, dtype=None, *, correction=None, keepdims=False, ddof=No
     axes = normalize_axis(axis, x.ndim)
     dt = float_dtype(x) if dtype is None else np.dtype(dtype)
     n = count(x, axes)
-    m = np.sum(partials(x, Partial("sum", axes, dt, folds=True), "var-mean"), axis=axes, keepdims=True, dtype=dt) / n
+    m = (np.sum(partials(x, Partial("sum", axes, dt, folds=True), "var-mean"), axis=axes, keepdims=True,
+                dtype=dt) / np.intp(n)).astype(dt)
     ss = np.sum(partials(x, SquaredDeviation(m, axes, dt), "var"), axis=axes, keepdims=keepdims)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")

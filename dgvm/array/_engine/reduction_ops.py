@@ -55,6 +55,10 @@ class Fold:
         """``partial`` combined into ``total`` (None: nothing yet) with ``xp``'s ufunc."""
         if total is None:
             return partial
+        if self.ufunc in ("add", "multiply") and total.dtype == np.float16:
+            # NumPy adds float16 in float32 and rounds once: so do the folds (in float16
+            # a running total past 2048 stops taking small partials).
+            total = total.astype(np.float32)
         with np.errstate(all="ignore"):
             return getattr(xp, self.ufunc)(total, partial)
 
