@@ -101,7 +101,7 @@ def test_sums_and_means_over_leading_and_trailing_axes_are_numpys(case, dtype):
             "sum(axis=0)": (x.sum(axis=0), h.sum(axis=0)),
             "mean(axis=0)": (x.mean(axis=0), h.mean(axis=0)),
             "sum(axis=0, keepdims)": (dnp.sum(x, axis=0, keepdims=True), h.sum(axis=0, keepdims=True)),
-            "T.sum(axis=1)": (x.T.sum(axis=1), h.T.sum(axis=1)),  # (F-ordered chunks: a trailing axis)
+            "T.sum(axis=1)": (x.T.sum(axis=1), h.T.sum(axis=1)),  # (a view: reduced from its copy)
             "T.sum(axis=0)": (x.T.sum(axis=0), h.T.sum(axis=0)),
             "sum(axis=1)": (x.sum(axis=1), h.sum(axis=1)),
         }
