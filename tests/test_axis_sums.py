@@ -153,12 +153,13 @@ def test_float32_is_not_summed_by_product_when_cupy_multiplies_in_tf32():
     import cupy
     from cupy._core import _routines_linalg as linalg
 
+    if cupy.cuda.Device().compute_capability < "80":
+        pytest.skip("TF32 needs compute capability 8.0")
     a = chunk_of((6, 5), "C", "float32", cupy)
     before = linalg.get_compute_type(np.float32)
     linalg.set_compute_type(np.float32, linalg.COMPUTE_TYPE_TF32)
     try:
         assert not axis_sums._exact_products(np.dtype(np.float32))
-        assert axis_sums._exact_products(np.dtype(np.float64))
         got = cupy.asnumpy(axis_sums.sums(a, (0,), None, cupy))
     finally:
         linalg.set_compute_type(np.float32, before)

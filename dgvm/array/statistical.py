@@ -103,11 +103,14 @@ def var(x, /, axis=None, dtype=None, *, correction=None, keepdims=False, ddof=No
     n = count(x, axes)
     m = (np.sum(partials(x, Partial("sum", axes, dt, folds=True), "var-mean"), axis=axes, keepdims=True,
                 dtype=dt) / np.intp(n)).astype(dt)
+    real = np.empty(0, dt).real.dtype
     ss = np.sum(partials(x, SquaredDeviation(m, axes, dt), "var"), axis=axes, keepdims=keepdims)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out = ss / np.maximum(n - correction, 0)
-    return on_caller(out.astype(np.empty(0, dt).real.dtype), x)
+        # (the sum in the asked dtype first, as NumPy's: a float16 one past 65504 is inf,
+        # though the partials were folded in float32)
+        out = ss.astype(real) / np.maximum(n - correction, 0)
+    return on_caller(out.astype(real), x)
 
 
 @empty_aware

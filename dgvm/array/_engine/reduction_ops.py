@@ -56,8 +56,9 @@ class Fold:
         if total is None:
             return partial
         if self.ufunc in ("add", "multiply") and total.dtype == np.float16:
-            # NumPy adds float16 in float32 and rounds once: so do the folds (in float16
-            # a running total past 2048 stops taking small partials).
+            # (a sum asked in float16: folded in float32, as NumPy adds each run of
+            # float16 values in float32; in float16 a running total past 2048 stops
+            # taking small partials. The caller's last step casts to float16.)
             total = total.astype(np.float32)
         with np.errstate(all="ignore"):
             return getattr(xp, self.ufunc)(total, partial)
