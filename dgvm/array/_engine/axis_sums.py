@@ -4,9 +4,10 @@ CuPy sums the slow (leading, in memory) axes of an array with a reduction kernel
 reads a 10000 x 10000 float64 chunk at 2.1-2.5 TB/s on an H200, a 40000 x 1000 one at
 0.3 TB/s, float32 at 55-65% of those; cuBLAS's matrix-vector product ``ones @ a`` reads
 the float64 chunks at 3.8-4.2 TB/s (2.9-3 for the narrow one) and the float32 ones at
-2.5-3.9, about the device's streaming rate (``benchmarks/axis_sums.py`` prints both). So on cuda a chunk (C-ordered, as every
-chunk is) viewed as an (m, n) matrix, the m rows to be added, is summed as
-``ones(m) @ a``: ``x.sum(axis=0)``, ``x.mean(axis=0)`` and ``var``'s first pass.
+2.5-3.9, about the device's streaming rate (``benchmarks/axis_sums.py`` prints both).
+So on cuda a chunk (C-ordered, as every chunk is) viewed as an (m, n) matrix, the m rows
+to be added, is summed as ``ones(m) @ a``: ``x.sum(axis=0)``, ``x.mean(axis=0)`` and
+``var``'s first pass.
 
 Only where it is the same sum: float32 and float64 summed in their own dtype (a product
 by one is exact, and NaN and infinities pass through); complex ones as the float matrix
