@@ -22,16 +22,8 @@ import numpy as np
 
 import dgvm
 import dgvm.array as dnp
-from timing import array_module, median_time  # (the script's folder is on sys.path)
-
-
-def device_time(xp, fn, reps: int) -> float:
-    """Median seconds of ``fn()`` to the end of its device work."""
-    def run():
-        fn()
-        if xp is not np:
-            xp.cuda.Device().synchronize()
-    return median_time(run, reps)
+from array_ops import side_fitting  # (the script's folder is on sys.path)
+from timing import array_module, device_time, median_time
 
 
 def per_chunk(xp, n: int, reps: int) -> None:
@@ -50,8 +42,7 @@ def default_n(backend: str) -> int:
         return 2000
     import cupy
 
-    total = cupy.cuda.runtime.memGetInfo()[1]
-    return min(40000, int((total / 4 / 8) ** 0.5) // 400 * 400)
+    return side_fitting(cupy.cuda.runtime.memGetInfo()[1] / 4, 1, 40000, step=400)
 
 
 def main(argv=None) -> int:

@@ -45,6 +45,16 @@ def median_time(fn, reps: int, label: str | None = None) -> float:
     return statistics.median(times)
 
 
+def device_time(xp, fn, reps: int) -> float:
+    """``median_time`` of ``fn()`` run here with ``xp`` (NumPy, or CuPy: to the end of
+    its device work)."""
+    def run():
+        fn()
+        if xp.__name__ == "cupy":
+            xp.cuda.Device().synchronize()
+    return median_time(run, reps)
+
+
 def array_module(backend: str):
     """The array library of a backend's blocks: CuPy on cuda, NumPy on cpu."""
     if backend == "cuda":

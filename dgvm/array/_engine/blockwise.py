@@ -90,26 +90,25 @@ def _collect(op, x, name: str) -> dict[tuple, object]:
     futures = submit(x.client, fn, (op, *args), homes, deps, name, rerun="reads")
     session_of(x.client).part(TaskChunks).wrote_nothing(futures)
     add_readers(readers, futures)
-    out = {}
+    out, fold = {}, getattr(op, "fold", None)
     for part in gather(x.client, futures, direct=True):
         for block, value in part.unpack().items():  # (``packed``)
-            _put(out, op, block, value)
+            _put(out, fold, block, value)
     return out
 
 
 def _collect_on_caller(op, x) -> dict[tuple, object]:
     value = x.host_value
-    out = {}
+    out, fold = {}, getattr(op, "fold", None)
     for k, sl in enumerate(chunk_grid.block_slices(x.chunks)):
         lo, hi = [s.start for s in sl], [s.stop for s in sl]
-        _put(out, op, chunk_grid.block_index(k, x.numblocks), op.partial(value[sl], lo, hi, np))
+        _put(out, fold, chunk_grid.block_index(k, x.numblocks), op.partial(value[sl], lo, hi, np))
     return out
 
 
-def _put(out: dict, op, block: tuple, value) -> None:
-    """``value``, the partial of ``block`` (a block of the reduced grid where ``op`` has a
-    ``fold``, which combines the partials that go into one), into ``out``."""
-    fold = getattr(op, "fold", None)
+def _put(out: dict, fold, block: tuple, value) -> None:
+    """``value``, the partial of ``block``, into ``out``; with the op's ``fold``, into its
+    block of the reduced grid, combined with the partials already there."""
     if fold is None:
         out[block] = value
     else:

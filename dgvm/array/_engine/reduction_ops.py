@@ -163,7 +163,7 @@ class SquaredDeviation:
             r1 = min(chunk.shape[0], r0 + rows)
             parts.append(self._rows(chunk[r0:r1], (lo[0] + r0, *lo[1:]), (lo[0] + r1, *hi[1:]), xp))
         if 0 in self.axes:
-            return sum(parts[1:], parts[0])
+            return functools.reduce(lambda total, part: self.fold.add(total, part, xp), parts)
         return xp.concatenate(parts, axis=0)
 
     def _rows(self, chunk, lo, hi, xp):
