@@ -442,6 +442,20 @@ def test_a_request_whose_connection_breaks_as_its_peer_dies_says_the_peer_left()
         asyncio.run(scenario(news=False))
 
 
+def test_a_refusal_from_a_peer_is_raised_at_once_not_taken_for_a_broken_connection():
+    """``AccessDenied`` is a ``PermissionError`` (an ``OSError``), but it is the peer's
+    answer: no wait for news that the peer left (the grace would hold it for an hour)."""
+    async def scenario():
+        async def refused():
+            raise dgvm.AccessDenied("allocation 1 belongs to 'a', not 'b'")
+
+        await asyncio.wait_for(LeftPeers().call("tcp://a:1", refused(), lambda: ConnectionError("a left"),
+                                                grace=3600.0), BOUND)
+
+    with pytest.raises(dgvm.AccessDenied, match="belongs to"):
+        asyncio.run(scenario())
+
+
 def test_a_request_to_a_peer_stops_waiting_when_the_peer_leaves():
     async def scenario():
         peers = LeftPeers()

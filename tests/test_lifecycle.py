@@ -12,6 +12,7 @@ from distributed import Client
 
 import dgvm
 import dgvm.array as dnp
+from dgvm.client.left_workers import LeftWorkers
 from dgvm.client.session import call_scheduler
 from dgvm.protocol import messages
 
@@ -40,7 +41,11 @@ def test_workers_report_profiles(case):
         assert len({w.device for w in ws}) == len(ws)  # one GPU each
 
 
-def test_other_clients_cannot_touch_an_allocation(case):
+def test_other_clients_cannot_touch_an_allocation(case, monkeypatch):
+    def waited(*args):  # a refusal is an answer, not a worker that went away
+        raise AssertionError(f"a refused request waited for news that a worker left: {args}")
+
+    monkeypatch.setattr(LeftWorkers, "wait_left", waited)
     with dgvm.malloc(2 * MiB, chunk_bytes=MiB) as buf:
         buf.write(0, b"mine")
         with Client(case.cluster.scheduler_address, set_as_default=False) as other:

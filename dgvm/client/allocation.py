@@ -22,7 +22,7 @@ from dgvm.client.session import (
     Session, call_scheduler, call_workers, client_or_current, is_closed, session_of,
 )
 from dgvm.protocol import arguments, messages
-from dgvm.protocol.errors import ChunkLost, ConnectionBroke, InvalidAddress
+from dgvm.protocol.errors import ChunkLost, ConnectionBroke, InvalidAddress, broken_connection
 from dgvm.protocol.messages import ChunkMap
 from dgvm.protocol.records import ChunkInfo
 
@@ -276,7 +276,9 @@ class AllocationHandle:
             }
             try:
                 return call_workers(handler, requests, self.client), order
-            except (OSError, ConnectionBroke):
+            except (OSError, ConnectionBroke) as e:
+                if not broken_connection(e):  # refused (AccessDenied): the answer itself
+                    raise
                 # A worker went away: once the GVAT says so, name the lost chunks (a
                 # request that raced with its death fails before the scheduler knows;
                 # one that a closing worker served answers ConnectionBroke).

@@ -68,6 +68,14 @@ class ConnectionBroke(DgvmError):
     connection's error."""
 
 
+def broken_connection(error: BaseException) -> bool:
+    """Did a request fail because its connection broke (an ``OSError`` of the comm, or a
+    handler's ``ConnectionBroke``), rather than being refused? ``AccessDenied`` is a
+    ``PermissionError``, so an ``OSError`` too, but it is an answer: waiting for news that
+    the peer left, or asking again, would only delay it."""
+    return isinstance(error, ConnectionBroke) or (isinstance(error, OSError) and not isinstance(error, DgvmError))
+
+
 class KernelError(DgvmError):
     """A kernel failed on a worker; the message names the kernel, chunk and worker and
     carries the original traceback. The failing output chunk keeps its previous contents."""

@@ -27,7 +27,7 @@ from dgvm.gvat.placement import POLICIES
 from dgvm.protocol import arguments, messages
 from dgvm.protocol.chunk_grid import block_nbytes
 from dgvm.protocol.errors import (
-    ChunkLost, ConnectionBroke, DgvmError, InvalidAddress, InvalidArgument, OutOfDeviceMemory,
+    ChunkLost, DgvmError, InvalidAddress, InvalidArgument, OutOfDeviceMemory, broken_connection,
 )
 from dgvm.protocol.messages import ChunkMap, Migrated, Pulled, Translation, Where
 from dgvm.protocol.records import AllocationMeta, AllocId, ClientId, DeviceProfile, WorkerAddress
@@ -396,7 +396,7 @@ class GVATPlugin(SchedulerPlugin):
                 raise OutOfDeviceMemory(
                     f"allocation of {alloc.nbytes} bytes rolled back on every worker: {reasons}"
                 )
-            broken = [a for a, r in failed if isinstance(r, (OSError, ConnectionBroke))]
+            broken = [a for a, r in failed if broken_connection(r)]
             if broken:
                 # A worker died or closed while its chunks were made: once the scheduler has
                 # removed it, place again on the others. (An OSError raised out of a handler

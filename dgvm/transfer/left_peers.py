@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 from typing import Awaitable, Callable
 
+from dgvm.protocol.errors import broken_connection
+
 GRACE = 5.0  # seconds a request whose connection broke waits for news that its peer left
 
 
@@ -52,7 +54,7 @@ class LeftPeers:
                 task.cancel()
                 raise gone()
             error = task.exception()
-            if isinstance(error, OSError):
+            if isinstance(error, OSError) and broken_connection(error):  # (not a refusal: AccessDenied)
                 done, _ = await asyncio.wait({flag}, timeout=grace)
                 if done:
                     raise gone() from error

@@ -34,7 +34,7 @@ from distributed.protocol import pickle
 
 from dgvm import config, streams
 from dgvm.protocol import messages, task_results
-from dgvm.protocol.errors import DgvmError
+from dgvm.protocol.errors import DgvmError, broken_connection
 
 logger = logging.getLogger("dgvm.worker")
 
@@ -428,7 +428,12 @@ class DirectTasks:
                     if message["wrote"] and store is not None:  # every replica of them the GVAT knew of is gone
                         store.copies_dropped(message["alloc_id"], message["wrote"], exports)
                     break
-                except OSError:  # the scheduler is away: it may come back (``scheduler-wait``)
+                except Exception as e:  # noqa: BLE001
+                    if not (isinstance(e, OSError) and broken_connection(e)):
+                        # refused: the allocation was freed meanwhile
+                        logger.info("dgvm: the report of task %s was refused", message.get("key"), exc_info=True)
+                        break
+                    # the scheduler is away: it may come back (``scheduler-wait``)
                     if time.monotonic() > deadline:
                         raise DgvmError(
                             f"the write of task {message.get('key')} to chunks {message['wrote']} of "
@@ -436,9 +441,6 @@ class DirectTasks:
                             f"scheduler took its report within {wait:g} s: copies of those chunks on "
                             "other workers may be stale") from None
                     await asyncio.sleep(0.2)
-                except Exception:  # noqa: BLE001  (refused: the allocation was freed meanwhile)
-                    logger.info("dgvm: the report of task %s was refused", message.get("key"), exc_info=True)
-                    break
 
     def ready(self) -> bool:
         """Is a direct task ready here: waiting only for a thread, or to run as soon as a
