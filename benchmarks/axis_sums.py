@@ -2,6 +2,7 @@
 product, and dgvm's ``x.mean(axis=0)`` beside CuPy's on one GPU.
 
     python benchmarks/axis_sums.py [--backend auto|cuda|cpu] [--n 40000] [--reps 20]
+                                   [--scheduler-process]
 
 First one device, per chunk (an n/4 x n/4 chunk and a narrow n x n/40 one, float64 and
 float32), in GB/s: CuPy's (NumPy's on cpu) ``a.sum(axis=0)``, ``ones @ a`` (how dgvm sums
@@ -10,6 +11,8 @@ streaming read (the hardware figure). Then the cluster (one worker per GPU, at m
 dgvm's ``x.mean(axis=0)`` and ``x.sum(axis=0)`` of an n x n float64 array in 4 x 4
 blocks, beside the same on one GPU with CuPy (the ratio's target: dgvm at most 1.2x
 CuPy's time), and the device floor, one read of x at the bandwidth the workers measured.
+``--scheduler-process`` runs the cluster's scheduler in a process of its own, as a
+deployment with the Dask CLI has it, instead of on this process's event loop.
 On cuda ``--n`` defaults to 40000, less where x would take more than a quarter of a GPU.
 """
 
@@ -50,6 +53,8 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="auto")
     p.add_argument("--n", type=int, default=None)
     p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--scheduler-process", action="store_true",
+                   help="the LocalCluster's scheduler in a process of its own (not this one's event loop)")
     args = p.parse_args(argv)
     logging.getLogger("distributed").setLevel(logging.ERROR)
     from dgvm import backends
@@ -73,7 +78,8 @@ def main(argv=None) -> int:
         from dgvm.backends.cuda import gpu_count
 
         n_workers, kw = max(1, min(2, gpu_count())), {}
-    client = dgvm.connect(n_workers=n_workers, backend=backend, dashboard_address=None, **kw)
+    client = dgvm.connect(n_workers=n_workers, backend=backend, dashboard_address=None,
+                          scheduler_process=args.scheduler_process, **kw)
     try:
         x = dnp.random.random((n, n), chunks=-(-n // 4))
         x.wait()
@@ -85,7 +91,9 @@ def main(argv=None) -> int:
                 "sum(axis=0)": median_time(lambda: x.sum(axis=0).wait(), args.reps)}
         bw = sum(w.bandwidth for w in dgvm.workers(client=client))
         floor = 8 * n * n / bw
-        print(f"\nbackend {backend}, x {n}x{n} float64 in 4x4 blocks, {n_workers} worker(s); median of "
+        where = "its own process" if args.scheduler_process else "this process"
+        print(f"\nbackend {backend}, x {n}x{n} float64 in 4x4 blocks, {n_workers} worker(s), the scheduler in "
+              f"{where}; median of "
               f"{args.reps} runs, ms; device floor: one read of x at the {bw / 1e9:.0f} GB/s the "
               f"workers measured, {1e3 * floor:.2f} ms")
         print(f"{'operation':14s} {'dgvm':>8s} {'CuPy, 1 GPU':>12s} {'dgvm/CuPy':>10s} {'floor/dgvm':>11s}")

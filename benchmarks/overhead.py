@@ -1,6 +1,7 @@
 """The fixed time of one dgvm.array operation, on both dispatch planes, beside Dask.
 
     python benchmarks/overhead.py [--backend auto|cuda|cpu] [--n 4000] [--reps 20]
+                                  [--scheduler-process]
 
 For each operation it prints the median wall time on the client with the direct plane
 (``dgvm.dispatch.plane: direct``: the caller sends each worker its task and the worker
@@ -11,6 +12,8 @@ stops until the caller has its answer (completion messages, the gather). A bare 
 round trip (one no-op task per worker, submitted and gathered) and the device floor of
 the operation's passes over x are printed beside them. Then the requests an operation
 makes, alone: a GVAT request, a request to each worker, an allocation like x's and a free.
+``--scheduler-process`` runs the cluster's scheduler in a process of its own, as a
+deployment with the Dask CLI has it, instead of on this process's event loop.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="auto")
     p.add_argument("--n", type=int, default=4000)
     p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--scheduler-process", action="store_true",
+                   help="the LocalCluster's scheduler in a process of its own (not this one's event loop)")
     args = p.parse_args(argv)
     logging.getLogger("distributed").setLevel(logging.ERROR)
     from dgvm import backends
@@ -73,7 +78,8 @@ def main(argv=None) -> int:
         from dgvm.backends.cuda import gpu_count
 
         n_workers = max(1, min(2, gpu_count()))
-    client = dgvm.connect(n_workers=n_workers, backend=backend, dashboard_address=None, **kw)
+    client = dgvm.connect(n_workers=n_workers, backend=backend, dashboard_address=None,
+                          scheduler_process=args.scheduler_process, **kw)
     try:
         workers = list(client.scheduler_info()["workers"])
         x = dnp.random.random((args.n, args.n), chunks=-(-args.n // 4))
@@ -88,7 +94,9 @@ def main(argv=None) -> int:
             "x.mean(axis=0).wait()": lambda: x.mean(axis=0).wait(),
         }
         bw = sum(w.bandwidth for w in dgvm.workers(client=client))
-        print(f"backend {backend}, x {args.n}x{args.n} float64 in 4x4 blocks, {n_workers} workers; "
+        where = "its own process" if args.scheduler_process else "this process"
+        print(f"backend {backend}, x {args.n}x{args.n} float64 in 4x4 blocks, {n_workers} workers, the "
+              f"scheduler in {where}; "
               f"median of {args.reps} runs, ms")
         print(f"hardware floor: one pass over x (read or write) takes {1e3 * 8 * args.n ** 2 / bw:.2f} ms "
               f"at the {bw / 1e9:.0f} GB/s the workers measured ((x + 1) moves two passes)")
