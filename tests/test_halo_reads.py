@@ -276,3 +276,140 @@ def test_a_piece_of_a_chunk_whose_move_ended_is_read_from_its_new_home(case):
     finally:
         client.run(late_release, delay=None, workers=[home])
         time.sleep(3.5)  # the late release ends before the next test
+
+
+def test_a_home_that_no_longer_serves_exports_is_an_error_naming_it_not_a_raw_one(case):
+    """A worker that is closing has dropped its handlers (``teardown``) before the
+    scheduler removes it: it answers a request for its chunks with nothing. A read of
+    one by another worker's task, and a move of one, fail saying that worker no longer
+    serves them (after the wait for news that it left), not with a ``TypeError`` of the
+    empty answer; and once it serves them again, both work and nothing was lost."""
+    from dgvm.protocol import messages
+
+    case.needs_workers(2, "a chunk read from another worker")
+    client = case.client
+    h = np.arange(64 * 8, dtype=np.float64).reshape(64, 8)
+    x = dnp.from_numpy(h, chunks=(16, 8), placement="round_robin")
+    homes = x.alloc.homes()
+    closing, reader = homes[1], homes[0]
+
+    def serve(dask_worker, on):
+        from dgvm.transfer import left_peers
+
+        plugin = dask_worker.extensions["dgvm"]
+        if on:
+            dask_worker.handlers[messages.EXPORT] = plugin._dgvm_export_kept
+            left_peers.GRACE = plugin._dgvm_grace_kept
+        else:
+            plugin._dgvm_export_kept = dask_worker.handlers.pop(messages.EXPORT)
+            plugin._dgvm_grace_kept, left_peers.GRACE = left_peers.GRACE, 0.2
+
+    client.run(serve, on=False, workers=[closing])
+    client.run(lambda: setattr(__import__("dgvm.transfer.left_peers").transfer.left_peers, "GRACE", 0.2),
+               workers=[reader])
+    try:
+        with pytest.raises(dgvm.DgvmError, match=f"{closing} no longer serves {messages.EXPORT}"):
+            (x[:-2] + x[2:]).wait()  # chunk 0's task reads chunk 1's first rows
+        with pytest.raises(dgvm.DgvmError, match=f"{closing} no longer serves {messages.EXPORT}"):
+            x.migrate([1], reader)
+    finally:
+        client.run(serve, on=True, workers=[closing])
+        client.run(lambda: setattr(__import__("dgvm.transfer.left_peers").transfer.left_peers, "GRACE", 5.0),
+                   workers=[reader])
+    z = x[:-2] + x[2:]
+    z.wait()
+    np.testing.assert_array_equal(dnp.asnumpy(z), h[:-2] + h[2:])
+    x.migrate([1], reader)
+    assert x.alloc.homes()[1] == reader
+    np.testing.assert_array_equal(dnp.asnumpy(x), h)
+
+
+def test_a_write_forwarded_to_a_home_that_no_longer_serves_writes_is_not_taken_for_done(case):
+    """A task whose output chunk moved away sends its value to the chunk's new home
+    (``tasks.forward``). A home that is closing answers with nothing: the write is not
+    done, and the task says so, rather than reporting the chunk written."""
+    from dgvm.protocol import messages
+
+    case.needs_workers(2, "a write forwarded to another worker")
+    client = case.client
+    x = dnp.from_numpy(np.zeros((4, 8)), chunks=(1, 8), placement="round_robin")
+    homes = x.alloc.homes()
+    closing, writer = homes[1], homes[0]
+    out = {"alloc_id": x.alloc.alloc_id, "owner": x.alloc.owner}
+
+    def serve(dask_worker, on):
+        plugin = dask_worker.extensions["dgvm"]
+        if on:
+            dask_worker.handlers[messages.WRITE] = plugin._dgvm_write_kept
+        else:
+            plugin._dgvm_write_kept = dask_worker.handlers.pop(messages.WRITE)
+
+    async def forward_one(dask_worker, out, home):
+        import asyncio
+        import types
+
+        from dgvm.protocol.messages import Where
+        from dgvm.transfer import left_peers
+        from dgvm.worker import tasks
+
+        plugin = dask_worker.plugins[messages.STORE_PLUGIN]
+        access = types.SimpleNamespace(worker=dask_worker, transfers=plugin.transfers,
+                                       locate=lambda alloc_id, k: Where(home=home, path="comm", version=0))
+        grace, left_peers.GRACE = left_peers.GRACE, 0.2
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, tasks.forward, access, types.SimpleNamespace(
+                **out), 1, np.ones(8).view(np.uint8))
+            return "taken"
+        except Exception as e:  # noqa: BLE001
+            return f"{type(e).__name__}: {e}"
+        finally:
+            left_peers.GRACE = grace
+
+    client.run(serve, on=False, workers=[closing])
+    try:
+        answer = client.run(forward_one, out=out, home=closing, workers=[writer])[writer]
+    finally:
+        client.run(serve, on=True, workers=[closing])
+    assert f"{closing} no longer serves {messages.WRITE}" in answer, answer
+    np.testing.assert_array_equal(dnp.asnumpy(x), np.zeros((4, 8)))  # nothing was written
+    x.free()
+
+
+def test_a_write_whose_copy_holder_is_closing_is_done_and_its_other_copies_dropped(case, monkeypatch):
+    """A write drops the read replicas of what it wrote before it is answered. A holder
+    that is closing (it no longer serves the drop) took its replica with it: the write is
+    done and said done, not failed on its home with that holder's error, and the other
+    holders' replicas are dropped all the same."""
+    from dgvm.protocol import messages
+    from dgvm.transfer import left_peers
+
+    case.needs_workers(3, "a write's home and two workers holding copies")
+    client = case.client
+    rng = np.random.default_rng(5)
+    h, hv = rng.random((64, 64)), rng.random(64)
+    A = dnp.from_numpy(h, chunks=16, placement="round_robin")
+    v = dnp.from_numpy(hv, chunks=16, placement="round_robin")
+    np.testing.assert_allclose(dnp.asnumpy(A @ v), h @ hv)  # v's chunks copied where A's rows need them
+    held = {w: r for w, r in client.run(lambda dask_worker, i=v.alloc_id: dask_worker.extensions["dgvm"].replicas(i)).items() if r}
+    if len(held) < 2:
+        pytest.skip(f"needs copies on two workers: {held}")
+    closing = sorted(held)[0]
+
+    async def serve(dask_worker, on, alloc_id):
+        plugin = dask_worker.plugins[messages.STORE_PLUGIN]
+        if on:  # (it serves again: the replica the GVAT forgot goes)
+            dask_worker.handlers[messages.DROP_REPLICAS] = plugin._dgvm_drop_kept
+            await plugin.drop_replicas(alloc_id, dask_worker.extensions["dgvm"].replicas(alloc_id))
+        else:
+            plugin._dgvm_drop_kept = dask_worker.handlers.pop(messages.DROP_REPLICAS)
+
+    monkeypatch.setattr(left_peers, "GRACE", 0.2)  # (the scheduler's wait for news that it left)
+    client.run(serve, on=False, alloc_id=v.alloc_id, workers=[closing])
+    try:
+        v.write_blocks(hv * 2)  # the put path: its home's report awaits every drop
+    finally:
+        client.run(serve, on=True, alloc_id=v.alloc_id, workers=[closing])
+    others = {w: r for w, r in client.run(lambda dask_worker, i=v.alloc_id: dask_worker.extensions["dgvm"].replicas(i)).items()
+              if w != closing and r}
+    assert not others, f"replicas left after the write: {others}"
+    np.testing.assert_allclose(dnp.asnumpy(v), hv * 2)

@@ -27,7 +27,8 @@ from dgvm.gvat.placement import POLICIES
 from dgvm.protocol import arguments, messages
 from dgvm.protocol.chunk_grid import block_nbytes
 from dgvm.protocol.errors import (
-    ChunkLost, DgvmError, InvalidAddress, InvalidArgument, OutOfDeviceMemory, broken_connection,
+    ChunkLost, ConnectionBroke, DgvmError, InvalidAddress, InvalidArgument, OutOfDeviceMemory,
+    broken_connection,
 )
 from dgvm.protocol.messages import ChunkMap, Migrated, Pulled, Translation, Where
 from dgvm.protocol.records import AllocationMeta, AllocId, ClientId, DeviceProfile, WorkerAddress
@@ -537,12 +538,26 @@ class GVATPlugin(SchedulerPlugin):
         backups copy them; the chunks whose copies got the write remember ``key``
         (``Allocation.last_writer``: a task run again after its worker left passes them over)."""
         drop, refresh = self.gvat.wrote(alloc_id, indices)
+        holders = list(drop)
         jobs = [self._ask(a, messages.DROP_REPLICAS, alloc_id=alloc_id, indices=idx, reads=True)
                 for a, idx in drop.items()]
         if refresh:
             jobs.append(self.durability.refresh(self.gvat.allocations[alloc_id], refresh, key))
         if jobs:  # (most writes have no copy elsewhere)
-            await asyncio.gather(*jobs)
+            # Every job awaited before the write is answered, whatever one of them meets.
+            results = await asyncio.gather(*jobs, return_exceptions=True)
+            for k, r in enumerate(results):
+                if not isinstance(r, BaseException):
+                    continue
+                if k < len(holders) and self._gone(holders[k], r):
+                    continue  # its read replica went with it: nothing there to drop
+                raise r
+
+    def _gone(self, worker: WorkerAddress, error: BaseException) -> bool:
+        """Did a request to ``worker`` fail because it left the cluster, or is closing
+        (its store closed: ``ConnectionBroke``), rather than refuse?"""
+        return isinstance(error, ConnectionBroke) or (
+            broken_connection(error) and worker not in self.scheduler.workers)
 
     async def move(self, alloc, indices, target, reason: str) -> list[int]:
         """Make ``target`` the home of chunks ``indices`` of ``alloc``: it pulls them (or

@@ -37,13 +37,14 @@ class LeftPeers:
                 flag.set_result(None)
 
     async def call(self, address: str, request: Awaitable, gone: Callable[[], Exception],
-                   grace: float = GRACE):
+                   grace: float | None = None):
         """Await ``request`` to ``address``; raise ``gone()`` if the peer leaves first.
 
-        A request whose connection breaks (``OSError``) as the peer dies fails before the
-        scheduler has removed it: the news is awaited up to ``grace`` seconds, so that the
-        caller gets ``gone()`` (a ``ChunkLost`` naming the chunks) rather than a raw comm
-        error; without news, the ``OSError`` is raised."""
+        A request whose connection breaks (``OSError``) as the peer dies, or that a peer
+        closing answers ``ConnectionBroke``, fails before the scheduler has removed it: the
+        news is awaited up to ``grace`` seconds (default ``GRACE``), so that the caller gets
+        ``gone()`` (a ``ChunkLost`` naming the chunks) rather than a raw comm error; without
+        news, that error is raised. A refusal (``AccessDenied``) is raised at once."""
         task = asyncio.ensure_future(request)
         flag = asyncio.get_running_loop().create_future()
         waiting = self._waiting.setdefault(address, set())
@@ -54,8 +55,8 @@ class LeftPeers:
                 task.cancel()
                 raise gone()
             error = task.exception()
-            if isinstance(error, OSError) and broken_connection(error):  # (not a refusal: AccessDenied)
-                done, _ = await asyncio.wait({flag}, timeout=grace)
+            if broken_connection(error):
+                done, _ = await asyncio.wait({flag}, timeout=GRACE if grace is None else grace)
                 if done:
                     raise gone() from error
             return task.result()

@@ -108,7 +108,8 @@ def forward(access: Access, out: ArraySpec, k: int, data) -> None:
         where = access.locate(out.alloc_id, k)
         try:
             sync(worker.loop, access.transfers.left_peers.call, where.home,
-                 messages.call(worker.rpc(where.home), messages.WRITE, alloc_id=out.alloc_id,
+                 # (required: a home that is closing answers ConnectionBroke, not a write taken)
+                 messages.call(worker.rpc(where.home), messages.WRITE, required=True, alloc_id=out.alloc_id,
                                owner=out.owner, pieces=[[k, 0, data]], key=current_key(access)),
                  lambda: ChunkLost(f"chunk {k} of allocation {out.alloc_id}: its home {where.home} "
                                    "left the cluster while the chunk was written there"))
