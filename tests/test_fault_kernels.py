@@ -9,6 +9,7 @@ from numba import cuda
 import dgvm
 import dgvm.array as dnp
 from dgvm.array._engine.lifecycle import drain_releases
+from dgvm.protocol.errors import ConnectionBroke
 
 
 @dgvm.kernel
@@ -212,3 +213,46 @@ def test_an_error_raised_through_a_freed_array_is_told_to_the_first(case, plane)
         finally:
             for a in (x, out, c):
                 a.free()
+
+
+def test_a_connection_that_breaks_while_a_kernel_reads_its_inputs_is_not_a_kernel_error(case):
+    """A launch reads its halo from the neighbours' chunks. A request for them whose
+    connection breaks (and no news says the neighbour left) fails the launch with
+    ``ConnectionBroke`` naming the kernel, chunk and worker, not a ``KernelError``: the
+    kernel did not fail and the device is fine. The output keeps its values."""
+    case.needs_workers(2, "a halo read from another worker")
+    h = np.arange(30, dtype=np.int64)
+    x, out = spread(h)
+    ref = dnp.from_numpy(np.full(h.shape, 7, dtype=h.dtype), chunks=5, colocate=x)
+    dgvm.launch(add_one, x, out=ref, halo=1)
+    want = dnp.asnumpy(ref)
+    ref.free()
+
+    async def breaking(dask_worker, on):
+        from dgvm.transfer import left_peers
+        from dgvm.worker import access
+
+        # (once per process: the cpu case's workers share these modules)
+        if on and not hasattr(access, "_dgvm_kept"):
+            async def broken(*args, **kwargs):
+                raise ConnectionResetError("reset by peer")
+
+            access._dgvm_kept = access.request_exports, left_peers.GRACE
+            access.request_exports, left_peers.GRACE = broken, 0.1
+        elif not on and hasattr(access, "_dgvm_kept"):
+            access.request_exports, left_peers.GRACE = access._dgvm_kept
+            del access._dgvm_kept
+
+    case.client.run(breaking, on=True)
+    try:
+        dgvm.launch(add_one, x, out=out, halo=1)
+        with pytest.raises(ConnectionBroke, match="add_one.*reset by peer") as e:
+            out.wait()
+        assert not isinstance(e.value, dgvm.KernelError)
+    finally:
+        case.client.run(breaking, on=False)
+    np.testing.assert_array_equal(dnp.asnumpy(out), np.full(30, 7))
+    dgvm.launch(add_one, x, out=out, halo=1)
+    np.testing.assert_array_equal(dnp.asnumpy(out), want)
+    x.free()
+    out.free()

@@ -16,7 +16,9 @@ from distributed.utils import sync
 
 from dgvm import config, dask_compat, streams
 from dgvm.protocol import messages
-from dgvm.protocol.errors import ChunkLost, DgvmError, InvalidAddress, KernelError
+from dgvm.protocol.errors import (
+    ChunkLost, ConnectionBroke, DgvmError, InvalidAddress, KernelError, broken_connection,
+)
 from dgvm.protocol.messages import TASK_PREFIX
 from dgvm.protocol.records import ArraySpec
 from dgvm.worker.access import Access
@@ -158,6 +160,10 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
                 except Exception as e:
                     if not kernel_errors or isinstance(e, DgvmError):
                         raise
+                    if broken_connection(e):  # reading its inputs from another worker: not the kernel's
+                        raise ConnectionBroke(
+                            f"{what} on chunk {k} of allocation {out.alloc_id} on {access.worker.address} did "
+                            f"not run: a request for its inputs broke: {type(e).__name__}: {e}") from None
                     raise kernel_error(what, out, [k], access, e) from None
                 written.append(k)
     finally:
