@@ -456,6 +456,29 @@ def test_a_refusal_from_a_peer_is_raised_at_once_not_taken_for_a_broken_connecti
         asyncio.run(scenario())
 
 
+def test_a_closing_peer_is_waited_for_a_peer_passing_on_a_broken_request_is_not():
+    """A peer that answers nothing (``PeerClosing``: its handlers are gone) is leaving: the
+    news is waited for, and ``gone()`` raised once it comes. A ``ConnectionBroke`` that a
+    live peer passes on from its own request to another process is its answer: raised at
+    once (the grace would hold it for an hour)."""
+    from dgvm.protocol.errors import ConnectionBroke, PeerClosing
+
+    async def scenario(error):
+        peers = LeftPeers()
+
+        async def answer():
+            raise error
+
+        asyncio.get_running_loop().call_later(0.05, peers.left, "tcp://a:1")
+        await asyncio.wait_for(peers.call("tcp://a:1", answer(), lambda: ConnectionError("a left"),
+                                          grace=3600.0), BOUND)
+
+    with pytest.raises(ConnectionError, match="a left"):
+        asyncio.run(scenario(PeerClosing("tcp://a:1 no longer serves dgvm_export: it is closing")))
+    with pytest.raises(ConnectionBroke, match="to c broke"):
+        asyncio.run(scenario(ConnectionBroke("dgvm_pull: a connection to c broke")))
+
+
 def test_a_request_to_a_peer_stops_waiting_when_the_peer_leaves():
     async def scenario():
         peers = LeftPeers()

@@ -294,28 +294,32 @@ def test_a_home_that_no_longer_serves_exports_is_an_error_naming_it_not_a_raw_on
     closing, reader = homes[1], homes[0]
 
     def serve(dask_worker, on):
+        plugin = dask_worker.extensions["dgvm"]
+        if on and hasattr(plugin, "_dgvm_export_kept"):
+            dask_worker.handlers[messages.EXPORT] = plugin._dgvm_export_kept
+            del plugin._dgvm_export_kept
+        elif not on:
+            plugin._dgvm_export_kept = dask_worker.handlers.pop(messages.EXPORT)
+
+    def short_grace(on):  # (the wait for news that it left; once per process)
         from dgvm.transfer import left_peers
 
-        plugin = dask_worker.extensions["dgvm"]
-        if on:
-            dask_worker.handlers[messages.EXPORT] = plugin._dgvm_export_kept
-            left_peers.GRACE = plugin._dgvm_grace_kept
-        else:
-            plugin._dgvm_export_kept = dask_worker.handlers.pop(messages.EXPORT)
-            plugin._dgvm_grace_kept, left_peers.GRACE = left_peers.GRACE, 0.2
+        if on and not hasattr(left_peers, "_dgvm_grace_kept"):
+            left_peers._dgvm_grace_kept, left_peers.GRACE = left_peers.GRACE, 0.2
+        elif not on and hasattr(left_peers, "_dgvm_grace_kept"):
+            left_peers.GRACE = left_peers._dgvm_grace_kept
+            del left_peers._dgvm_grace_kept
 
-    client.run(serve, on=False, workers=[closing])
-    client.run(lambda: setattr(__import__("dgvm.transfer.left_peers").transfer.left_peers, "GRACE", 0.2),
-               workers=[reader])
     try:
+        client.run(serve, on=False, workers=[closing])
+        client.run(short_grace, on=True)
         with pytest.raises(dgvm.DgvmError, match=f"{closing} no longer serves {messages.EXPORT}"):
             (x[:-2] + x[2:]).wait()  # chunk 0's task reads chunk 1's first rows
         with pytest.raises(dgvm.DgvmError, match=f"{closing} no longer serves {messages.EXPORT}"):
             x.migrate([1], reader)
     finally:
         client.run(serve, on=True, workers=[closing])
-        client.run(lambda: setattr(__import__("dgvm.transfer.left_peers").transfer.left_peers, "GRACE", 5.0),
-                   workers=[reader])
+        client.run(short_grace, on=False)
     z = x[:-2] + x[2:]
     z.wait()
     np.testing.assert_array_equal(dnp.asnumpy(z), h[:-2] + h[2:])
@@ -375,13 +379,12 @@ def test_a_write_forwarded_to_a_home_that_no_longer_serves_writes_is_not_taken_f
     x.free()
 
 
-def test_a_write_whose_copy_holder_is_closing_is_done_and_its_other_copies_dropped(case, monkeypatch):
+def test_a_write_whose_copy_holder_is_closing_is_done_and_its_other_copies_dropped(case):
     """A write drops the read replicas of what it wrote before it is answered. A holder
     that is closing (it no longer serves the drop) took its replica with it: the write is
     done and said done, not failed on its home with that holder's error, and the other
     holders' replicas are dropped all the same."""
     from dgvm.protocol import messages
-    from dgvm.transfer import left_peers
 
     case.needs_workers(3, "a write's home and two workers holding copies")
     client = case.client
@@ -397,15 +400,15 @@ def test_a_write_whose_copy_holder_is_closing_is_done_and_its_other_copies_dropp
 
     async def serve(dask_worker, on, alloc_id):
         plugin = dask_worker.plugins[messages.STORE_PLUGIN]
-        if on:  # (it serves again: the replica the GVAT forgot goes)
+        if on and hasattr(plugin, "_dgvm_drop_kept"):  # (it serves again: the replica the GVAT forgot goes)
             dask_worker.handlers[messages.DROP_REPLICAS] = plugin._dgvm_drop_kept
+            del plugin._dgvm_drop_kept
             await plugin.drop_replicas(alloc_id, dask_worker.extensions["dgvm"].replicas(alloc_id))
-        else:
+        elif not on:
             plugin._dgvm_drop_kept = dask_worker.handlers.pop(messages.DROP_REPLICAS)
 
-    monkeypatch.setattr(left_peers, "GRACE", 0.2)  # (the scheduler's wait for news that it left)
-    client.run(serve, on=False, alloc_id=v.alloc_id, workers=[closing])
     try:
+        client.run(serve, on=False, alloc_id=v.alloc_id, workers=[closing])
         v.write_blocks(hv * 2)  # the put path: its home's report awaits every drop
     finally:
         client.run(serve, on=True, alloc_id=v.alloc_id, workers=[closing])

@@ -68,6 +68,20 @@ class ConnectionBroke(DgvmError):
     connection's error."""
 
 
+class PeerClosing(ConnectionBroke):
+    """A peer answered a dgvm request with nothing: it is closing (its dgvm handlers are
+    gone), and the scheduler will remove it. Unlike other ``ConnectionBroke`` errors (a
+    peer's own request to a third process broke, passed on), news that it left follows."""
+
+
+def peer_leaving(error: BaseException) -> bool:
+    """Might the peer a request went to be leaving the cluster, so that news of it is worth
+    waiting for (``dgvm.transfer.left_peers``)? Its connection broke (an ``OSError`` of the
+    comm), or it is closing (``PeerClosing``); not a refusal, nor a ``ConnectionBroke`` it
+    passed on from its own request to another process."""
+    return isinstance(error, PeerClosing) or (isinstance(error, OSError) and not isinstance(error, DgvmError))
+
+
 def broken_connection(error: BaseException) -> bool:
     """Did a request fail because its connection broke (an ``OSError`` of the comm, or a
     handler's ``ConnectionBroke``), rather than being refused? ``AccessDenied`` is a

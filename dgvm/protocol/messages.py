@@ -30,6 +30,7 @@ from dgvm.protocol.errors import (
     DgvmError,
     InvalidAddress,
     InvalidArgument,
+    PeerClosing,
     InvalidArgumentType,
     KernelError,
     OutOfDeviceMemory,
@@ -337,10 +338,10 @@ async def call(rpc, handler: str, *, required: bool = False, **kwargs):
     ``worker.rpc(address)``, ``worker.scheduler``) and decode its answer: a refusal is
     raised, a structured answer comes back as its record. ``required``: the handler always
     answers something, so ``None`` (Dask's answer for a handler the process no longer has:
-    a worker whose dgvm store closed) raises ``ConnectionBroke``."""
+    a worker whose dgvm store closed) raises ``PeerClosing``, a ``ConnectionBroke``."""
     answer = await getattr(rpc, handler)(**kwargs)
     if answer is None and required:
-        raise ConnectionBroke(f"{getattr(rpc, 'addr', 'the process asked')} no longer serves {handler}: "
+        raise PeerClosing(f"{getattr(rpc, 'addr', 'the process asked')} no longer serves {handler}: "
                               "it is closing")
     answer = decode(answer)
     as_record = ANSWERS.get(handler)

@@ -27,7 +27,7 @@ from dgvm.gvat.placement import POLICIES
 from dgvm.protocol import arguments, messages
 from dgvm.protocol.chunk_grid import block_nbytes
 from dgvm.protocol.errors import (
-    ChunkLost, ConnectionBroke, DgvmError, InvalidAddress, InvalidArgument, OutOfDeviceMemory,
+    ChunkLost, DgvmError, InvalidAddress, InvalidArgument, OutOfDeviceMemory, PeerClosing,
     broken_connection,
 )
 from dgvm.protocol.messages import ChunkMap, Migrated, Pulled, Translation, Where
@@ -271,11 +271,13 @@ class GVATPlugin(SchedulerPlugin):
         for address in self.scheduler.workers:
             self._sync_worker(address)
 
-    async def _ask(self, worker: WorkerAddress, handler: str, **kwargs):
+    async def _ask(self, worker: WorkerAddress, handler: str, grace: float | None = None, **kwargs):
         """Call ``handler`` on ``worker``'s chunk store; its answer decoded
         (``messages.call``: a refusal raised). A worker that leaves meanwhile raises
         ``ConnectionError`` (an OSError, as a broken connection does) once it is removed;
-        one closing (its store gone, so Dask answers None for the handler) ``ConnectionBroke``."""
+        one closing (its store gone, so Dask answers None for the handler) ``PeerClosing``,
+        after up to ``grace`` seconds of waiting for news that it left
+        (``LeftPeers.call``)."""
         if handler in CARRY_META and "meta" not in kwargs and (handler != messages.REFRESH or kwargs.get("new")):
             alloc = self.gvat.allocations.get(kwargs.get("alloc_id"))
             if alloc is not None:
@@ -288,7 +290,7 @@ class GVATPlugin(SchedulerPlugin):
             raise ConnectionError(f"worker {worker} left the cluster")
         return await self.departures.peers.call(
             worker, messages.call(self.scheduler.rpc(worker), handler, required=True, **kwargs),
-            lambda: ConnectionError(f"worker {worker} left the cluster"))
+            lambda: ConnectionError(f"worker {worker} left the cluster"), grace=grace)
 
     # -- handlers ------------------------------------------------------------------------
     @staticmethod
@@ -539,7 +541,9 @@ class GVATPlugin(SchedulerPlugin):
         (``Allocation.last_writer``: a task run again after its worker left passes them over)."""
         drop, refresh = self.gvat.wrote(alloc_id, indices)
         holders = list(drop)
-        jobs = [self._ask(a, messages.DROP_REPLICAS, alloc_id=alloc_id, indices=idx, reads=True)
+        # (A holder that is closing has nothing to wait for: its replica goes with its store.
+        # This runs on the writer's stream.)
+        jobs = [self._ask(a, messages.DROP_REPLICAS, grace=0, alloc_id=alloc_id, indices=idx, reads=True)
                 for a, idx in drop.items()]
         if refresh:
             jobs.append(self.durability.refresh(self.gvat.allocations[alloc_id], refresh, key))
@@ -554,9 +558,10 @@ class GVATPlugin(SchedulerPlugin):
                 raise r
 
     def _gone(self, worker: WorkerAddress, error: BaseException) -> bool:
-        """Did a request to ``worker`` fail because it left the cluster, or is closing
-        (its store closed: ``ConnectionBroke``), rather than refuse?"""
-        return isinstance(error, ConnectionBroke) or (
+        """Did a request to ``worker`` fail because it is closing (``PeerClosing``: its
+        handlers are gone) or left the cluster, rather than refuse, or pass on a broken
+        request of its own?"""
+        return isinstance(error, PeerClosing) or (
             broken_connection(error) and worker not in self.scheduler.workers)
 
     async def move(self, alloc, indices, target, reason: str) -> list[int]:

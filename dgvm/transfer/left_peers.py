@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from typing import Awaitable, Callable
 
-from dgvm.protocol.errors import broken_connection
+from dgvm.protocol.errors import peer_leaving
 
 GRACE = 5.0  # seconds a request whose connection broke waits for news that its peer left
 
@@ -41,10 +41,11 @@ class LeftPeers:
         """Await ``request`` to ``address``; raise ``gone()`` if the peer leaves first.
 
         A request whose connection breaks (``OSError``) as the peer dies, or that a peer
-        closing answers ``ConnectionBroke``, fails before the scheduler has removed it: the
+        closing answers ``PeerClosing``, fails before the scheduler has removed it: the
         news is awaited up to ``grace`` seconds (default ``GRACE``), so that the caller gets
         ``gone()`` (a ``ChunkLost`` naming the chunks) rather than a raw comm error; without
-        news, that error is raised. A refusal (``AccessDenied``) is raised at once."""
+        news, that error is raised. A refusal (``AccessDenied``), or a ``ConnectionBroke``
+        the peer passed on from its own request, is raised at once."""
         task = asyncio.ensure_future(request)
         flag = asyncio.get_running_loop().create_future()
         waiting = self._waiting.setdefault(address, set())
@@ -55,7 +56,7 @@ class LeftPeers:
                 task.cancel()
                 raise gone()
             error = task.exception()
-            if broken_connection(error):
+            if peer_leaving(error):
                 done, _ = await asyncio.wait({flag}, timeout=GRACE if grace is None else grace)
                 if done:
                     raise gone() from error

@@ -27,7 +27,7 @@ from distributed import get_worker
 from distributed.utils import sync
 
 from dgvm.protocol import messages
-from dgvm.protocol.errors import ChunkLost, DgvmError, OutOfDeviceMemory
+from dgvm.protocol.errors import ChunkLost, ConnectionBroke, DgvmError, OutOfDeviceMemory, broken_connection
 from dgvm.protocol.messages import Where
 from dgvm.protocol.records import AllocId, ArraySpec  # tasks name their arrays by spec
 from dgvm.transfer import Transfers
@@ -218,13 +218,22 @@ class Access:
         desc, = sync(self.worker.loop, self._export_request, where, path.name, alloc_id, index, doing, span)
         return desc
 
-    def _export_request(self, where: Where, path: str, alloc_id: int, index: int, doing: str, span=None):
-        """The request ``_export`` waits for (a coroutine, run on the worker's loop)."""
+    async def _export_request(self, where: Where, path: str, alloc_id: int, index: int, doing: str, span=None):
+        """The request ``_export`` waits for (a coroutine, run on the worker's loop). A
+        connection that broke without news that the home left is a ``ConnectionBroke``
+        naming the chunk: a task that reads it fails with that, not with a raw comm error
+        (a kernel's own ``OSError`` stays the kernel's)."""
         w = self.worker
-        return self.transfers.left_peers.call(
-            where.home, request_exports(w, where.home, alloc_id, [index], path, span=span),
-            lambda: ChunkLost(f"chunk {index} of allocation {alloc_id} was on worker {where.home}, "
-                              f"which left the cluster while {w.address} {doing} it"))
+        try:
+            return await self.transfers.left_peers.call(
+                where.home, request_exports(w, where.home, alloc_id, [index], path, span=span),
+                lambda: ChunkLost(f"chunk {index} of allocation {alloc_id} was on worker {where.home}, "
+                                  f"which left the cluster while {w.address} {doing} it"))
+        except OSError as e:
+            if not broken_connection(e):
+                raise
+            raise ConnectionBroke(f"{w.address} asking {where.home} for chunk {index} of allocation "
+                                  f"{alloc_id}: the connection broke: {type(e).__name__}: {e}") from None
 
     def _moved_away(self, alloc_id: int, index: int) -> bool:
         """A move is taking home chunk ``index`` away from here (frozen until its release

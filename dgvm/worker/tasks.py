@@ -16,9 +16,7 @@ from distributed.utils import sync
 
 from dgvm import config, dask_compat, streams
 from dgvm.protocol import messages
-from dgvm.protocol.errors import (
-    ChunkLost, ConnectionBroke, DgvmError, InvalidAddress, KernelError, broken_connection,
-)
+from dgvm.protocol.errors import ChunkLost, ConnectionBroke, DgvmError, InvalidAddress, KernelError
 from dgvm.protocol.messages import TASK_PREFIX
 from dgvm.protocol.records import ArraySpec
 from dgvm.worker.access import Access
@@ -158,12 +156,11 @@ def write_chunks(access: Access, out: ArraySpec, indices, what: str, per_chunk, 
                         if writes and store.is_home(out.alloc_id, k):
                             store.wrote(out.alloc_id, k)
                 except Exception as e:
+                    if kernel_errors and isinstance(e, ConnectionBroke):  # reading its inputs: not the kernel's
+                        raise ConnectionBroke(f"{what} on chunk {k} of allocation {out.alloc_id} did not run: "
+                                              f"{e}") from None
                     if not kernel_errors or isinstance(e, DgvmError):
                         raise
-                    if broken_connection(e):  # reading its inputs from another worker: not the kernel's
-                        raise ConnectionBroke(
-                            f"{what} on chunk {k} of allocation {out.alloc_id} on {access.worker.address} did "
-                            f"not run: a request for its inputs broke: {type(e).__name__}: {e}") from None
                     raise kernel_error(what, out, [k], access, e) from None
                 written.append(k)
     finally:
