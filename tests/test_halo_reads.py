@@ -416,3 +416,36 @@ def test_a_write_whose_copy_holder_is_closing_is_done_and_its_other_copies_dropp
               if w != closing and r}
     assert not others, f"replicas left after the write: {others}"
     np.testing.assert_allclose(dnp.asnumpy(v), hv * 2)
+
+
+def test_a_chunk_its_home_fails_to_read_is_an_error_naming_it_not_a_chunk_that_keeps_moving(case):
+    """The home of a chunk a task reads fails to read it (a device fault: CUDA's errors are
+    ``RuntimeError``s) while the chunk stays there: the reader's task fails saying so, not
+    after asking the GVAT again and again for a chunk that never moved."""
+    from dgvm.protocol import messages
+
+    case.needs_workers(2, "a chunk read from another worker")
+    client = case.client
+    h = np.arange(64 * 8, dtype=np.float64).reshape(64, 8)
+    x = dnp.from_numpy(h, chunks=(16, 8), placement="round_robin")
+    failing = x.alloc.homes()[1]
+
+    def fault(dask_worker, on):
+        path = dask_worker.plugins[messages.STORE_PLUGIN].transfers["comm"]
+        if on:
+            def export(*args, **kwargs):
+                raise RuntimeError("an illegal memory access was encountered")
+
+            path.export = export
+        else:
+            path.__dict__.pop("export", None)
+
+    try:
+        client.run(fault, on=True, workers=[failing])
+        with pytest.raises(dgvm.DgvmError, match=f"on {failing} could not be read.*illegal memory access"):
+            (x[:-2] + x[2:]).wait()  # chunk 0's task reads chunk 1's first rows
+    finally:
+        client.run(fault, on=False, workers=[failing])
+    z = x[:-2] + x[2:]
+    z.wait()
+    np.testing.assert_array_equal(dnp.asnumpy(z), h[:-2] + h[2:])

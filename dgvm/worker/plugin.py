@@ -414,9 +414,22 @@ class ChunkStorePlugin(WorkerPlugin):
                     out.append(desc)
                 else:
                     out.append(messages.moved())
-            except (InvalidAddress, RuntimeError):  # released meanwhile (the store changed under it)
+            except (InvalidAddress, RuntimeError) as e:  # released meanwhile (the store changed under it)
+                self._moved_or_failed(alloc_id, i, e)
                 out.append(messages.moved())
         return out
+
+    def _moved_or_failed(self, alloc_id: int, index: int, error: Exception) -> None:
+        """An export of a home chunk raised ``error``: fine if the chunk was released
+        meanwhile (the reader asks the GVAT where it is now); if it is still here, the
+        device or the backend failed reading it (a CUDA error is a ``RuntimeError``), and
+        the reader is told so, not sent to look for it elsewhere again and again."""
+        if isinstance(error, InvalidAddress) or not self.store.is_home(alloc_id, index):
+            return
+        if self.store.local(alloc_id, index) is None:
+            return
+        raise DgvmError(f"chunk {index} of allocation {alloc_id} on {self.worker.address} could not be "
+                        f"read for a copy: {type(error).__name__}: {error}") from error
 
     async def _export_moving(self, alloc_id, indices, path, to, have: dict):
         """Export chunks that move to ``to``: each is frozen here first (its writes wait
