@@ -160,3 +160,44 @@ def test_a_move_to_a_worker_as_it_closes_raises_a_dgvm_error_and_keeps_the_data(
     assert buf.homes()[0] == homes[0]
     np.testing.assert_array_equal(buf.read(0, BYTES), data)
     buf.free()
+
+
+@pytest.mark.parametrize("replicas", [None, 2])
+def test_a_task_that_reaches_a_worker_whose_store_closed_is_stranded_not_failed_there(cluster, replicas):
+    """A worker closing has torn its store down while the client's connection to it is
+    still open: a task that comes on it then does not run (there is no store to run it
+    on) and is not answered; the connection closes with the worker, and the task is
+    stranded as on a worker that died: it runs again where copies of its chunks took
+    over, or fails with ``ChunkLost`` naming the chunks that went; never with an error
+    of the missing store."""
+    import time
+
+    import dgvm.array as dnp
+
+    c, client = cluster
+    h = np.arange(12 * 4, dtype=np.float64).reshape(12, 4)
+    x = dnp.from_numpy(h, chunks=(4, 4), placement="round_robin", replicas=replicas)
+    (x + 1).wait()  # (the client's connections to every worker are open)
+    victim = x.alloc.homes()[1]
+    worker = _worker(c, victim)
+    plugin = worker.plugins[messages.STORE_PLUGIN]
+    store = plugin.store
+    close = store.close
+
+    def slow_close():  # (the window between the store's teardown and the connection's close)
+        time.sleep(1.0)
+        close()
+
+    store.close = slow_close
+    asyncio.run_coroutine_threadsafe(worker.close(), worker.loop.asyncio_loop)
+    deadline = time.monotonic() + 10
+    while plugin.store is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert plugin.store is None
+    if replicas is None:
+        with pytest.raises(dgvm.ChunkLost, match=f"worker {victim}"):
+            (x * 2).wait()
+    else:
+        y = x * 2
+        y.wait()  # (its tasks run where x's chunks are)
+        np.testing.assert_array_equal(dnp.asnumpy(y), h * 2)

@@ -221,6 +221,15 @@ class DirectTasks:
                 if ended_there:  # not known there (any more): its client orders it instead
                     status = self._unready(key, answer)
                     return
+            if getattr(self.plugin, "store", None) is None or self.worker.status in (Status.closing, Status.closed):
+                # The worker is closing (its store torn down, or about to be): the task
+                # does not run here and is not answered. Its client's connection closes
+                # with the worker, and the task is stranded as on a worker that died (the
+                # GVAT says where it runs again, or which chunks went). Other workers'
+                # tasks that follow it hear it did not end here (``ended_here``).
+                _remember(self.unready, key, None)
+                status = "unready"
+                return
             if msg.get("written") is not None:  # run again: what its first run wrote for good
                 self.plugin.written({key: msg["written"]})
             fn, args = pickle.loads(msg["task"])
