@@ -221,7 +221,7 @@ class DirectTasks:
                 if ended_there:  # not known there (any more): its client orders it instead
                     status = self._unready(key, answer)
                     return
-            if getattr(self.plugin, "store", None) is None or self.worker.status in (Status.closing, Status.closed):
+            if self._closing():
                 # The worker is closing (its store torn down, or about to be): the task
                 # does not run here and is not answered. Its client's connection closes
                 # with the worker, and the task is stranded as on a worker that died (the
@@ -300,6 +300,11 @@ class DirectTasks:
                 # It did not run (a task it follows failed or went back, or it could not
                 # start): the task before it may have left its device work running for it.
                 self._settle_device()
+
+    def _closing(self) -> bool:
+        """Is this worker closing: its store torn down (``teardown``), or about to be?"""
+        return (getattr(self.worker, "status", None) in (Status.closing, Status.closed)
+                or (hasattr(self.plugin, "store") and self.plugin.store is None))
 
     def _push_request(self, key: str, reader: str, chunks: list) -> None:
         """(A ``push`` message of a client.) A task of worker ``reader`` follows task
