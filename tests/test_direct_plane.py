@@ -563,3 +563,52 @@ def test_a_task_that_ends_while_its_waiter_looks_still_wakes_it(monkeypatch):
     assert not waiter.is_alive() and out["running"] == []
     ended.join(5)
     assert not [w for w in direct._waiters.values() if any(t in tasks for t in w[0])]  # (none left)
+
+
+def test_a_connection_a_worker_stops_reading_is_closed_and_its_tasks_end(case, monkeypatch):
+    """A worker stops reading a client's connection for another reason than its closing
+    (here: a task it cannot start): it closes the connection, so the tasks sent on it are
+    stranded and end (the GVAT says the worker is still there: ``ConnectionBroke``),
+    instead of waiting for answers that never come. The next operation works."""
+    import threading
+
+    from dgvm.protocol import messages
+    from dgvm.protocol.errors import ConnectionBroke
+    from dgvm.scheduler import departures
+
+    case.needs_workers(2, "a worker that stops reading while another serves")
+    if case.backend != "cpu":
+        pytest.skip("the scheduler's bound is shortened in this process (an in-process cluster)")
+    monkeypatch.setattr(departures, "STRANDED_WAIT", 1.0)  # (how long the GVAT waits for it to leave)
+    h = np.arange(64, dtype=np.float64)
+    x = dnp.from_numpy(h, chunks=16, placement="round_robin")
+    (x + 1).wait()
+    victim = x.alloc.homes()[1]
+
+    def break_once(dask_worker):
+        tasks = dask_worker.plugins[messages.STORE_PLUGIN].direct
+
+        def start(msg, answer):
+            del tasks._start  # (once)
+            raise RuntimeError("a task that cannot be started")
+
+        tasks._start = start
+
+    case.client.run(break_once, workers=[victim])
+    ended = []
+    waiter = threading.Thread(target=lambda: ended.append(_outcome(lambda: (x * 2).wait())), daemon=True)
+    waiter.start()
+    waiter.join(60)
+    assert ended, "the operation still waits for a connection its worker stopped reading"
+    assert isinstance(ended[0], ConnectionBroke) and victim in str(ended[0]), repr(ended[0])
+    y = x * 3
+    y.wait()
+    np.testing.assert_array_equal(dnp.asnumpy(y), h * 3)
+
+
+def _outcome(fn):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        return e
+    return None

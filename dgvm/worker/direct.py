@@ -139,6 +139,10 @@ class DirectTasks:
             done = True
             flushing.set()
             await asyncio.wait([sender], timeout=5)
+            # Closed here too, whatever ended the reading (a message that could not be read or
+            # started): a connection left open would leave its client waiting for answers
+            # that never come; closed, its tasks are stranded (``DirectPlane.stranded``).
+            comm.abort()
         return Status.dont_reply
 
     def _start(self, msg: dict, answer) -> None:
