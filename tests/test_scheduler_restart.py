@@ -100,6 +100,32 @@ def _same(a, b) -> None:
     np.testing.assert_array_equal(a.offsets, b.offsets)
 
 
+def test_a_reports_actions_that_do_not_end_hold_the_rebuild_only_for_the_reports_bound(monkeypatch):
+    """A report's actions on its worker (drop stale backups, free what cannot be taken
+    back) wait for that worker's store, which a task there may hold while it waits for
+    the rebuilt GVAT: the rebuild waits for them at most ``REPORT_WAIT`` (then it settles
+    without them), never for ever."""
+    import asyncio
+    import types
+
+    from dgvm.scheduler import rebuild
+
+    monkeypatch.setattr(rebuild, "REPORT_WAIT", 0.2)
+
+    async def never(*args, **kwargs):
+        await asyncio.Event().wait()
+
+    plugin = types.SimpleNamespace(scheduler=types.SimpleNamespace(stream_comms={}), _ask=never, _free_on=never)
+    acts = restore.Actions()
+    acts.drop[1] = [0, 1]
+    acts.free.append(2)
+
+    async def act():
+        await asyncio.wait_for(rebuild.Rebuild._act(types.SimpleNamespace(plugin=plugin), "tcp://w:1", acts), 30)
+
+    asyncio.run(act())
+
+
 def test_the_table_is_put_back_from_the_reports():
     g = _gvat(3)
     first = g.allocate("c1", np.full(7, 4 << 20), placement="round_robin")

@@ -228,7 +228,13 @@ class Rebuild:
         jobs = [self.plugin._ask(address, messages.DROP_REPLICAS, alloc_id=a, indices=idx)
                 for a, idx in acts.drop.items()]
         jobs += [self.plugin._free_on(a, [address]) for a in acts.free]
-        await asyncio.gather(*jobs, return_exceptions=True)
+        if jobs:
+            # Bounded, as ``_finish``'s: the rebuild is settled only once every report's
+            # actions are done, and a task on that worker may hold its store (which the
+            # drop needs) while it waits for the settled GVAT (``LOCATE``). Past the bound
+            # they go on, and the rebuild settles without them.
+            await asyncio.wait({asyncio.ensure_future(asyncio.gather(*jobs, return_exceptions=True))},
+                               timeout=REPORT_WAIT)
 
     async def _free_if_owner_gone(self, owners: set) -> None:
         """Free what was put back of owners that did not reconnect within
