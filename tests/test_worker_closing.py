@@ -194,10 +194,12 @@ def test_a_task_that_reaches_a_worker_whose_store_closed_is_stranded_not_failed_
     while plugin.store is not None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert plugin.store is None
+    y = x * 2
+    y.persist()  # (sent at once, and z's task there right behind y's: its follower)
+    z = y + 1
     if replicas is None:
         with pytest.raises(dgvm.ChunkLost, match=f"worker {victim}"):
-            (x * 2).wait()
+            z.wait()
     else:
-        y = x * 2
-        y.wait()  # (its tasks run where x's chunks are)
-        np.testing.assert_array_equal(dnp.asnumpy(y), h * 2)
+        z.wait()  # (its tasks run where x's chunks are)
+        np.testing.assert_array_equal(dnp.asnumpy(z), h * 2 + 1)

@@ -56,6 +56,10 @@ def _remember(table: "collections.OrderedDict", key: str, value) -> None:
         table.popitem(last=False)
 
 
+class _WorkerClosing(Exception):
+    """A task reached a thread as its worker began closing: it does not run."""
+
+
 def running():
     """(worker, key, reports, fresh) of the direct task this thread runs, or None (``fresh``:
     which pushed pieces it may take, ``dgvm.worker.pushes``)."""
@@ -119,6 +123,8 @@ class DirectTasks:
         def answer(msg):
             answers.append(msg)
             flushing.set()
+
+        answer.close = comm.abort  # (a task that reaches a worker closing: ``_stranded_here``)
 
         sender = asyncio.ensure_future(flush())
         try:
@@ -226,13 +232,7 @@ class DirectTasks:
                     status = self._unready(key, answer)
                     return
             if self._closing():
-                # The worker is closing (its store torn down, or about to be): the task
-                # does not run here and is not answered. Its client's connection closes
-                # with the worker, and the task is stranded as on a worker that died (the
-                # GVAT says where it runs again, or which chunks went). Other workers'
-                # tasks that follow it hear it did not end here (``ended_here``).
-                _remember(self.unready, key, None)
-                status = "unready"
+                status = self._stranded_here(key, answer)
                 return
             if msg.get("written") is not None:  # run again: what its first run wrote for good
                 self.plugin.written({key: msg["written"]})
@@ -252,6 +252,9 @@ class DirectTasks:
                 if not started[0]:  # (the pool refused it: the worker is closing)
                     with self._waiting_lock:
                         self.waiting -= 1
+                if isinstance(e, _WorkerClosing):  # (it reached a thread as the worker began closing)
+                    status = self._stranded_here(key, answer)
+                    return
                 failed = error_message(e)
                 failed.pop("status", None)
                 reports = getattr(e, "_dgvm_reports", ())
@@ -306,9 +309,22 @@ class DirectTasks:
                 self._settle_device()
 
     def _closing(self) -> bool:
-        """Is this worker closing: its store torn down (``teardown``), or about to be?"""
-        return (getattr(self.worker, "status", None) in (Status.closing, Status.closed)
-                or (hasattr(self.plugin, "store") and self.plugin.store is None))
+        """Is this worker closing (its store torn down by ``teardown``, or about to be)?"""
+        return getattr(self.worker, "status", None) in (Status.closing, Status.closed)
+
+    def _stranded_here(self, key: str, answer) -> str:
+        """Task ``key`` reached this worker as it closes: it does not run, and its client's
+        connection is closed, so that every task the client sent on it and did not hear of
+        is stranded as on a worker that died (the GVAT says where each runs again, or which
+        chunks went: ``DirectPlane.stranded``), this one's followers here too. Other
+        workers' tasks that follow it hear it did not end here (``ended_here``)."""
+        _remember(self.unready, key, None)
+        close = getattr(answer, "close", None)
+        if close is not None:
+            close()
+        else:  # (a connection of no comm: its client orders it)
+            answer({"key": key, "unready": True})
+        return "unready"
 
     def _push_request(self, key: str, reader: str, chunks: list) -> None:
         """(A ``push`` message of a client.) A task of worker ``reader`` follows task
@@ -387,6 +403,8 @@ class DirectTasks:
             del self.passed[key]
 
     def _unready(self, key: str, answer) -> str:
+        if self._closing():  # (sent back, its client would send it here again)
+            return self._stranded_here(key, answer)
         _remember(self.unready, key, None)
         answer({"key": key, "unready": True})
         return "unready"
@@ -411,6 +429,10 @@ class DirectTasks:
             self.waiting -= 1
             self.running.add(key)
             started[0] = True
+        if self._closing():  # (its store may be gone already: ``_stranded_here``)
+            with self._waiting_lock:
+                self.running.discard(key)
+            raise _WorkerClosing(key)
         reports: list = []
         _running.task = (self.worker, key, reports, fresh)
         try:
