@@ -233,8 +233,11 @@ class Rebuild:
             # actions are done, and a task on that worker may hold its store (which the
             # drop needs) while it waits for the settled GVAT (``LOCATE``). Past the bound
             # they go on, and the rebuild settles without them.
-            await asyncio.wait({asyncio.ensure_future(asyncio.gather(*jobs, return_exceptions=True))},
-                               timeout=REPORT_WAIT)
+            _, running = await asyncio.wait({asyncio.ensure_future(asyncio.gather(*jobs, return_exceptions=True))},
+                                            timeout=REPORT_WAIT)
+            if running:
+                logger.warning("dgvm: the drops and frees the report of %s asked for took over %g s: "
+                               "the rebuild goes on without them", address, REPORT_WAIT)
 
     async def _free_if_owner_gone(self, owners: set) -> None:
         """Free what was put back of owners that did not reconnect within

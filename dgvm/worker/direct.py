@@ -133,14 +133,18 @@ class DirectTasks:
                     batch = await comm.read()
                 except Exception:  # noqa: BLE001  (closed: the client left or closed)
                     break
-                for msg in batch:
-                    if "push" in msg:  # (not a task: a reader waits for a task sent before)
-                        try:
-                            self._push_request(msg["push"], msg["to"], msg["chunks"])
-                        except Exception:  # noqa: BLE001  (its reader asks instead)
-                            logger.exception("dgvm: a push message %s", msg)
-                    else:
-                        self._start(msg, answer)
+                try:
+                    for msg in batch:
+                        if "push" in msg:  # (not a task: a reader waits for a task sent before)
+                            try:
+                                self._push_request(msg["push"], msg["to"], msg["chunks"])
+                            except Exception:  # noqa: BLE001  (its reader asks instead)
+                                logger.exception("dgvm: a push message %s", msg)
+                        else:
+                            self._start(msg, answer)
+                except Exception:  # noqa: BLE001  (the connection closes below: its tasks are stranded)
+                    logger.exception("dgvm: a message of client %s could not be started", client)
+                    break
         finally:
             done = True
             flushing.set()

@@ -424,9 +424,10 @@ class ChunkStorePlugin(WorkerPlugin):
         meanwhile (the reader asks the GVAT where it is now); if it is still here, the
         device or the backend failed reading it (a CUDA error is a ``RuntimeError``), and
         the reader is told so, not sent to look for it elsewhere again and again."""
-        if isinstance(error, InvalidAddress) or not self.store.is_home(alloc_id, index):
+        store = self.store
+        if isinstance(error, InvalidAddress) or store is None or not store.is_home(alloc_id, index):
             return
-        if self.store.local(alloc_id, index) is None:
+        if store.local(alloc_id, index) is None:
             return
         raise DgvmError(f"chunk {index} of allocation {alloc_id} on {self.worker.address} could not be "
                         f"read for a copy: {type(error).__name__}: {error}") from error
