@@ -269,3 +269,32 @@ def test_arrays_and_buffers_of_a_closed_cluster_say_so_in_one_way():
             use()
     x.free()  # its memory went with the cluster: nothing to give back, nothing raised
     buf.free()
+
+
+def test_a_worker_without_a_store_gets_one_and_the_others_keep_theirs():
+    """A worker joins a cluster whose workers were started with the preload, without it:
+    the next connection installs a chunk store there, and the workers that have one keep
+    it, chunks and all (Dask replaces a plugin registered again under the same name)."""
+    import distributed
+
+    from dgvm.client.session import ensure_plugins
+
+    with dgvm.LocalCluster(n_workers=2, backend="cpu", device_memory="32MiB", processes=False,
+                           dashboard_address=None) as cluster, dgvm.connect(cluster) as client:
+        buf = dgvm.malloc(4 * MiB, chunk_bytes=MiB, placement="round_robin", client=client)
+        data = np.arange(4 * MiB, dtype=np.uint8)
+        buf.write(0, data)
+
+        async def plain_worker():
+            return await distributed.Worker(cluster.scheduler_address, nthreads=1, dashboard=False)
+
+        worker = client.sync(plain_worker)
+        try:
+            assert "dgvm" not in worker.extensions
+            ensure_plugins(client)
+            assert "dgvm" in worker.extensions
+            assert len(dgvm.workers(client=client)) == 3
+            np.testing.assert_array_equal(buf.read(0, 4 * MiB), data)  # the stores kept their chunks
+            buf.free()
+        finally:
+            client.sync(worker.close)

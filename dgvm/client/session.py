@@ -77,7 +77,7 @@ def ensure_plugins(client: Client, timeout: float = 30) -> None:
     # cluster started without the preloads: importing the scheduler plugin lists the
     # dashboard's routes for every scheduler this process starts (dgvm.dashboard.mount).
     from dgvm.scheduler.plugin import GVATPlugin
-    from dgvm.worker.plugin import ChunkStorePlugin
+    from dgvm.worker.plugin import StoreInstaller
 
     gvat, store = messages.GVAT_PLUGIN, messages.EXTENSION  # travel with the functions
 
@@ -91,8 +91,8 @@ def ensure_plugins(client: Client, timeout: float = 30) -> None:
         return store in dask_worker.extensions
 
     missing = [w for w, ok in client.run(has_store).items() if not ok]
-    if missing:
-        client.register_plugin(ChunkStorePlugin())
+    if missing:  # (the workers that have a store keep it, chunks and all: ``StoreInstaller``)
+        client.register_plugin(StoreInstaller())
         # The GVAT learns of new stores from worker heartbeats: wait for the next ones.
         deadline = time.monotonic() + timeout
         while True:

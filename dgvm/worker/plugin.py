@@ -746,6 +746,25 @@ def _pull_chunk(k: int, c) -> PullChunk:
     )
 
 
+class StoreInstaller(WorkerPlugin):
+    """What a client registers on a cluster some of whose workers have no chunk store
+    (started without the preload): on each worker, now and as workers join, it installs
+    a ``ChunkStorePlugin`` where there is none, and leaves one that is there alone.
+    Registering the store plugin itself would reach every worker, and Dask replaces a
+    plugin of the same name: the store of a worker started with the preload would be torn
+    down, chunks and all."""
+
+    name = "dgvm-store-installer"
+    idempotent = True
+
+    def __init__(self):
+        self.store = ChunkStorePlugin()  # (configured as the registering client's process is)
+
+    async def setup(self, worker):
+        if PLUGIN_NAME not in worker.plugins:
+            await worker.plugin_add(self.store, name=PLUGIN_NAME, catch_errors=False)
+
+
 # Dask gives one argument list to every preload of a worker, and ``dask cuda worker`` adds
 # its own ``--create-cuda-context``: arguments that are not dgvm's are left to their owners.
 @click.command(context_settings=dict(ignore_unknown_options=True))
