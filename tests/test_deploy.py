@@ -280,6 +280,11 @@ def test_local_cluster_on_gpus_is_local_cuda_cluster():
 def test_local_cluster_with_its_scheduler_in_a_process_of_its_own(backend):
     import dask
 
+    from dgvm.backends.cuda import gpu_count
+
+    if backend == "cuda" and gpu_count() < 2:
+        pytest.skip(f"needs 2 GPUs (one worker each); {gpu_count()} visible")
+
     # The scheduler process takes this process's config, as the workers do.
     with dask.config.set({"dgvm.placement.headroom": 0.25}), \
             dgvm.LocalCluster(n_workers=2, backend=backend, device_memory="256MiB",

@@ -262,6 +262,7 @@ def test_a_worker_back_to_a_scheduler_that_lived_on_gives_up_what_it_held():
 def test_a_worker_whose_scheduler_stream_broke_comes_back_without_its_chunks(case):
     """The scheduler took it for gone (its chunks lost, or copies took over): it registers
     again holding them, and gives them up; nothing is left behind."""
+    case.needs_workers(2, "a copy of y's chunks on another worker")
     client = case.client
     hx = np.arange(6_000, dtype=np.int64)
     x = dnp.from_numpy(hx, chunks=1_000, placement="round_robin", client=client)
