@@ -293,3 +293,71 @@ def test_a_task_waits_for_other_workers_peer_wait_from_when_its_own_tasks_ended(
     assert first == [{"key": "T", "result": None}]
     assert second == [{"key": "U", "unready": True}]
     assert free == direct.PEER_QUESTIONS
+
+
+_GATE = threading.Event()
+
+
+def _held(indices, results):
+    _GATE.wait(10)
+    return None
+
+
+class _Comm:
+    """A client's connection, fed by the test; what the worker writes is kept."""
+
+    allow_offload = True
+
+    def __init__(self):
+        self.inbox: asyncio.Queue = asyncio.Queue()
+        self.written: list = []
+        self.aborted = False
+
+    async def read(self):
+        batch = await self.inbox.get()
+        if batch is None:
+            raise OSError("aborted")
+        return batch
+
+    async def write(self, batch):
+        if self.aborted:
+            raise OSError("aborted")
+        self.written.append(batch)
+
+    def abort(self):
+        if not self.aborted:
+            self.aborted = True
+            self.inbox.put_nowait(None)
+
+
+def test_a_worker_closing_answers_what_ran_before_it_closes_the_connection_and_runs_nothing_new():
+    """A task that reaches a worker as it closes does not run, and the worker closes the
+    client's connection (its client then strands what it did not hear of), but only once
+    a task of that connection already running has answered."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed.core import Status
+
+    async def main():
+        worker = _Worker()
+        worker.logged, worker.status = [], Status.running
+        worker.executor = ThreadPoolExecutor(2)
+        tasks = DirectTasks(worker, plugin=None)
+        comm = _Comm()
+        serving = asyncio.ensure_future(tasks.serve(comm))
+        _GATE.clear()
+        comm.inbox.put_nowait([{**_msg("T1", []), "task": pickle.dumps((_held, ()))}])
+        await asyncio.sleep(0.1)  # (T1 runs)
+        worker.status = Status.closing
+        comm.inbox.put_nowait([_msg("T2", []), _msg("T3", ["T2"])])  # T3 behind T2, on this connection
+        await asyncio.sleep(0.2)
+        still_open = not comm.aborted
+        _GATE.set()
+        await asyncio.wait_for(serving, 10)
+        worker.executor.shutdown()
+        return still_open, comm
+
+    still_open, comm = asyncio.run(main())
+    assert still_open, "the connection closed before the task that ran there answered"
+    assert comm.aborted
+    assert [m["key"] for batch in comm.written for m in batch] == ["T1"]

@@ -275,6 +275,7 @@ def test_a_worker_without_a_store_gets_one_and_the_others_keep_theirs():
     """A worker joins a cluster whose workers were started with the preload, without it:
     the next connection installs a chunk store there, and the workers that have one keep
     it, chunks and all (Dask replaces a plugin registered again under the same name)."""
+    import dask
     import distributed
 
     from dgvm.client.session import ensure_plugins
@@ -291,7 +292,8 @@ def test_a_worker_without_a_store_gets_one_and_the_others_keep_theirs():
         worker = client.sync(plain_worker)
         try:
             assert "dgvm" not in worker.extensions
-            ensure_plugins(client)
+            with dask.config.set({"dgvm.backend": "cpu", "dgvm.device-memory": "32MiB"}):  # (what it installs)
+                ensure_plugins(client)
             assert "dgvm" in worker.extensions
             assert len(dgvm.workers(client=client)) == 3
             np.testing.assert_array_equal(buf.read(0, 4 * MiB), data)  # the stores kept their chunks

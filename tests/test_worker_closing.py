@@ -163,16 +163,19 @@ def test_a_move_to_a_worker_as_it_closes_raises_a_dgvm_error_and_keeps_the_data(
 
 
 @pytest.mark.parametrize("replicas", [None, 2])
-def test_a_task_that_reaches_a_worker_whose_store_closed_is_stranded_not_failed_there(cluster, replicas):
+def test_a_task_that_reaches_a_worker_as_it_closes_is_stranded_not_failed_there(cluster, replicas):
     """A worker closing has torn its store down while the client's connection to it is
-    still open: a task that comes on it then does not run (there is no store to run it
-    on) and is not answered; the connection closes with the worker, and the task is
-    stranded as on a worker that died: it runs again where copies of its chunks took
-    over, or fails with ``ChunkLost`` naming the chunks that went; never with an error
-    of the missing store."""
+    still open (here its close is held there): a task that comes on it does not run, and
+    the worker closes that connection at once, so that the task and the one sent behind
+    it are stranded as on a worker that died: once the worker is gone, they run again
+    where copies of its chunks took over, or fail with ``ChunkLost`` naming the chunks
+    that went; never with an error of the missing store."""
+    import threading
     import time
 
     import dgvm.array as dnp
+    from dgvm.client.direct import DirectPlane
+    from dgvm.client.session import session_of
 
     c, client = cluster
     h = np.arange(12 * 4, dtype=np.float64).reshape(12, 4)
@@ -182,24 +185,33 @@ def test_a_task_that_reaches_a_worker_whose_store_closed_is_stranded_not_failed_
     worker = _worker(c, victim)
     plugin = worker.plugins[messages.STORE_PLUGIN]
     store = plugin.store
-    close = store.close
+    close, release = store.close, threading.Event()
 
-    def slow_close():  # (the window between the store's teardown and the connection's close)
-        time.sleep(1.0)
+    def held_close():  # (the window between the store's teardown and the worker's end)
+        release.wait(60)
         close()
 
-    store.close = slow_close
+    store.close = held_close
     asyncio.run_coroutine_threadsafe(worker.close(), worker.loop.asyncio_loop)
-    deadline = time.monotonic() + 10
-    while plugin.store is not None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert plugin.store is None
-    y = x * 2
-    y.persist()  # (sent at once, and z's task there right behind y's: its follower)
-    z = y + 1
+    try:
+        deadline = time.monotonic() + 10
+        while plugin.store is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert plugin.store is None
+        x *= 2
+        x.persist()  # (sent at once, and the next write's task there right behind: its follower)
+        x += 1
+        x.persist()
+        channels = session_of(client).part(DirectPlane).channels
+        deadline = time.monotonic() + 10
+        while victim in channels and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert victim not in channels, "the closing worker kept its client's connection open"
+    finally:
+        release.set()
     if replicas is None:
         with pytest.raises(dgvm.ChunkLost, match=f"worker {victim}"):
-            z.wait()
+            x.wait()
     else:
-        z.wait()  # (its tasks run where x's chunks are)
-        np.testing.assert_array_equal(dnp.asnumpy(z), h * 2 + 1)
+        x.wait()  # (its tasks run again where x's copies took over)
+        np.testing.assert_array_equal(dnp.asnumpy(x), h * 2 + 1)

@@ -46,6 +46,7 @@ ARRIVAL_WAIT = 10.0  # seconds a task another worker's task follows may take to 
 # follows ended (then: unready).
 PEER_WAIT = 120.0
 PEER_QUESTIONS = 64  # questions to other workers waiting at once
+CLOSE_DRAIN = 5.0  # seconds a closing worker's connection waits for its tasks' answers
 
 _running = threading.local()  # the direct task this thread runs: worker, key, reports, fresh
 
@@ -106,6 +107,12 @@ class DirectTasks:
         answers: list = []
         flushing = asyncio.Event()
         done = False
+        # Tasks started from this connection and not answered, those of them that will not
+        # be (``_stranded_here``), and answers being written.
+        started: set = set()
+        stranded: set = set()
+        writing = [0]
+        closer: list = []
 
         async def flush():
             while not done or answers:
@@ -114,17 +121,35 @@ class DirectTasks:
                 while answers:
                     batch = answers[:]
                     answers.clear()
+                    writing[0] += 1
                     try:
                         await comm.write(batch)
                     except Exception:  # noqa: BLE001  (the client went: its tasks' answers with it)
                         answers.clear()
                         return
+                    finally:
+                        writing[0] -= 1
 
         def answer(msg):
+            started.discard(msg.get("key"))
             answers.append(msg)
             flushing.set()
 
-        answer.close = comm.abort  # (a task that reaches a worker closing: ``_stranded_here``)
+        async def drain_then_close():
+            # The tasks of this connection that run or ended here are answered first (a
+            # bounded wait); then the client strands the rest.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + CLOSE_DRAIN
+            while (started - stranded or answers or writing[0]) and loop.time() < deadline:
+                await asyncio.sleep(0.005)
+            comm.abort()
+
+        def close(key):  # (a task that reached this worker as it closes: ``_stranded_here``)
+            stranded.add(key)
+            if not closer:
+                closer.append(asyncio.ensure_future(drain_then_close()))
+
+        answer.close = close
 
         sender = asyncio.ensure_future(flush())
         try:
@@ -141,6 +166,7 @@ class DirectTasks:
                             except Exception:  # noqa: BLE001  (its reader asks instead)
                                 logger.exception("dgvm: a push message %s", msg)
                         else:
+                            started.add(msg.get("key"))
                             self._start(msg, answer)
                 except Exception:  # noqa: BLE001  (the connection closes below: its tasks are stranded)
                     logger.exception("dgvm: a message of client %s could not be started", client)
@@ -318,14 +344,15 @@ class DirectTasks:
 
     def _stranded_here(self, key: str, answer) -> str:
         """Task ``key`` reached this worker as it closes: it does not run, and its client's
-        connection is closed, so that every task the client sent on it and did not hear of
+        connection is closed once the tasks that run or ended here are answered (at most
+        ``CLOSE_DRAIN`` seconds), so that every task the client sent on it and did not hear of
         is stranded as on a worker that died (the GVAT says where each runs again, or which
         chunks went: ``DirectPlane.stranded``), this one's followers here too. Other
         workers' tasks that follow it hear it did not end here (``ended_here``)."""
         _remember(self.unready, key, None)
         close = getattr(answer, "close", None)
         if close is not None:
-            close()
+            close(key)
         else:  # (a connection of no comm: its client orders it)
             answer({"key": key, "unready": True})
         return "unready"

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import click
 import numpy as np
 from distributed import WorkerPlugin
+from distributed.core import Status
 from distributed.protocol import to_serialize
 
 from dgvm import backends, config, dask_compat, gc_pauses, streams, transfer
@@ -761,7 +762,9 @@ class StoreInstaller(WorkerPlugin):
         self.store = ChunkStorePlugin()  # (configured as the registering client's process is)
 
     async def setup(self, worker):
-        if PLUGIN_NAME not in worker.plugins:
+        # (A store that is there answers as the worker's extension: a plugin whose setup
+        # failed is not one. None installed on a worker closing: nothing would close it.)
+        if messages.EXTENSION not in worker.extensions and worker.status not in (Status.closing, Status.closed):
             await worker.plugin_add(self.store, name=PLUGIN_NAME, catch_errors=False)
 
 
