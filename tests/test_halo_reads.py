@@ -379,12 +379,13 @@ def test_a_write_forwarded_to_a_home_that_no_longer_serves_writes_is_not_taken_f
     x.free()
 
 
-def test_a_write_whose_copy_holder_is_closing_is_done_and_its_other_copies_dropped(case):
+def test_a_write_whose_copy_holder_is_closing_is_done_and_its_other_copies_dropped(case, monkeypatch):
     """A write drops the read replicas of what it wrote before it is answered. A holder
     that is closing (it no longer serves the drop) took its replica with it: the write is
     done and said done, not failed on its home with that holder's error, and the other
     holders' replicas are dropped all the same."""
     from dgvm.protocol import messages
+    from dgvm.transfer import left_peers
 
     case.needs_workers(3, "a write's home and two workers holding copies")
     client = case.client
@@ -407,6 +408,8 @@ def test_a_write_whose_copy_holder_is_closing_is_done_and_its_other_copies_dropp
         elif not on:
             plugin._dgvm_drop_kept = dask_worker.handlers.pop(messages.DROP_REPLICAS)
 
+    # (the scheduler's wait for news that the holder left: in this process, an in-process cluster's)
+    monkeypatch.setattr(left_peers, "GRACE", 0.2)
     try:
         client.run(serve, on=False, alloc_id=v.alloc_id, workers=[closing])
         v.write_blocks(hv * 2)  # the put path: its home's report awaits every drop

@@ -30,10 +30,10 @@ from dgvm.protocol.errors import (
     DgvmError,
     InvalidAddress,
     InvalidArgument,
-    PeerClosing,
     InvalidArgumentType,
     KernelError,
     OutOfDeviceMemory,
+    PeerClosing,
 )
 from dgvm.protocol.records import (
     AllocationInfo,

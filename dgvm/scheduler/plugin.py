@@ -541,9 +541,9 @@ class GVATPlugin(SchedulerPlugin):
         (``Allocation.last_writer``: a task run again after its worker left passes them over)."""
         drop, refresh = self.gvat.wrote(alloc_id, indices)
         holders = list(drop)
-        # (A holder that is closing has nothing to wait for: its replica goes with its store.
-        # This runs on the writer's stream.)
-        jobs = [self._ask(a, messages.DROP_REPLICAS, grace=0, alloc_id=alloc_id, indices=idx, reads=True)
+        # (A holder whose connection broke is waited for until the news that it left, at
+        # most ``LeftPeers``' grace: only then is its failed drop known to be harmless.)
+        jobs = [self._ask(a, messages.DROP_REPLICAS, alloc_id=alloc_id, indices=idx, reads=True)
                 for a, idx in drop.items()]
         if refresh:
             jobs.append(self.durability.refresh(self.gvat.allocations[alloc_id], refresh, key))

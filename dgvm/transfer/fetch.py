@@ -27,7 +27,7 @@ async def request_exports(worker, holder: WorkerAddress, alloc_id: AllocId, indi
     a chunk whose write count is the one ``have`` gives ([index, writes] pairs: this
     worker's replica is a copy of it as it is). ``span``: ``[start, stop)``, the bytes of
     each chunk that are read (a piece: no copy of the chunk is kept)."""
-    descs = await messages.call(  # (a holder that is closing answers ConnectionBroke)
+    descs = await messages.call(  # (a holder that is closing: PeerClosing)
         worker.rpc(holder), messages.EXPORT, required=True,
         alloc_id=alloc_id, indices=[int(i) for i in indices], path=path, to=worker.address,
         move=move, have=have or [], **({"span": [int(v) for v in span]} if span is not None else {}),
