@@ -5,6 +5,8 @@ NumPy's; the bytes that moved are counted in the workers' stats."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -278,6 +280,41 @@ def test_a_piece_of_a_chunk_whose_move_ended_is_read_from_its_new_home(case):
         time.sleep(3.5)  # the late release ends before the next test
 
 
+@contextlib.contextmanager
+def not_serving(client, worker: str, handler: str):
+    """``worker`` answers ``handler`` with nothing, as a worker that is closing does: its
+    ``teardown`` drops its handlers before the scheduler removes it. The grace every
+    process gives a peer that may be leaving is short meanwhile (``LeftPeers.call``)."""
+    def swap(dask_worker, on):
+        kept = dask_worker.extensions["dgvm"].__dict__
+        if not on:
+            kept["_dgvm_kept"] = dask_worker.handlers.pop(handler)
+        elif "_dgvm_kept" in kept:
+            dask_worker.handlers[handler] = kept.pop("_dgvm_kept")
+
+    def short(left_peers, on):  # (once per process: an in-process cluster's share the module)
+        if not on and not hasattr(left_peers, "_dgvm_grace_kept"):
+            left_peers._dgvm_grace_kept, left_peers.GRACE = left_peers.GRACE, 0.2
+        elif on and hasattr(left_peers, "_dgvm_grace_kept"):
+            left_peers.GRACE = left_peers._dgvm_grace_kept
+            del left_peers._dgvm_grace_kept
+
+    def grace(on):
+        from dgvm.transfer import left_peers
+
+        short(left_peers, on)
+
+    try:
+        client.run(swap, on=False, workers=[worker])
+        client.run(grace, on=False)
+        client.run_on_scheduler(grace, on=False)
+        yield
+    finally:
+        client.run(swap, on=True, workers=[worker])
+        client.run(grace, on=True)
+        client.run_on_scheduler(grace, on=True)
+
+
 def test_a_home_that_no_longer_serves_exports_is_an_error_naming_it_not_a_raw_one(case):
     """A worker that is closing has dropped its handlers (``teardown``) before the
     scheduler removes it: it answers a request for its chunks with nothing. A read of
@@ -293,33 +330,11 @@ def test_a_home_that_no_longer_serves_exports_is_an_error_naming_it_not_a_raw_on
     homes = x.alloc.homes()
     closing, reader = homes[1], homes[0]
 
-    def serve(dask_worker, on):
-        plugin = dask_worker.extensions["dgvm"]
-        if on and hasattr(plugin, "_dgvm_export_kept"):
-            dask_worker.handlers[messages.EXPORT] = plugin._dgvm_export_kept
-            del plugin._dgvm_export_kept
-        elif not on:
-            plugin._dgvm_export_kept = dask_worker.handlers.pop(messages.EXPORT)
-
-    def short_grace(on):  # (the wait for news that it left; once per process)
-        from dgvm.transfer import left_peers
-
-        if on and not hasattr(left_peers, "_dgvm_grace_kept"):
-            left_peers._dgvm_grace_kept, left_peers.GRACE = left_peers.GRACE, 0.2
-        elif not on and hasattr(left_peers, "_dgvm_grace_kept"):
-            left_peers.GRACE = left_peers._dgvm_grace_kept
-            del left_peers._dgvm_grace_kept
-
-    try:
-        client.run(serve, on=False, workers=[closing])
-        client.run(short_grace, on=True)
+    with not_serving(client, closing, messages.EXPORT):
         with pytest.raises(dgvm.DgvmError, match=f"{closing} no longer serves {messages.EXPORT}"):
             (x[:-2] + x[2:]).wait()  # chunk 0's task reads chunk 1's first rows
         with pytest.raises(dgvm.DgvmError, match=f"{closing} no longer serves {messages.EXPORT}"):
             x.migrate([1], reader)
-    finally:
-        client.run(serve, on=True, workers=[closing])
-        client.run(short_grace, on=False)
     z = x[:-2] + x[2:]
     z.wait()
     np.testing.assert_array_equal(dnp.asnumpy(z), h[:-2] + h[2:])
@@ -341,51 +356,36 @@ def test_a_write_forwarded_to_a_home_that_no_longer_serves_writes_is_not_taken_f
     closing, writer = homes[1], homes[0]
     out = {"alloc_id": x.alloc.alloc_id, "owner": x.alloc.owner}
 
-    def serve(dask_worker, on):
-        plugin = dask_worker.extensions["dgvm"]
-        if on:
-            dask_worker.handlers[messages.WRITE] = plugin._dgvm_write_kept
-        else:
-            plugin._dgvm_write_kept = dask_worker.handlers.pop(messages.WRITE)
-
     async def forward_one(dask_worker, out, home):
         import asyncio
         import types
 
         from dgvm.protocol.messages import Where
-        from dgvm.transfer import left_peers
         from dgvm.worker import tasks
 
         plugin = dask_worker.plugins[messages.STORE_PLUGIN]
         access = types.SimpleNamespace(worker=dask_worker, transfers=plugin.transfers,
                                        locate=lambda alloc_id, k: Where(home=home, path="comm", version=0))
-        grace, left_peers.GRACE = left_peers.GRACE, 0.2
         try:
             await asyncio.get_running_loop().run_in_executor(None, tasks.forward, access, types.SimpleNamespace(
                 **out), 1, np.ones(8).view(np.uint8))
             return "taken"
         except Exception as e:  # noqa: BLE001
             return f"{type(e).__name__}: {e}"
-        finally:
-            left_peers.GRACE = grace
 
-    client.run(serve, on=False, workers=[closing])
-    try:
+    with not_serving(client, closing, messages.WRITE):
         answer = client.run(forward_one, out=out, home=closing, workers=[writer])[writer]
-    finally:
-        client.run(serve, on=True, workers=[closing])
     assert f"{closing} no longer serves {messages.WRITE}" in answer, answer
     np.testing.assert_array_equal(dnp.asnumpy(x), np.zeros((4, 8)))  # nothing was written
     x.free()
 
 
-def test_a_write_whose_copy_holder_is_closing_is_done_and_its_other_copies_dropped(case, monkeypatch):
+def test_a_write_whose_copy_holder_is_closing_is_done_and_its_other_copies_dropped(case):
     """A write drops the read replicas of what it wrote before it is answered. A holder
     that is closing (it no longer serves the drop) took its replica with it: the write is
     done and said done, not failed on its home with that holder's error, and the other
     holders' replicas are dropped all the same."""
     from dgvm.protocol import messages
-    from dgvm.transfer import left_peers
 
     case.needs_workers(3, "a write's home and two workers holding copies")
     client = case.client
@@ -399,22 +399,15 @@ def test_a_write_whose_copy_holder_is_closing_is_done_and_its_other_copies_dropp
         pytest.skip(f"needs copies on two workers: {held}")
     closing = sorted(held)[0]
 
-    async def serve(dask_worker, on, alloc_id):
-        plugin = dask_worker.plugins[messages.STORE_PLUGIN]
-        if on and hasattr(plugin, "_dgvm_drop_kept"):  # (it serves again: the replica the GVAT forgot goes)
-            dask_worker.handlers[messages.DROP_REPLICAS] = plugin._dgvm_drop_kept
-            del plugin._dgvm_drop_kept
-            await plugin.drop_replicas(alloc_id, dask_worker.extensions["dgvm"].replicas(alloc_id))
-        elif not on:
-            plugin._dgvm_drop_kept = dask_worker.handlers.pop(messages.DROP_REPLICAS)
+    async def drop(dask_worker, alloc_id):  # (it serves again: the replica the GVAT forgot goes)
+        await dask_worker.plugins[messages.STORE_PLUGIN].drop_replicas(
+            alloc_id, dask_worker.extensions["dgvm"].replicas(alloc_id))
 
-    # (the scheduler's wait for news that the holder left: in this process, an in-process cluster's)
-    monkeypatch.setattr(left_peers, "GRACE", 0.2)
     try:
-        client.run(serve, on=False, alloc_id=v.alloc_id, workers=[closing])
-        v.write_blocks(hv * 2)  # the put path: its home's report awaits every drop
+        with not_serving(client, closing, messages.DROP_REPLICAS):
+            v.write_blocks(hv * 2)  # the put path: its home's report awaits every drop
     finally:
-        client.run(serve, on=True, alloc_id=v.alloc_id, workers=[closing])
+        client.run(drop, alloc_id=v.alloc_id, workers=[closing])
     others = {w: r for w, r in client.run(lambda dask_worker, i=v.alloc_id: dask_worker.extensions["dgvm"].replicas(i)).items()
               if w != closing and r}
     assert not others, f"replicas left after the write: {others}"

@@ -74,20 +74,25 @@ class PeerClosing(ConnectionBroke):
     peer's own request to a third process broke, passed on), news that it left follows."""
 
 
+def comm_error(error: BaseException) -> bool:
+    """Is ``error`` the comm's own (a connection refused, reset or closed), not a refusal
+    that an ``OSError`` class carries (``AccessDenied`` is a ``PermissionError``)?"""
+    return isinstance(error, OSError) and not isinstance(error, DgvmError)
+
+
 def peer_leaving(error: BaseException) -> bool:
     """Might the peer a request went to be leaving the cluster, so that news of it is worth
-    waiting for (``dgvm.transfer.left_peers``)? Its connection broke (an ``OSError`` of the
-    comm), or it is closing (``PeerClosing``); not a refusal, nor a ``ConnectionBroke`` it
-    passed on from its own request to another process."""
-    return isinstance(error, PeerClosing) or (isinstance(error, OSError) and not isinstance(error, DgvmError))
+    waiting for (``dgvm.transfer.left_peers``)? Its connection broke (``comm_error``), or
+    it is closing (``PeerClosing``); not a refusal, nor a ``ConnectionBroke`` it passed on
+    from its own request to another process."""
+    return isinstance(error, PeerClosing) or comm_error(error)
 
 
 def broken_connection(error: BaseException) -> bool:
-    """Did a request fail because its connection broke (an ``OSError`` of the comm, or a
-    handler's ``ConnectionBroke``), rather than being refused? ``AccessDenied`` is a
-    ``PermissionError``, so an ``OSError`` too, but it is an answer: waiting for news that
-    the peer left, or asking again, would only delay it."""
-    return isinstance(error, ConnectionBroke) or (isinstance(error, OSError) and not isinstance(error, DgvmError))
+    """Did a request fail because a connection broke (``comm_error``, or a handler's
+    ``ConnectionBroke``), rather than being refused? Waiting for news that the peer left,
+    or asking again, would only delay a refusal."""
+    return isinstance(error, ConnectionBroke) or comm_error(error)
 
 
 class KernelError(DgvmError):

@@ -27,7 +27,7 @@ from distributed import get_worker
 from distributed.utils import sync
 
 from dgvm.protocol import messages
-from dgvm.protocol.errors import ChunkLost, ConnectionBroke, DgvmError, OutOfDeviceMemory, broken_connection
+from dgvm.protocol.errors import ChunkLost, ConnectionBroke, DgvmError, OutOfDeviceMemory, comm_error
 from dgvm.protocol.messages import Where
 from dgvm.protocol.records import AllocId, ArraySpec  # tasks name their arrays by spec
 from dgvm.transfer import Transfers
@@ -230,7 +230,7 @@ class Access:
                 lambda: ChunkLost(f"chunk {index} of allocation {alloc_id} was on worker {where.home}, "
                                   f"which left the cluster while {w.address} {doing} it"))
         except OSError as e:
-            if not broken_connection(e):
+            if not comm_error(e):
                 raise
             raise ConnectionBroke(f"{w.address} asking {where.home} for chunk {index} of allocation "
                                   f"{alloc_id}: the connection broke: {type(e).__name__}: {e}") from None

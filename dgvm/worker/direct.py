@@ -34,7 +34,7 @@ from distributed.protocol import pickle
 
 from dgvm import config, streams
 from dgvm.protocol import messages, task_results
-from dgvm.protocol.errors import DgvmError, broken_connection
+from dgvm.protocol.errors import DgvmError, comm_error
 
 logger = logging.getLogger("dgvm.worker")
 
@@ -55,6 +55,11 @@ def _remember(table: "collections.OrderedDict", key: str, value) -> None:
     table[key] = value
     while len(table) > REMEMBERED:
         table.popitem(last=False)
+
+
+def closing(worker) -> bool:
+    """Is ``worker`` closing (its dgvm store torn down by ``teardown``, or about to be)?"""
+    return getattr(worker, "status", None) in (Status.closing, Status.closed)
 
 
 class _WorkerClosing(Exception):
@@ -108,7 +113,7 @@ class DirectTasks:
         flushing = asyncio.Event()
         done = False
         # Tasks started from this connection and not answered, those of them that will not
-        # be (``_stranded_here``), and answers being written.
+        # be (``_unready``), and answers being written.
         started: set = set()
         stranded: set = set()
         writing = [0]
@@ -144,7 +149,7 @@ class DirectTasks:
                 await asyncio.sleep(0.005)
             comm.abort()
 
-        def close(key):  # (a task that reached this worker as it closes: ``_stranded_here``)
+        def close(key):  # (a task that reached this worker as it closes: ``_unready``)
             stranded.add(key)
             if not closer:
                 closer.append(asyncio.ensure_future(drain_then_close()))
@@ -262,7 +267,7 @@ class DirectTasks:
                     status = self._unready(key, answer)
                     return
             if self._closing():
-                status = self._stranded_here(key, answer)
+                status = self._unready(key, answer)
                 return
             if msg.get("written") is not None:  # run again: what its first run wrote for good
                 self.plugin.written({key: msg["written"]})
@@ -283,7 +288,7 @@ class DirectTasks:
                     with self._waiting_lock:
                         self.waiting -= 1
                 if isinstance(e, _WorkerClosing):  # (it reached a thread as the worker began closing)
-                    status = self._stranded_here(key, answer)
+                    status = self._unready(key, answer)
                     return
                 failed = error_message(e)
                 failed.pop("status", None)
@@ -339,23 +344,7 @@ class DirectTasks:
                 self._settle_device()
 
     def _closing(self) -> bool:
-        """Is this worker closing (its store torn down by ``teardown``, or about to be)?"""
-        return getattr(self.worker, "status", None) in (Status.closing, Status.closed)
-
-    def _stranded_here(self, key: str, answer) -> str:
-        """Task ``key`` reached this worker as it closes: it does not run, and its client's
-        connection is closed once the tasks that run or ended here are answered (at most
-        ``CLOSE_DRAIN`` seconds), so that every task the client sent on it and did not hear of
-        is stranded as on a worker that died (the GVAT says where each runs again, or which
-        chunks went: ``DirectPlane.stranded``), this one's followers here too. Other
-        workers' tasks that follow it hear it did not end here (``ended_here``)."""
-        _remember(self.unready, key, None)
-        close = getattr(answer, "close", None)
-        if close is not None:
-            close(key)
-        else:  # (a connection of no comm: its client orders it)
-            answer({"key": key, "unready": True})
-        return "unready"
+        return closing(self.worker)
 
     def _push_request(self, key: str, reader: str, chunks: list) -> None:
         """(A ``push`` message of a client.) A task of worker ``reader`` follows task
@@ -434,10 +423,19 @@ class DirectTasks:
             del self.passed[key]
 
     def _unready(self, key: str, answer) -> str:
-        if self._closing():  # (sent back, its client would send it here again)
-            return self._stranded_here(key, answer)
+        """Task ``key`` does not run here: its client is told (it orders the task itself,
+        and sends it again), and other workers' tasks that follow it hear it did not end
+        here (``ended_here``). On a worker closing, sent back it would come here again:
+        instead its client's connection closes, once the tasks that run or ended here are
+        answered (at most ``CLOSE_DRAIN`` seconds, ``serve``), and every task the client
+        sent on it and did not hear of is stranded as on a worker that died (the GVAT says
+        where each runs again, or which chunks went: ``DirectPlane.stranded``)."""
         _remember(self.unready, key, None)
-        answer({"key": key, "unready": True})
+        close = getattr(answer, "close", None) if self._closing() else None
+        if close is not None:
+            close(key)
+        else:
+            answer({"key": key, "unready": True})
         return "unready"
 
     def _behind(self, key: str, n: int) -> None:
@@ -460,7 +458,7 @@ class DirectTasks:
             self.waiting -= 1
             self.running.add(key)
             started[0] = True
-        if self._closing():  # (its store may be gone already: ``_stranded_here``)
+        if self._closing():  # (its store may be gone already: ``_unready``)
             with self._waiting_lock:
                 self.running.discard(key)
             raise _WorkerClosing(key)
@@ -500,7 +498,7 @@ class DirectTasks:
                         store.copies_dropped(message["alloc_id"], message["wrote"], exports)
                     break
                 except Exception as e:  # noqa: BLE001
-                    if not (isinstance(e, OSError) and broken_connection(e)):
+                    if not comm_error(e):
                         # refused: the allocation was freed meanwhile
                         logger.info("dgvm: the report of task %s was refused", message.get("key"), exc_info=True)
                         break

@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 import click
 import numpy as np
 from distributed import WorkerPlugin
-from distributed.core import Status
 from distributed.protocol import to_serialize
 
 from dgvm import backends, config, dask_compat, gc_pauses, streams, transfer
@@ -34,7 +33,7 @@ from dgvm.transfer.fetch import request_exports
 from dgvm.transfer.ipc_mappings import BufferGone
 from dgvm.transfer.ipc_retire import IpcRetirement
 from dgvm.worker.context_loss import ContextWatch
-from dgvm.worker.direct import DirectTasks
+from dgvm.worker.direct import DirectTasks, closing
 from dgvm.worker.pushes import Pushes
 from dgvm.worker.store import ChunkLeaving, ChunkStore, StoredChunk
 
@@ -764,7 +763,7 @@ class StoreInstaller(WorkerPlugin):
     async def setup(self, worker):
         # (A store that is there answers as the worker's extension: a plugin whose setup
         # failed is not one. None installed on a worker closing: nothing would close it.)
-        if messages.EXTENSION not in worker.extensions and worker.status not in (Status.closing, Status.closed):
+        if messages.EXTENSION not in worker.extensions and not closing(worker):
             await worker.plugin_add(self.store, name=PLUGIN_NAME, catch_errors=False)
 
 
